@@ -1,0 +1,1 @@
+//! Ferrite host runtime (in progress).

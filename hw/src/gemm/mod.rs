@@ -1,0 +1,8 @@
+//! The int8 GEMM unit: an output-stationary systolic array with a fused
+//! bias/ReLU/requantize epilogue behind Vitis RTL-kernel interfaces.
+pub mod config;
+pub mod model;
+pub mod rtl;
+
+pub use config::{GemmConfig, GemmLayout, GemmProblem};
+pub use model::{gemm, gemm_f64, GemmOutput};

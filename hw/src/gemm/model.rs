@@ -1,0 +1,170 @@
+//! Bit-exact golden model of the GEMM unit, and its float64 reference.
+//!
+//! The model is the unit's specification: `C = epilogue(A·B + bias)` with an
+//! exact int32 accumulator, two's-complement wrapping bias add, optional ReLU,
+//! then optional requantization (see [`crate::numerics::requantize`]). Tiling
+//! does not change the result, so the model needs no [`super::GemmConfig`].
+use super::GemmProblem;
+use crate::numerics::requantize;
+use crate::HwError;
+
+/// Output of one GEMM: int32, or int8 when requantized. Row-major M×N.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GemmOutput {
+    I32(Vec<i32>),
+    I8(Vec<i8>),
+}
+
+impl GemmOutput {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::I32(v) => v.len(),
+            Self::I8(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i` widened to i32.
+    pub fn get(&self, i: usize) -> i32 {
+        match self {
+            Self::I32(v) => v[i],
+            Self::I8(v) => v[i] as i32,
+        }
+    }
+
+    /// Index and both values of the first element where `self` and `other` differ.
+    pub fn first_mismatch(&self, other: &GemmOutput) -> Option<(usize, i32, i32)> {
+        if std::mem::discriminant(self) != std::mem::discriminant(other) || self.len() != other.len() {
+            return Some((0, self.len() as i32, other.len() as i32));
+        }
+        (0..self.len()).find(|&i| self.get(i) != other.get(i)).map(|i| (i, self.get(i), other.get(i)))
+    }
+}
+
+/// Check that buffer lengths match the problem's shapes.
+pub fn check_operands(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result<(), HwError> {
+    p.validate()?;
+    let shape = |name: &str, got: usize, want: usize, dims: String| {
+        if got == want {
+            Ok(())
+        } else {
+            Err(HwError::Problem(format!("{name} has {got} elements, expected {want} ({dims})")))
+        }
+    };
+    shape("A", a.len(), p.m * p.k, format!("M×K = {}×{}", p.m, p.k))?;
+    shape("B", b.len(), p.k * p.n, format!("K×N = {}×{}", p.k, p.n))?;
+    match (p.bias, bias) {
+        (true, Some(bias)) => shape("bias", bias.len(), p.n, format!("N = {}", p.n)),
+        (true, None) => Err(HwError::Problem("bias enabled but no bias given".into())),
+        (false, Some(_)) => Err(HwError::Problem("bias given but the bias flag is off".into())),
+        (false, None) => Ok(()),
+    }
+}
+
+/// The int32 value of output (i, j) before requantization.
+fn pre_requant(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>, i: usize, j: usize) -> i32 {
+    let acc = (0..p.k).fold(0i32, |acc, kk| acc.wrapping_add(a[i * p.k + kk] as i32 * b[kk * p.n + j] as i32));
+    let v = acc.wrapping_add(bias.map_or(0, |b| b[j]));
+    if p.relu {
+        v.max(0)
+    } else {
+        v
+    }
+}
+
+/// The golden model: exactly what the hardware writes to C.
+pub fn gemm(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result<GemmOutput, HwError> {
+    check_operands(p, a, b, bias)?;
+    let vals = (0..p.m).flat_map(|i| (0..p.n).map(move |j| (i, j)));
+    Ok(match p.requant {
+        None => GemmOutput::I32(vals.map(|(i, j)| pre_requant(p, a, b, bias, i, j)).collect()),
+        Some(rq) => GemmOutput::I8(vals.map(|(i, j)| requantize(pre_requant(p, a, b, bias, i, j), rq)).collect()),
+    })
+}
+
+/// Float64 reference of the same computation: real-valued scale, no rounding
+/// and no saturation. Comparing it with [`gemm`] measures the model's error.
+pub fn gemm_f64(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result<Vec<f64>, HwError> {
+    check_operands(p, a, b, bias)?;
+    let scale = p.requant.map_or(1.0, |rq| rq.multiplier as f64 / 2f64.powi(rq.shift as i32));
+    let mut out = Vec::with_capacity(p.m * p.n);
+    for i in 0..p.m {
+        for j in 0..p.n {
+            let mut acc: f64 = (0..p.k).map(|kk| a[i * p.k + kk] as f64 * b[kk * p.n + j] as f64).sum();
+            acc += bias.map_or(0.0, |b| b[j] as f64);
+            if p.relu {
+                acc = acc.max(0.0);
+            }
+            out.push(acc * scale);
+        }
+    }
+    Ok(out)
+}
+
+/// Error of an integer output against the float64 reference.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ErrorStats {
+    /// Largest |out − ref| in output units (LSB for int8).
+    pub max_abs: f64,
+    /// ‖out − ref‖ / ‖ref‖ (Frobenius); 0 when the reference is all zero.
+    pub rel_fro: f64,
+    /// Elements whose reference lies outside the output range (saturated).
+    pub saturated: usize,
+}
+
+pub fn error_vs_f64(out: &GemmOutput, reference: &[f64]) -> ErrorStats {
+    let (lo, hi) = match out {
+        GemmOutput::I8(_) => (i8::MIN as f64, i8::MAX as f64),
+        GemmOutput::I32(_) => (i32::MIN as f64, i32::MAX as f64),
+    };
+    let (mut max_abs, mut num, mut den, mut saturated) = (0f64, 0f64, 0f64, 0);
+    for (i, &r) in reference.iter().enumerate() {
+        let d = out.get(i) as f64 - r;
+        if r < lo - 0.5 || r > hi + 0.5 {
+            saturated += 1;
+        } else {
+            max_abs = max_abs.max(d.abs());
+        }
+        num += d * d;
+        den += r * r;
+    }
+    ErrorStats { max_abs, rel_fro: if den > 0.0 { (num / den).sqrt() } else { num.sqrt() }, saturated }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::numerics::Requant;
+
+    #[test]
+    fn small_known_product() {
+        // [1 2; 3 4] · [5 6; 7 8] = [19 22; 43 50]
+        let p = GemmProblem::new(2, 2, 2);
+        let out = gemm(&p, &[1, 2, 3, 4], &[5, 6, 7, 8], None).unwrap();
+        assert_eq!(out, GemmOutput::I32(vec![19, 22, 43, 50]));
+        let p = GemmProblem { bias: true, relu: true, ..p };
+        let out = gemm(&p, &[1, 2, 3, 4], &[5, 6, 7, 8], Some(&[-20, 0])).unwrap();
+        assert_eq!(out, GemmOutput::I32(vec![0, 22, 23, 50]));
+    }
+
+    #[test]
+    fn requant_error_is_within_half_lsb() {
+        let p = GemmProblem { requant: Requant::from_scale(1.0 / 300.0), ..GemmProblem::new(3, 5, 7) };
+        let a: Vec<i8> = (0..21).map(|i| (i * 37 % 255 - 127) as i8).collect();
+        let b: Vec<i8> = (0..35).map(|i| (i * 53 % 255 - 127) as i8).collect();
+        let out = gemm(&p, &a, &b, None).unwrap();
+        let stats = error_vs_f64(&out, &gemm_f64(&p, &a, &b, None).unwrap());
+        assert!(stats.max_abs <= 0.5 + 1e-9, "{stats:?}");
+    }
+
+    #[test]
+    fn shape_errors_are_reported() {
+        let p = GemmProblem::new(2, 2, 2);
+        let err = gemm(&p, &[1, 2, 3], &[5, 6, 7, 8], None).unwrap_err();
+        assert!(err.to_string().contains("A has 3 elements"), "{err}");
+        assert!(gemm(&p, &[0; 4], &[0; 4], Some(&[0, 0])).is_err());
+    }
+}

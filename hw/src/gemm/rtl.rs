@@ -1,0 +1,1 @@
+//! rust-hdl generator of the GEMM unit (in progress).

@@ -1,0 +1,1 @@
+//! Verilator simulation of Ferrite units (in progress).
