@@ -1,1 +1,11 @@
-//! Ferrite host runtime (in progress).
+//! Ferrite host runtime: one [`Device`] trait over every place a unit can
+//! run (the CPU golden model, cycle-level simulation, and later CUDA, OpenCL
+//! and XRT boards), the register-level [`driver`] shared by the memory-mapped
+//! backends, host-array [`ops`], and `.npy` I/O for the `ferrite` CLI.
+pub mod backend;
+pub mod device;
+pub mod driver;
+pub mod npy;
+pub mod ops;
+
+pub use device::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats};

@@ -1,0 +1,176 @@
+//! The CPU device: the golden model itself, or a fast path through a tuned
+//! CPU GEMM that must stay bit-exact with it.
+use crate::device::{
+    check_gemm_buffers, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch, Layout, Problem, RunStats,
+};
+use crate::ops::{pack_output, unpack_rows};
+use ferrite_hw::gemm::model::check_operands;
+use ferrite_hw::gemm::{GemmLayout, GemmOutput, GemmProblem};
+use ferrite_hw::numerics::requantize;
+use ferrite_hw::HwError;
+use ndarray::Array2;
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// Which CPU implementation runs GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuMode {
+    /// `ferrite_hw::gemm::gemm`, the specification (slow, obviously right).
+    Golden,
+    /// [`gemm_fast`]: matrixmultiply's dgemm plus an integer epilogue.
+    Fast,
+}
+
+/// Host-memory device; buffers are plain byte vectors.
+#[derive(Debug)]
+pub struct CpuDevice {
+    mode: CpuMode,
+    buffers: HashMap<u64, Vec<u8>>,
+    next_id: u64,
+}
+
+impl CpuDevice {
+    pub fn new(mode: CpuMode) -> Self {
+        Self { mode, buffers: HashMap::new(), next_id: 1 }
+    }
+
+    fn buffer(&self, buf: Buffer, offset: u64, len: usize) -> Result<&[u8], DeviceError> {
+        let data = self.buffers.get(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        let range = span(buf, offset, len, data.len())?;
+        Ok(&data[range])
+    }
+
+    fn buffer_mut(&mut self, buf: Buffer, offset: u64, len: usize) -> Result<&mut [u8], DeviceError> {
+        let data = self.buffers.get_mut(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        let range = span(buf, offset, len, data.len())?;
+        Ok(&mut data[range])
+    }
+
+    fn run_gemm(&mut self, g: &GemmArgs) -> Result<(), DeviceError> {
+        check_gemm_buffers(g)?;
+        let (p, l) = (&g.problem, &g.layout);
+        let a = to_i8(unpack_rows(self.buffer(g.a, 0, (l.lda * p.m as u64) as usize)?, p.m, p.k, l.lda as usize));
+        let b = to_i8(unpack_rows(self.buffer(g.b, 0, (l.ldb * p.k as u64) as usize)?, p.k, p.n, l.ldb as usize));
+        let bias = match g.bias {
+            Some(buf) => Some(
+                self.buffer(buf, 0, 4 * p.n)?
+                    .chunks_exact(4)
+                    .map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                    .collect::<Vec<_>>(),
+            ),
+            None => None,
+        };
+        let out = match self.mode {
+            CpuMode::Golden => ferrite_hw::gemm::gemm(p, &a, &b, bias.as_deref())?,
+            CpuMode::Fast => gemm_fast(p, &a, &b, bias.as_deref())?,
+        };
+        let ldc = l.ldc as usize;
+        let c = self.buffer_mut(g.c, 0, ldc * p.m)?;
+        pack_output(&out, p, ldc, c);
+        Ok(())
+    }
+}
+
+/// The byte range `offset..offset+len` of a buffer, checked.
+fn span(buf: Buffer, offset: u64, len: usize, size: usize) -> Result<std::ops::Range<usize>, DeviceError> {
+    let oob = || DeviceError::OutOfBounds { id: buf.id(), offset, len: len as u64, size: size as u64 };
+    let start = usize::try_from(offset).map_err(|_| oob())?;
+    let end = start.checked_add(len).filter(|&e| e <= size).ok_or_else(oob)?;
+    Ok(start..end)
+}
+
+fn to_i8(bytes: Vec<u8>) -> Vec<i8> {
+    bytes.into_iter().map(|b| b as i8).collect()
+}
+
+impl Device for CpuDevice {
+    fn info(&self) -> DeviceInfo {
+        let name = match self.mode {
+            CpuMode::Golden => "cpu (golden model)",
+            CpuMode::Fast => "cpu-fast (matrixmultiply)",
+        };
+        DeviceInfo { name: name.into(), kind: DeviceKind::Cpu, clock_mhz: None }
+    }
+
+    /// Dense rows: the CPU has no beat to align to.
+    fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError> {
+        match problem {
+            Problem::Gemm(p) => {
+                p.validate()?;
+                Ok(Layout::Gemm(dense_layout(p)))
+            }
+        }
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
+        let oom = || DeviceError::OutOfMemory { requested: bytes, available: 0 };
+        let len = usize::try_from(bytes).map_err(|_| oom())?;
+        let mut data = Vec::new();
+        data.try_reserve_exact(len).map_err(|_| oom())?;
+        data.resize(len, 0);
+        let id = self.next_id;
+        self.next_id += 1;
+        self.buffers.insert(id, data);
+        Ok(Buffer::new(id, bytes))
+    }
+
+    fn upload(&mut self, buf: Buffer, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.buffer_mut(buf, offset, data.len())?.copy_from_slice(data);
+        Ok(())
+    }
+
+    fn download(&mut self, buf: Buffer, offset: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        out.copy_from_slice(self.buffer(buf, offset, out.len())?);
+        Ok(())
+    }
+
+    fn free(&mut self, buf: Buffer) -> Result<(), DeviceError> {
+        self.buffers.remove(&buf.id()).map(drop).ok_or(DeviceError::UnknownBuffer(buf.id()))
+    }
+
+    fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
+        let start = Instant::now();
+        match launch {
+            Launch::Gemm(g) => self.run_gemm(g)?,
+        }
+        Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })
+    }
+}
+
+/// Unpadded row-major layout.
+pub fn dense_layout(p: &GemmProblem) -> GemmLayout {
+    let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
+    let ldc = n * p.out_elem_bytes() as u64;
+    GemmLayout { lda: k, ldb: n, ldc, a_bytes: m * k, b_bytes: k * n, bias_bytes: 4 * n, c_bytes: m * ldc }
+}
+
+/// The GEMM through matrixmultiply's dgemm (via ndarray), epilogue in integers.
+///
+/// Each product of two int8 values is below 2^14 in magnitude, so any sum of
+/// fewer than 2^39 of them is an exact f64 integer whatever order dgemm adds
+/// in. Converting through i64 to i32 then wraps modulo 2^32 exactly like the
+/// unit's int32 accumulator, which makes the result bit-exact with
+/// [`ferrite_hw::gemm::gemm`].
+pub fn gemm_fast(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result<GemmOutput, HwError> {
+    check_operands(p, a, b, bias)?;
+    let a = Array2::from_shape_fn((p.m, p.k), |(i, kk)| a[i * p.k + kk] as f64);
+    let b = Array2::from_shape_fn((p.k, p.n), |(kk, j)| b[kk * p.n + j] as f64);
+    let acc = a.dot(&b);
+    let pre = acc.outer_iter().flat_map(|row| {
+        row.into_iter()
+            .enumerate()
+            .map(|(j, &v)| {
+                let v = (v as i64 as i32).wrapping_add(bias.map_or(0, |b| b[j]));
+                if p.relu {
+                    v.max(0)
+                } else {
+                    v
+                }
+            })
+            .collect::<Vec<_>>()
+    });
+    Ok(match p.requant {
+        None => GemmOutput::I32(pre.collect()),
+        Some(rq) => GemmOutput::I8(pre.map(|v| requantize(v, rq)).collect()),
+    })
+}

@@ -1,0 +1,4 @@
+//! [`crate::Device`] implementations.
+pub mod cpu;
+#[cfg(feature = "sim")]
+pub mod sim;

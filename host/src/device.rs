@@ -1,0 +1,262 @@
+//! The one [`Device`] trait every backend implements.
+//!
+//! Shaped like burn's compute servers and cudarc's safe wrappers: buffers are
+//! opaque handles into memory the device owns, and a launch names a unit with
+//! typed arguments. Everything that varies per unit lives in the
+//! `#[non_exhaustive]` enums [`Problem`], [`Layout`] and [`Launch`], so adding
+//! attention or MoE adds variants there and leaves the trait (and backends
+//! that do not run the new unit) untouched: they answer
+//! [`DeviceError::Unsupported`].
+use ferrite_hw::gemm::{GemmLayout, GemmProblem};
+use ferrite_hw::HwError;
+use std::fmt;
+use std::time::Duration;
+
+/// What kind of machine a device is; reports and timeouts differ per kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// Runs on the host CPU; no clock, no cycle count.
+    Cpu,
+    /// A cycle-level RTL simulation; cycles are exact, wall time is not.
+    Simulator,
+    /// A GPU (CUDA, OpenCL).
+    Gpu,
+    /// An FPGA card driven through XRT.
+    Fpga,
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Cpu => "cpu",
+            Self::Simulator => "simulator",
+            Self::Gpu => "gpu",
+            Self::Fpga => "fpga",
+        })
+    }
+}
+
+/// Static description of a device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub kind: DeviceKind,
+    /// Clock of the unit in MHz, for devices that count cycles.
+    pub clock_mhz: Option<f64>,
+}
+
+/// Opaque handle to a device buffer. Only the device that allocated it can use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Buffer {
+    id: u64,
+    len: u64,
+}
+
+impl Buffer {
+    /// Made by backends when they allocate; `id` is whatever the backend can look up.
+    pub fn new(id: u64, len: u64) -> Self {
+        Self { id, len }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// One call of a unit, before buffers exist: the device answers with the
+/// [`Layout`] it wants, after checking the problem fits the unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Problem {
+    Gemm(GemmProblem),
+}
+
+/// How a problem's operands must be laid out in this device's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Layout {
+    Gemm(GemmLayout),
+}
+
+/// Arguments of one GEMM launch: buffers laid out as `layout` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmArgs {
+    pub problem: GemmProblem,
+    pub layout: GemmLayout,
+    pub a: Buffer,
+    pub b: Buffer,
+    /// Present exactly when `problem.bias` is set.
+    pub bias: Option<Buffer>,
+    pub c: Buffer,
+}
+
+/// A unit launch with typed arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Launch {
+    Gemm(GemmArgs),
+}
+
+impl Launch {
+    /// Multiply-accumulates the launch performs (utilization's numerator).
+    pub fn useful_macs(&self) -> u64 {
+        match self {
+            Self::Gemm(g) => g.problem.macs(),
+        }
+    }
+}
+
+/// Measurements of one launch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunStats {
+    /// Host wall time of the launch (for a simulator: simulation time).
+    pub wall: Duration,
+    /// Useful multiply-accumulates of the problem.
+    pub useful_macs: u64,
+    /// Cycle-level detail, for devices that count cycles.
+    pub cycles: Option<CycleStats>,
+}
+
+/// Cycle counts of a unit with a fixed multiplier array.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CycleStats {
+    /// Cycles from ap_start to ap_done, as the unit's CYCLES register reports.
+    pub cycles: u64,
+    pub clock_mhz: f64,
+    /// Multipliers in the unit (rows · cols for the GEMM array).
+    pub multipliers: u64,
+}
+
+impl RunStats {
+    /// Time the launch takes on hardware at the device clock: cycles / clock.
+    pub fn projected(&self) -> Option<Duration> {
+        self.cycles.map(|c| Duration::from_secs_f64(c.cycles as f64 / (c.clock_mhz * 1e6)))
+    }
+
+    /// Useful MACs / (multipliers · cycles), in 0..=1.
+    pub fn utilization(&self) -> Option<f64> {
+        self.cycles
+            .filter(|c| c.cycles > 0 && c.multipliers > 0)
+            .map(|c| self.useful_macs as f64 / (c.multipliers as f64 * c.cycles as f64))
+    }
+}
+
+/// Every way a device operation can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// Operands do not match the problem, or the problem is malformed.
+    #[error("invalid problem: {0}")]
+    Problem(String),
+    /// The problem is valid but does not fit this device's unit (K > k_max, ...).
+    #[error("problem too big for {device}: {reason}")]
+    TooBig { device: String, reason: String },
+    /// The unit or device configuration is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The device has no such unit.
+    #[error("{device} cannot run {unit} launches")]
+    Unsupported { device: String, unit: &'static str },
+    /// A handle that this device did not allocate, or already freed.
+    #[error("unknown buffer handle {0}")]
+    UnknownBuffer(u64),
+    #[error("access of {len} bytes at offset {offset} is outside buffer {id} of {size} bytes")]
+    OutOfBounds { id: u64, offset: u64, len: u64, size: u64 },
+    #[error("out of device memory: {requested} bytes requested, {available} available")]
+    OutOfMemory { requested: u64, available: u64 },
+    /// A tool or library the backend needs is not installed.
+    #[error("{tool} not found: {hint}")]
+    MissingTool { tool: &'static str, hint: String },
+    /// The hardware identifies as something other than the configuration expects.
+    #[error("HWINFO is {found:#010x}, expected {expected:#010x} (bitstream/model built for another configuration?)")]
+    HwInfoMismatch { expected: u32, found: u32 },
+    #[error("unit is busy: CTRL = {ctrl:#x} without ap_idle before start")]
+    Busy { ctrl: u32 },
+    /// A register-map argument the launch did not supply, or one the map lacks.
+    #[error("register argument: {0}")]
+    Argument(String),
+    /// The unit never raised ap_done.
+    #[error("timeout: no ap_done after {elapsed} {unit} (limit {limit})")]
+    Timeout { elapsed: u64, limit: u64, unit: &'static str },
+    /// An error from the backend's own runtime (simulator, CUDA, OpenCL, XRT).
+    #[error("{backend}: {source}")]
+    Backend {
+        backend: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl From<HwError> for DeviceError {
+    fn from(e: HwError) -> Self {
+        match e {
+            HwError::Config(m) => Self::Config(m),
+            HwError::Problem(m) => Self::Problem(m),
+        }
+    }
+}
+
+/// A compute device: memory plus units that run on it.
+///
+/// Methods take `&mut self` because simulators step state on every access;
+/// backends with thread-safe runtimes (cudarc, opencl3, XRT) satisfy it trivially.
+pub trait Device {
+    fn info(&self) -> DeviceInfo;
+
+    /// Check that `problem` fits this device and say how to lay out its operands
+    /// (dense for CPU, beat-aligned pitches for memory-mapped units).
+    fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError>;
+
+    /// A zero-initialised buffer of `bytes` bytes.
+    fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError>;
+
+    fn upload(&mut self, buf: Buffer, offset: u64, data: &[u8]) -> Result<(), DeviceError>;
+
+    fn download(&mut self, buf: Buffer, offset: u64, out: &mut [u8]) -> Result<(), DeviceError>;
+
+    fn free(&mut self, buf: Buffer) -> Result<(), DeviceError>;
+
+    /// Run one unit to completion.
+    fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError>;
+}
+
+/// Check a GEMM launch's buffers are big enough for its layout, so backends
+/// never read past a buffer whatever the caller passed.
+pub(crate) fn check_gemm_buffers(args: &GemmArgs) -> Result<(), DeviceError> {
+    let l = &args.layout;
+    let p = &args.problem;
+    let need = |name: &str, buf: Buffer, bytes: u64| {
+        if buf.len() < bytes {
+            Err(DeviceError::Problem(format!("buffer {name} has {} bytes, the layout needs {bytes}", buf.len())))
+        } else {
+            Ok(())
+        }
+    };
+    let rows = |ld: u64, row_bytes: usize, name: &str| {
+        if ld < row_bytes as u64 {
+            Err(DeviceError::Problem(format!("{name} pitch {ld} is below its row of {row_bytes} bytes")))
+        } else {
+            Ok(())
+        }
+    };
+    rows(l.lda, p.k, "A")?;
+    rows(l.ldb, p.n, "B")?;
+    rows(l.ldc, p.n * p.out_elem_bytes(), "C")?;
+    need("A", args.a, l.lda * p.m as u64)?;
+    need("B", args.b, l.ldb * p.k as u64)?;
+    need("C", args.c, l.ldc * p.m as u64)?;
+    match (p.bias, args.bias) {
+        (true, Some(b)) => need("bias", b, 4 * p.n as u64),
+        (true, None) => Err(DeviceError::Problem("bias enabled but no bias buffer given".into())),
+        (false, Some(_)) => Err(DeviceError::Problem("bias buffer given but the bias flag is off".into())),
+        (false, None) => Ok(()),
+    }
+}

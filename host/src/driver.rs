@@ -1,0 +1,135 @@
+//! The register-level launch sequence of a Ferrite unit, as a board driver runs it.
+//!
+//! Written once against [`ControlPort`] so the simulator backend and the XRT
+//! backend (where the port is `xrtKernelReadRegister`/`WriteRegister`) execute
+//! the same steps against the same [`RegisterMap`]: identify, program
+//! arguments by name, start, poll for `ap_done`, read the cycle counter.
+use crate::device::{Buffer, DeviceError, GemmArgs};
+use ferrite_hw::gemm::GemmConfig;
+use ferrite_hw::regmap::{Register, RegisterMap, CTRL, CTRL_AP_DONE, CTRL_AP_IDLE, CTRL_AP_START};
+
+/// A unit's AXI4-Lite control window, and a way to let time pass.
+pub trait ControlPort {
+    fn read32(&mut self, offset: u32) -> Result<u32, DeviceError>;
+    fn write32(&mut self, offset: u32, value: u32) -> Result<(), DeviceError>;
+    /// Let `ticks` ticks pass: a simulator steps clock cycles, hardware sleeps.
+    fn wait(&mut self, ticks: u64) -> Result<(), DeviceError>;
+    /// Ticks since an arbitrary origin (the simulator's cycle counter, or a monotonic clock).
+    fn now(&self) -> u64;
+    /// What a tick is, for messages ("cycles", "µs").
+    fn tick_name(&self) -> &'static str;
+}
+
+/// How long to wait for `ap_done`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Poll {
+    /// Ticks between two reads of CTRL.
+    pub interval: u64,
+    /// Ticks after ap_start with no ap_done before giving up.
+    pub limit: u64,
+}
+
+/// What to launch: the HWINFO value the configuration implies, and a value for
+/// every argument register of the map, by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchArgs {
+    pub hwinfo: u32,
+    pub values: Vec<(&'static str, u64)>,
+}
+
+/// Run one launch; returns the unit's CYCLES register (its own count from
+/// ap_start to ap_done, independent of the polling granularity).
+pub fn launch(port: &mut dyn ControlPort, map: &RegisterMap, args: &LaunchArgs, poll: Poll) -> Result<u64, DeviceError> {
+    let status = |name: &str| {
+        map.get(name).ok_or_else(|| DeviceError::Argument(format!("register {name} is not in the {} map", map.kernel)))
+    };
+    let (hwinfo_reg, cycles_reg) = (status("HWINFO")?, status("CYCLES")?);
+
+    let found = port.read32(hwinfo_reg.offset)?;
+    if found != args.hwinfo {
+        return Err(DeviceError::HwInfoMismatch { expected: args.hwinfo, found });
+    }
+    let ctrl = port.read32(CTRL)?;
+    if ctrl & CTRL_AP_IDLE == 0 {
+        return Err(DeviceError::Busy { ctrl });
+    }
+
+    for (name, _) in &args.values {
+        if map.arguments().all(|r| r.name != *name) {
+            return Err(DeviceError::Argument(format!("{name} is not an argument of {}", map.kernel)));
+        }
+    }
+    for reg in map.arguments() {
+        let value = args
+            .values
+            .iter()
+            .find(|(name, _)| *name == reg.name)
+            .map(|&(_, v)| v)
+            .ok_or_else(|| DeviceError::Argument(format!("no value given for {}", reg.name)))?;
+        write_arg(port, reg, value)?;
+    }
+
+    port.write32(CTRL, CTRL_AP_START)?;
+    let start = port.now();
+    // CTRL's ap_done clears on read, so the read that sees it is the only one.
+    while port.read32(CTRL)? & CTRL_AP_DONE == 0 {
+        let elapsed = port.now().saturating_sub(start);
+        if elapsed >= poll.limit {
+            return Err(DeviceError::Timeout { elapsed, limit: poll.limit, unit: port.tick_name() });
+        }
+        port.wait(poll.interval)?;
+    }
+    read64(port, cycles_reg)
+}
+
+fn write_arg(port: &mut dyn ControlPort, reg: &Register, value: u64) -> Result<(), DeviceError> {
+    match reg.bits {
+        32 => {
+            let v = u32::try_from(value)
+                .map_err(|_| DeviceError::Argument(format!("{} = {value} does not fit its 32-bit register", reg.name)))?;
+            port.write32(reg.offset, v)
+        }
+        // Buffer addresses: low word first, as XRT and the Vitis HLS drivers write them.
+        _ => {
+            port.write32(reg.offset, value as u32)?;
+            port.write32(reg.offset + 4, (value >> 32) as u32)
+        }
+    }
+}
+
+fn read64(port: &mut dyn ControlPort, reg: &Register) -> Result<u64, DeviceError> {
+    let lo = port.read32(reg.offset)? as u64;
+    if reg.bits == 32 {
+        return Ok(lo);
+    }
+    Ok(lo | (port.read32(reg.offset + 4)? as u64) << 32)
+}
+
+/// Register values of a GEMM launch; `address` gives each buffer's device address.
+pub fn gemm_args(
+    cfg: &GemmConfig,
+    g: &GemmArgs,
+    address: &dyn Fn(Buffer) -> Result<u64, DeviceError>,
+) -> Result<LaunchArgs, DeviceError> {
+    let p = &g.problem;
+    let (qmult, qshift) = p.requant.map_or((0, 0), |rq| (rq.multiplier as u32, rq.shift));
+    Ok(LaunchArgs {
+        hwinfo: cfg.hwinfo(),
+        values: vec![
+            ("A", address(g.a)?),
+            ("B", address(g.b)?),
+            // The unit reads BIAS only when FLAGS.bias is set.
+            ("BIAS", g.bias.map(address).transpose()?.unwrap_or(0)),
+            ("C", address(g.c)?),
+            ("M", p.m as u64),
+            ("N", p.n as u64),
+            ("K", p.k as u64),
+            ("LDA", g.layout.lda),
+            ("LDB", g.layout.ldb),
+            ("LDC", g.layout.ldc),
+            ("FLAGS", p.flags() as u64),
+            ("QMULT", qmult as u64),
+            ("QSHIFT", qshift as u64),
+        ],
+    })
+}

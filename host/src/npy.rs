@@ -1,0 +1,57 @@
+//! NumPy `.npy` input and output for the CLI: int8 operands, int32 bias,
+//! int32 or int8 results.
+use ferrite_hw::gemm::GemmOutput;
+use ndarray::{Array1, Array2};
+use ndarray_npy::{read_npy, write_npy, ReadNpyError};
+use std::path::{Path, PathBuf};
+
+/// Why an `.npy` file could not be used; every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum NpyError {
+    #[error("{path}: dtype is {found}, expected {expected}")]
+    Dtype { path: PathBuf, found: String, expected: &'static str },
+    #[error("{path}: array has {found} dimensions, expected {expected}")]
+    Rank { path: PathBuf, found: usize, expected: usize },
+    #[error("{path}: {len} elements do not form a {m}×{n} matrix")]
+    Shape { path: PathBuf, len: usize, m: usize, n: usize },
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: ReadNpyError,
+    },
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: ndarray_npy::WriteNpyError,
+    },
+}
+
+fn read<T: ndarray_npy::ReadNpyExt>(path: &Path, dtype: &'static str, rank: usize) -> Result<T, NpyError> {
+    read_npy(path).map_err(|e| match e {
+        ReadNpyError::WrongDescriptor(found) => NpyError::Dtype { path: path.into(), found: found.to_string(), expected: dtype },
+        ReadNpyError::WrongNdim(_, found) => NpyError::Rank { path: path.into(), found, expected: rank },
+        source => NpyError::Read { path: path.into(), source },
+    })
+}
+
+/// An int8 matrix (`numpy.int8`, 2-D).
+pub fn read_i8_matrix(path: &Path) -> Result<Array2<i8>, NpyError> {
+    read(path, "int8 ('|i1')", 2)
+}
+
+/// An int32 vector (`numpy.int32`, 1-D), e.g. a bias.
+pub fn read_i32_vector(path: &Path) -> Result<Array1<i32>, NpyError> {
+    read(path, "int32 ('<i4')", 1)
+}
+
+/// Write an M×N output as int32 or int8, whichever it is.
+pub fn write_output(path: &Path, out: &GemmOutput, m: usize, n: usize) -> Result<(), NpyError> {
+    let shape_err = |_| NpyError::Shape { path: path.into(), len: out.len(), m, n };
+    let written = match out {
+        GemmOutput::I32(v) => write_npy(path, &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?),
+        GemmOutput::I8(v) => write_npy(path, &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?),
+    };
+    written.map_err(|source| NpyError::Write { path: path.into(), source })
+}
