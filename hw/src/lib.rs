@@ -6,6 +6,8 @@
 //! specification). All units share the Vitis RTL-kernel top-level port list
 //! described in [`vitis`], so one simulator shim, one memory model and one
 //! register-level driver serve every unit.
+pub mod blocks;
+pub mod control;
 pub mod gemm;
 pub mod numerics;
 pub mod regmap;

@@ -172,3 +172,144 @@ pub trait PinLevel {
     /// Memory data width of this unit in bits.
     fn data_bits(&self) -> usize;
 }
+
+/// Rename rust-hdl's `top` module to the kernel name Vitis expects.
+pub fn rename_top(verilog: &str, kernel: &str) -> String {
+    verilog.replacen("module top(", &format!("module {kernel}("), 1)
+}
+
+/// A rust-hdl block with the Vitis port list, as fields named after the ports.
+pub trait VitisTop: rust_hdl::prelude::Block {
+    fn drive(&mut self, i: &Inputs, clock: bool);
+    fn sample(&self) -> Outputs;
+    fn data_bits(&self) -> usize;
+}
+
+/// Copy little-endian words into a wide value and back.
+pub fn words_to_bits<const N: usize>(words: &[u32]) -> rust_hdl::prelude::Bits<N> {
+    use rust_hdl::prelude::*;
+    let mut b = Bits::<N>::default();
+    for (w, word) in words.iter().enumerate().take(N.div_ceil(32)) {
+        let chunk: Bits<32> = (*word as u64).to_bits();
+        let width = (N - 32 * w).min(32);
+        for bit in 0..width {
+            b = b.replace_bit(32 * w + bit, chunk.get_bit(bit));
+        }
+    }
+    b
+}
+
+pub fn bits_to_words<const N: usize>(b: rust_hdl::prelude::Bits<N>, words: &mut [u32]) {
+    for (w, word) in words.iter_mut().enumerate().take(N.div_ceil(32)) {
+        let width = (N - 32 * w).min(32);
+        *word = (0..width).fold(0u32, |acc, bit| acc | (u32::from(b.get_bit(32 * w + bit)) << bit));
+    }
+}
+
+/// Implement [`VitisTop`] for a unit struct whose fields are the Vitis ports.
+#[macro_export]
+macro_rules! impl_vitis_top {
+    ($t:ident) => {
+        impl<const W: usize, const S: usize> $crate::vitis::VitisTop for $t<W, S> {
+            fn drive(&mut self, i: &$crate::vitis::Inputs, clock: bool) {
+                use rust_hdl::prelude::*;
+                let b = |v: u8| v != 0;
+                self.ap_clk.next = Clock::from(clock);
+                self.ap_rst_n.next = b(i.ap_rst_n);
+                self.s_axi_control_awvalid.next = b(i.ctrl_awvalid);
+                self.s_axi_control_awaddr.next = (i.ctrl_awaddr as u64).to_bits();
+                self.s_axi_control_wvalid.next = b(i.ctrl_wvalid);
+                self.s_axi_control_wdata.next = (i.ctrl_wdata as u64).to_bits();
+                self.s_axi_control_wstrb.next = (i.ctrl_wstrb as u64).to_bits();
+                self.s_axi_control_bready.next = b(i.ctrl_bready);
+                self.s_axi_control_arvalid.next = b(i.ctrl_arvalid);
+                self.s_axi_control_araddr.next = (i.ctrl_araddr as u64).to_bits();
+                self.s_axi_control_rready.next = b(i.ctrl_rready);
+                self.m_axi_gmem_awready.next = b(i.gmem_awready);
+                self.m_axi_gmem_wready.next = b(i.gmem_wready);
+                self.m_axi_gmem_bvalid.next = b(i.gmem_bvalid);
+                self.m_axi_gmem_bresp.next = (i.gmem_bresp as u64).to_bits();
+                self.m_axi_gmem_arready.next = b(i.gmem_arready);
+                self.m_axi_gmem_rvalid.next = b(i.gmem_rvalid);
+                self.m_axi_gmem_rdata.next = $crate::vitis::words_to_bits::<W>(&i.gmem_rdata);
+                self.m_axi_gmem_rlast.next = b(i.gmem_rlast);
+                self.m_axi_gmem_rresp.next = (i.gmem_rresp as u64).to_bits();
+            }
+            fn sample(&self) -> $crate::vitis::Outputs {
+                let mut o = $crate::vitis::Outputs {
+                    interrupt: self.interrupt.val() as u8,
+                    ctrl_awready: self.s_axi_control_awready.val() as u8,
+                    ctrl_wready: self.s_axi_control_wready.val() as u8,
+                    ctrl_bvalid: self.s_axi_control_bvalid.val() as u8,
+                    ctrl_arready: self.s_axi_control_arready.val() as u8,
+                    ctrl_rvalid: self.s_axi_control_rvalid.val() as u8,
+                    ctrl_bresp: self.s_axi_control_bresp.val().to_u8(),
+                    ctrl_rresp: self.s_axi_control_rresp.val().to_u8(),
+                    gmem_awvalid: self.m_axi_gmem_awvalid.val() as u8,
+                    gmem_wvalid: self.m_axi_gmem_wvalid.val() as u8,
+                    gmem_wlast: self.m_axi_gmem_wlast.val() as u8,
+                    gmem_bready: self.m_axi_gmem_bready.val() as u8,
+                    gmem_arvalid: self.m_axi_gmem_arvalid.val() as u8,
+                    gmem_rready: self.m_axi_gmem_rready.val() as u8,
+                    gmem_awlen: self.m_axi_gmem_awlen.val().to_u8(),
+                    gmem_arlen: self.m_axi_gmem_arlen.val().to_u8(),
+                    gmem_awsize: self.m_axi_gmem_awsize.val().to_u8(),
+                    gmem_arsize: self.m_axi_gmem_arsize.val().to_u8(),
+                    gmem_awburst: self.m_axi_gmem_awburst.val().to_u8(),
+                    gmem_arburst: self.m_axi_gmem_arburst.val().to_u8(),
+                    ctrl_rdata: self.s_axi_control_rdata.val().to_u32(),
+                    gmem_awaddr: self.m_axi_gmem_awaddr.val().to_u64(),
+                    gmem_araddr: self.m_axi_gmem_araddr.val().to_u64(),
+                    ..Default::default()
+                };
+                $crate::vitis::bits_to_words::<W>(self.m_axi_gmem_wdata.val(), &mut o.gmem_wdata);
+                $crate::vitis::bits_to_words::<S>(self.m_axi_gmem_wstrb.val(), &mut o.gmem_wstrb);
+                o
+            }
+            fn data_bits(&self) -> usize {
+                W
+            }
+        }
+    };
+}
+
+/// rust-hdl's own event-driven simulator behind the [`PinLevel`] interface.
+pub struct HdlSim<T: VitisTop> {
+    unit: T,
+}
+
+impl<T: VitisTop> HdlSim<T> {
+    pub fn new(unit: T) -> Self {
+        Self { unit }
+    }
+
+    fn settle(&mut self) {
+        // Combinational loops are rejected at generation, so this converges.
+        loop {
+            self.unit.update_all();
+            if !self.unit.has_changed() {
+                break;
+            }
+        }
+    }
+}
+
+impl<T: VitisTop> PinLevel for HdlSim<T> {
+    fn eval(&mut self, inputs: &Inputs) -> Outputs {
+        self.unit.drive(inputs, false);
+        self.settle();
+        self.unit.sample()
+    }
+
+    fn tick(&mut self, inputs: &Inputs) -> Outputs {
+        self.unit.drive(inputs, false);
+        self.settle();
+        self.unit.drive(inputs, true);
+        self.settle();
+        self.unit.sample()
+    }
+
+    fn data_bits(&self) -> usize {
+        self.unit.data_bits()
+    }
+}

@@ -118,7 +118,8 @@ impl GemmConfig {
             .push("QMULT", 32, ReadWrite, Scalar, "requantization multiplier (int32)")
             .push("QSHIFT", 32, ReadWrite, Scalar, "requantization right shift (0..=62)")
             .push("CYCLES", 64, ReadOnly, Status, "clock cycles from ap_start to ap_done of the last run")
-            .push("HWINFO", 32, ReadOnly, Status, "rows | cols<<8 | log2(port_bits)<<16 | unit id<<24");
+            .push("HWINFO", 32, ReadOnly, Status, "rows | cols<<8 | log2(port_bits)<<16 | unit id<<24")
+            .push("STATUS", 32, ReadOnly, Status, "bit0: the last run was refused (bad arguments) or saw an AXI error response");
         map
     }
 }

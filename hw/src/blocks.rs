@@ -1,0 +1,308 @@
+//! Small building blocks shared by the units.
+//!
+//! Most logic is written in rust-hdl's HDL subset. A few primitives carry a
+//! hand-written Verilog body, the way rust-hdl's own `RAM` and `DFF` do, because
+//! rust-hdl cannot express them: memories whose depth is chosen at run time, a
+//! 32×32-bit multiply (rust-hdl only has 16×16) and arithmetic right shifts.
+//! Each has a Rust `update` with the same cycle behaviour, so rust-hdl's
+//! simulator runs the same design.
+use rust_hdl::prelude::*;
+
+fn to_u64<const N: usize>(b: Bits<N>) -> u64 {
+    b.get_bits::<64>(0).to_u64()
+}
+
+/// Simple dual-port RAM, synchronous read (one cycle), no read-during-write
+/// to the same address (the units never do it). Maps to BRAM/URAM.
+#[derive(LogicBlock)]
+pub struct SyncRam<const D: usize> {
+    pub clock: Signal<In, Clock>,
+    pub we: Signal<In, Bit>,
+    pub waddr: Signal<In, Bits<16>>,
+    pub wdata: Signal<In, Bits<D>>,
+    pub raddr: Signal<In, Bits<16>>,
+    pub rdata: Signal<Out, Bits<D>>,
+    _mem: Vec<Bits<D>>,
+}
+
+impl<const D: usize> SyncRam<D> {
+    pub fn new(depth: usize) -> Self {
+        assert!((1..=1 << 16).contains(&depth));
+        Self {
+            clock: Default::default(),
+            we: Default::default(),
+            waddr: Default::default(),
+            wdata: Default::default(),
+            raddr: Default::default(),
+            rdata: Default::default(),
+            _mem: vec![Bits::default(); depth],
+        }
+    }
+}
+
+impl<const D: usize> Logic for SyncRam<D> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let depth = self._mem.len() as u64;
+            self.rdata.next = self._mem[(to_u64(self.raddr.val()) % depth) as usize];
+            if self.we.val() {
+                self._mem[(to_u64(self.waddr.val()) % depth) as usize] = self.wdata.val();
+            }
+        }
+    }
+    fn connect(&mut self) {
+        self.rdata.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(format!(
+            "\
+reg [{msb}:0] mem[0:{last}];
+always @(posedge clock) begin
+   if (we) mem[waddr] <= wdata;
+   rdata <= mem[raddr];
+end",
+            msb = D - 1,
+            last = self._mem.len() - 1
+        ))
+    }
+}
+
+/// First-word-fall-through FIFO with a run-time depth (a power of two).
+/// `dout` shows the head while `!empty`; `count` is the occupancy.
+#[derive(LogicBlock)]
+pub struct Fifo<const D: usize> {
+    pub clock: Signal<In, Clock>,
+    pub reset: Signal<In, Bit>,
+    pub push: Signal<In, Bit>,
+    pub din: Signal<In, Bits<D>>,
+    pub pop: Signal<In, Bit>,
+    pub dout: Signal<Out, Bits<D>>,
+    pub empty: Signal<Out, Bit>,
+    pub count: Signal<Out, Bits<16>>,
+    _mem: Vec<Bits<D>>,
+    _state: (usize, usize),
+}
+
+impl<const D: usize> Fifo<D> {
+    pub fn new(depth: usize) -> Self {
+        assert!(depth.is_power_of_two() && depth <= 1 << 15);
+        Self {
+            clock: Default::default(),
+            reset: Default::default(),
+            push: Default::default(),
+            din: Default::default(),
+            pop: Default::default(),
+            dout: Default::default(),
+            empty: Default::default(),
+            count: Default::default(),
+            _mem: vec![Bits::default(); depth],
+            _state: (0, 0),
+        }
+    }
+}
+
+impl<const D: usize> Logic for Fifo<D> {
+    fn update(&mut self) {
+        let depth = self._mem.len();
+        if self.clock.pos_edge() {
+            // `pos_edge` holds for one settle pass only, so pointers advance once.
+            let (rd, wr) = self._state;
+            let (mut nrd, mut nwr) = (rd, wr);
+            if self.reset.val() {
+                nrd = 0;
+                nwr = 0;
+            } else {
+                if self.push.val() {
+                    self._mem[wr % depth] = self.din.val();
+                    nwr = wr + 1;
+                }
+                if self.pop.val() && rd != wr {
+                    nrd = rd + 1;
+                }
+            }
+            self._state = (nrd % (2 * depth), nwr % (2 * depth));
+        }
+        let (rd, wr) = self._state;
+        let n = (wr + 2 * depth - rd) % (2 * depth);
+        self.count.next = (n as u64).to_bits();
+        self.empty.next = n == 0;
+        self.dout.next = self._mem[rd % depth];
+    }
+    fn connect(&mut self) {
+        self.dout.connect();
+        self.empty.connect();
+        self.count.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let depth = self._mem.len();
+        let pb = depth.trailing_zeros() as usize + 1;
+        Verilog::Custom(format!(
+            "\
+reg [{msb}:0] mem[0:{last}];
+reg [{pmsb}:0] rd = 0;
+reg [{pmsb}:0] wr = 0;
+wire [{pmsb}:0] used = wr - rd;
+always @(*) begin
+   dout = mem[rd[{amsb}:0]];
+   empty = (used == 0);
+   count = {{{pad}'d0, used}};
+end
+always @(posedge clock) begin
+   if (reset) begin
+      rd <= 0;
+      wr <= 0;
+   end else begin
+      if (push) begin
+         mem[wr[{amsb}:0]] <= din;
+         wr <= wr + 1;
+      end
+      if (pop && (used != 0)) rd <= rd + 1;
+   end
+end",
+            msb = D - 1,
+            last = depth - 1,
+            pmsb = pb - 1,
+            amsb = pb.saturating_sub(2),
+            pad = 16 - pb,
+        ))
+    }
+}
+
+/// A delay line of `depth ≥ 1` registers: the systolic array's input skew.
+#[derive(LogicBlock)]
+pub struct SkewLine<const D: usize> {
+    pub clock: Signal<In, Clock>,
+    pub din: Signal<In, Bits<D>>,
+    pub dout: Signal<Out, Bits<D>>,
+    stages: Vec<DFF<Bits<D>>>,
+    _depth: usize,
+}
+
+impl<const D: usize> SkewLine<D> {
+    pub fn new(depth: usize) -> Self {
+        assert!(depth >= 1);
+        Self {
+            clock: Default::default(),
+            din: Default::default(),
+            dout: Default::default(),
+            stages: (0..depth).map(|_| Default::default()).collect(),
+            _depth: depth,
+        }
+    }
+}
+
+impl<const D: usize> Logic for SkewLine<D> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        for i in 0..self._depth {
+            self.stages[i].clock.next = self.clock.val();
+        }
+        self.stages[0].d.next = self.din.val();
+        for i in 1..self._depth {
+            self.stages[i].d.next = self.stages[i - 1].q.val();
+        }
+        for last in (self._depth - 1)..self._depth {
+            self.dout.next = self.stages[last].q.val();
+        }
+    }
+}
+
+/// The requantizer: `y = sat8(round_half_away(x · mult / 2^shift))`, two
+/// pipeline stages (multiply, then round/shift/saturate), each with an enable.
+#[derive(LogicBlock, Default)]
+pub struct Requantizer {
+    pub clock: Signal<In, Clock>,
+    pub en_mul: Signal<In, Bit>,
+    pub en_round: Signal<In, Bit>,
+    pub x: Signal<In, Bits<32>>,
+    pub mult: Signal<In, Bits<32>>,
+    pub shift: Signal<In, Bits<6>>,
+    pub y: Signal<Out, Bits<8>>,
+    _p: i64,
+}
+
+impl Logic for Requantizer {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            // Stage 2 reads the product latched at the previous edge, so it
+            // runs before stage 1 overwrites `_p`.
+            let shift = to_u64(self.shift.val()) as u32;
+            if self.en_round.val() {
+                // requantize(x=1, mult=p) would overflow; apply the rounding directly.
+                let q = crate::numerics::round_shift(self._p, shift);
+                self.y.next = ((q.clamp(-128, 127) as i8 as u8) as u64).to_bits();
+            }
+            if self.en_mul.val() {
+                let x = to_u64(self.x.val()) as u32 as i32;
+                let m = to_u64(self.mult.val()) as u32 as i32;
+                self._p = x as i64 * m as i64;
+            }
+        }
+    }
+    fn connect(&mut self) {
+        self.y.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(
+            "\
+reg signed [63:0] p = 0;
+wire signed [63:0] half = (shift == 6'd0) ? 64'sd0 : (64'sd1 <<< (shift - 6'd1));
+wire signed [63:0] adj = (shift == 6'd0) ? 64'sd0 : (half - {63'd0, p[63]});
+wire signed [63:0] q = (p + adj) >>> shift;
+always @(posedge clock) begin
+   if (en_round) y <= (q > 64'sd127) ? 8'h7f : ((q < -64'sd128) ? 8'h80 : q[7:0]);
+   if (en_mul) p <= $signed(x) * $signed(mult);
+end"
+            .into(),
+        )
+    }
+}
+
+/// Unsigned 32×32 → 64-bit multiply (combinational; maps to DSPs). Used for
+/// row address arithmetic.
+#[derive(LogicBlock, Default)]
+pub struct MulU32 {
+    pub a: Signal<In, Bits<32>>,
+    pub b: Signal<In, Bits<32>>,
+    pub p: Signal<Out, Bits<64>>,
+}
+
+impl Logic for MulU32 {
+    fn update(&mut self) {
+        self.p.next = (to_u64(self.a.val()) * to_u64(self.b.val())).to_bits();
+    }
+    fn connect(&mut self) {
+        self.p.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom("always @(*) p = a * b;".into())
+    }
+}
+
+/// The Rust model of [`Requantizer`] must equal `numerics::requantize`.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::numerics::{requantize, Requant};
+
+    #[test]
+    fn requantizer_model_matches_numerics() {
+        for (x, m, s) in [(1000, 1 << 30, 33), (-7, 3, 1), (i32::MIN, i32::MIN, 62), (5, -9, 0), (-300, 1 << 20, 20)] {
+            let mut r = Requantizer::default();
+            r.connect_all();
+            r.x.next = (x as u32 as u64).to_bits();
+            r.mult.next = (m as u32 as u64).to_bits();
+            r.shift.next = (s as u64).to_bits();
+            for (mul, round) in [(true, false), (false, true)] {
+                r.en_mul.next = mul;
+                r.en_round.next = round;
+                r.clock.next = Clock::from(false);
+                r.update_all();
+                r.clock.next = Clock::from(true);
+                r.update_all();
+            }
+            let want = requantize(x, Requant { multiplier: m, shift: s });
+            assert_eq!(r.y.val().to_u8() as i8, want, "{x}·{m}>>{s}");
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The AXI4-Lite control slave shared by every unit: Vitis `ap_ctrl_hs`
+//! (CTRL/GIE/IER/ISR at 0x00–0x0C), then `n_args` writable argument words from
+//! 0x10, then read-only status words. Offsets agree with
+//! [`crate::regmap::RegisterMap`] by construction: both count words from 0x10.
+use crate::regmap::CTRL_ADDR_BITS;
+use rust_hdl::prelude::*;
+
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum WriteState {
+    Addr,
+    Data,
+    Resp,
+}
+
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum ReadState {
+    Addr,
+    Data,
+}
+
+#[derive(LogicBlock)]
+pub struct Control {
+    pub clock: Signal<In, Clock>,
+    pub rst_n: Signal<In, Bit>,
+    pub awvalid: Signal<In, Bit>,
+    pub awready: Signal<Out, Bit>,
+    pub awaddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
+    pub wvalid: Signal<In, Bit>,
+    pub wready: Signal<Out, Bit>,
+    pub wdata: Signal<In, Bits<32>>,
+    pub wstrb: Signal<In, Bits<4>>,
+    pub bvalid: Signal<Out, Bit>,
+    pub bready: Signal<In, Bit>,
+    pub bresp: Signal<Out, Bits<2>>,
+    pub arvalid: Signal<In, Bit>,
+    pub arready: Signal<Out, Bit>,
+    pub araddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
+    pub rvalid: Signal<Out, Bit>,
+    pub rready: Signal<In, Bit>,
+    pub rdata: Signal<Out, Bits<32>>,
+    pub rresp: Signal<Out, Bits<2>>,
+    pub interrupt: Signal<Out, Bit>,
+    /// One-cycle pulse: the core latches its arguments and starts.
+    pub start: Signal<Out, Bit>,
+    /// One-cycle pulse from the core when the run is complete.
+    pub core_done: Signal<In, Bit>,
+    pub core_idle: Signal<In, Bit>,
+    pub args: Vec<Signal<Out, Bits<32>>>,
+    pub status: Vec<Signal<In, Bits<32>>>,
+    arg_regs: Vec<DFF<Bits<32>>>,
+    wstate: DFF<WriteState>,
+    rstate: DFF<ReadState>,
+    waddr: DFF<Bits<CTRL_ADDR_BITS>>,
+    rdata_r: DFF<Bits<32>>,
+    ap_start: DFF<Bit>,
+    ap_done: DFF<Bit>,
+    auto_restart: DFF<Bit>,
+    gie: DFF<Bit>,
+    ier: DFF<Bits<2>>,
+    isr: DFF<Bits<2>>,
+    m0: Signal<Local, Bits<32>>,
+    m1: Signal<Local, Bits<32>>,
+    m2: Signal<Local, Bits<32>>,
+    m3: Signal<Local, Bits<32>>,
+    wmask: Signal<Local, Bits<32>>,
+    go: Signal<Local, Bit>,
+    ctrl_word: Signal<Local, Bits<32>>,
+    status_base: Constant<Bits<16>>,
+    _n_args: usize,
+    _n_status: usize,
+}
+
+impl Control {
+    pub fn new(n_args: usize, n_status: usize) -> Self {
+        assert!(n_args >= 1 && n_status >= 1 && 0x10 + 4 * (n_args + n_status) <= 1 << CTRL_ADDR_BITS);
+        Self {
+            clock: Default::default(),
+            rst_n: Default::default(),
+            awvalid: Default::default(),
+            awready: Default::default(),
+            awaddr: Default::default(),
+            wvalid: Default::default(),
+            wready: Default::default(),
+            wdata: Default::default(),
+            wstrb: Default::default(),
+            bvalid: Default::default(),
+            bready: Default::default(),
+            bresp: Default::default(),
+            arvalid: Default::default(),
+            arready: Default::default(),
+            araddr: Default::default(),
+            rvalid: Default::default(),
+            rready: Default::default(),
+            rdata: Default::default(),
+            rresp: Default::default(),
+            interrupt: Default::default(),
+            start: Default::default(),
+            core_done: Default::default(),
+            core_idle: Default::default(),
+            args: (0..n_args).map(|_| Default::default()).collect(),
+            status: (0..n_status).map(|_| Default::default()).collect(),
+            arg_regs: (0..n_args).map(|_| Default::default()).collect(),
+            wstate: Default::default(),
+            rstate: Default::default(),
+            waddr: Default::default(),
+            rdata_r: Default::default(),
+            ap_start: Default::default(),
+            ap_done: Default::default(),
+            auto_restart: Default::default(),
+            gie: Default::default(),
+            ier: Default::default(),
+            isr: Default::default(),
+            m0: Default::default(),
+            m1: Default::default(),
+            m2: Default::default(),
+            m3: Default::default(),
+            wmask: Default::default(),
+            go: Default::default(),
+            ctrl_word: Default::default(),
+            status_base: Constant::new(((0x10 + 4 * n_args) as u64).to_bits()),
+            _n_args: n_args,
+            _n_status: n_status,
+        }
+    }
+}
+
+impl Logic for Control {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(self, clock, wstate, rstate, waddr, rdata_r, ap_start, ap_done, auto_restart, gie, ier, isr);
+        for i in 0..self._n_args {
+            self.arg_regs[i].clock.next = self.clock.val();
+            self.arg_regs[i].d.next = self.arg_regs[i].q.val();
+            self.args[i].next = self.arg_regs[i].q.val();
+        }
+        // Byte-lane mask from WSTRB.
+        self.m0.next = 0.into();
+        self.m1.next = 0.into();
+        self.m2.next = 0.into();
+        self.m3.next = 0.into();
+        if self.wstrb.val().get_bit(0) {
+            self.m0.next = 0xFF.into();
+        }
+        if self.wstrb.val().get_bit(1) {
+            self.m1.next = 0xFF00.into();
+        }
+        if self.wstrb.val().get_bit(2) {
+            self.m2.next = 0xFF_0000.into();
+        }
+        if self.wstrb.val().get_bit(3) {
+            self.m3.next = bits::<32>(0xFF) << 24;
+        }
+        self.wmask.next = self.m0.val() | self.m1.val() | self.m2.val() | self.m3.val();
+
+        // Start handshake: ap_start is consumed when the core is idle.
+        self.go.next = self.ap_start.q.val() & self.core_idle.val();
+        self.start.next = self.go.val();
+        if self.go.val() {
+            self.ap_start.d.next = self.auto_restart.q.val();
+            if self.ier.q.val().get_bit(1) {
+                self.isr.d.next = self.isr.q.val() | 2;
+            }
+        }
+        if self.core_done.val() {
+            self.ap_done.d.next = true;
+            if self.ier.q.val().get_bit(0) {
+                self.isr.d.next = self.isr.q.val() | 1;
+            }
+        }
+        self.interrupt.next = self.gie.q.val() & self.isr.q.val().any();
+        self.ctrl_word.next = bit_cast::<32, 1>(self.ap_start.q.val().into())
+            | (bit_cast::<32, 1>(self.ap_done.q.val().into()) << 1)
+            | (bit_cast::<32, 1>((self.core_idle.val() & !self.ap_start.q.val()).into()) << 2)
+            | (bit_cast::<32, 1>(self.go.val().into()) << 3)
+            | (bit_cast::<32, 1>(self.auto_restart.q.val().into()) << 7);
+
+        // Write channel: address, then data, then response.
+        self.awready.next = self.wstate.q.val() == WriteState::Addr;
+        self.wready.next = self.wstate.q.val() == WriteState::Data;
+        self.bvalid.next = self.wstate.q.val() == WriteState::Resp;
+        self.bresp.next = 0.into();
+        match self.wstate.q.val() {
+            WriteState::Addr => {
+                if self.awvalid.val() {
+                    self.waddr.d.next = self.awaddr.val();
+                    self.wstate.d.next = WriteState::Data;
+                }
+            }
+            WriteState::Data => {
+                if self.wvalid.val() {
+                    self.wstate.d.next = WriteState::Resp;
+                    if self.waddr.q.val() == 0x00 {
+                        if self.wstrb.val().get_bit(0) {
+                            if self.wdata.val().get_bit(0) {
+                                self.ap_start.d.next = true;
+                            }
+                            self.auto_restart.d.next = self.wdata.val().get_bit(7);
+                        }
+                    }
+                    if self.waddr.q.val() == 0x04 {
+                        self.gie.d.next = self.wdata.val().get_bit(0);
+                    }
+                    if self.waddr.q.val() == 0x08 {
+                        self.ier.d.next = self.wdata.val().get_bits::<2>(0);
+                    }
+                    if self.waddr.q.val() == 0x0C {
+                        self.isr.d.next = self.isr.q.val() ^ self.wdata.val().get_bits::<2>(0);
+                    }
+                    for i in 0..self._n_args {
+                        if self.waddr.q.val().index() == 0x10 + 4 * i {
+                            self.arg_regs[i].d.next =
+                                (self.arg_regs[i].q.val() & !self.wmask.val()) | (self.wdata.val() & self.wmask.val());
+                        }
+                    }
+                }
+            }
+            WriteState::Resp => {
+                if self.bready.val() {
+                    self.wstate.d.next = WriteState::Addr;
+                }
+            }
+            _ => {
+                self.wstate.d.next = WriteState::Addr;
+            }
+        }
+
+        // Read channel: address, then registered data. Reading CTRL clears ap_done.
+        self.arready.next = self.rstate.q.val() == ReadState::Addr;
+        self.rvalid.next = self.rstate.q.val() == ReadState::Data;
+        self.rdata.next = self.rdata_r.q.val();
+        self.rresp.next = 0.into();
+        match self.rstate.q.val() {
+            ReadState::Addr => {
+                if self.arvalid.val() {
+                    self.rstate.d.next = ReadState::Data;
+                    self.rdata_r.d.next = 0.into();
+                    if self.araddr.val() == 0x00 {
+                        self.rdata_r.d.next = self.ctrl_word.val();
+                        if !self.core_done.val() {
+                            self.ap_done.d.next = false;
+                        }
+                    }
+                    if self.araddr.val() == 0x04 {
+                        self.rdata_r.d.next = bit_cast::<32, 1>(self.gie.q.val().into());
+                    }
+                    if self.araddr.val() == 0x08 {
+                        self.rdata_r.d.next = bit_cast::<32, 2>(self.ier.q.val());
+                    }
+                    if self.araddr.val() == 0x0C {
+                        self.rdata_r.d.next = bit_cast::<32, 2>(self.isr.q.val());
+                    }
+                    for i in 0..self._n_args {
+                        if self.araddr.val().index() == 0x10 + 4 * i {
+                            self.rdata_r.d.next = self.arg_regs[i].q.val();
+                        }
+                    }
+                    for j in 0..self._n_status {
+                        if self.araddr.val().index() == self.status_base.val().index() + 4 * j {
+                            self.rdata_r.d.next = self.status[j].val();
+                        }
+                    }
+                }
+            }
+            ReadState::Data => {
+                if self.rready.val() {
+                    self.rstate.d.next = ReadState::Addr;
+                }
+            }
+            _ => {
+                self.rstate.d.next = ReadState::Addr;
+            }
+        }
+
+        if !self.rst_n.val() {
+            self.wstate.d.next = WriteState::Addr;
+            self.rstate.d.next = ReadState::Addr;
+            self.ap_start.d.next = false;
+            self.ap_done.d.next = false;
+            self.auto_restart.d.next = false;
+            self.gie.d.next = false;
+            self.ier.d.next = 0.into();
+            self.isr.d.next = 0.into();
+        }
+    }
+}

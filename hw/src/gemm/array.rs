@@ -1,0 +1,276 @@
+//! The systolic array: processing elements, rows of them, and the skewed
+//! feeders that line up A (from the left) and B (from the top).
+//!
+//! Output-stationary: each PE owns one output element and accumulates it over
+//! K steps while A values flow right and B values flow down, one hop per cycle.
+//! Chosen over weight-stationary because the int32 partial sums never move
+//! (no wide inter-PE buses) and every output tile needs each A and B byte
+//! exactly once, so the memory port only streams int8 operands. A `last` flag
+//! travels with A; when it reaches a PE, that PE moves its sum to a result
+//! register and starts the next tile without a bubble.
+use crate::blocks::{SkewLine, SyncRam};
+use rust_hdl::prelude::*;
+
+/// One multiply-accumulate cell: int8×int8 → int32.
+#[derive(LogicBlock)]
+pub struct Pe<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub clear: Signal<In, Bit>,
+    pub a_in: Signal<In, Bits<8>>,
+    pub b_in: Signal<In, Bits<8>>,
+    pub valid_in: Signal<In, Bit>,
+    pub last_in: Signal<In, Bit>,
+    pub a_out: Signal<Out, Bits<8>>,
+    pub valid_out: Signal<Out, Bit>,
+    pub last_out: Signal<Out, Bit>,
+    /// This PE's registered B, placed at byte lane `col` of a W-bit bus.
+    pub b_placed: Signal<Out, Bits<W>>,
+    /// This PE's last finished sum, placed at 32-bit lane `col`.
+    pub res_placed: Signal<Out, Bits<W>>,
+    a_r: DFF<Bits<8>>,
+    b_r: DFF<Bits<8>>,
+    v_r: DFF<Bit>,
+    l_r: DFF<Bit>,
+    acc: DFF<Signed<32>>,
+    res: DFF<Bits<32>>,
+    prod: Signal<Local, Signed<32>>,
+    sum: Signal<Local, Signed<32>>,
+    b_shift: Constant<Bits<16>>,
+    res_shift: Constant<Bits<16>>,
+}
+
+impl<const W: usize> Pe<W> {
+    pub fn new(col: usize) -> Self {
+        Self {
+            clock: Default::default(),
+            clear: Default::default(),
+            a_in: Default::default(),
+            b_in: Default::default(),
+            valid_in: Default::default(),
+            last_in: Default::default(),
+            a_out: Default::default(),
+            valid_out: Default::default(),
+            last_out: Default::default(),
+            b_placed: Default::default(),
+            res_placed: Default::default(),
+            a_r: Default::default(),
+            b_r: Default::default(),
+            v_r: Default::default(),
+            l_r: Default::default(),
+            acc: Default::default(),
+            res: Default::default(),
+            prod: Default::default(),
+            sum: Default::default(),
+            b_shift: Constant::new(((col * 8) as u64).to_bits()),
+            res_shift: Constant::new(((col * 32) as u64).to_bits()),
+        }
+    }
+}
+
+impl<const W: usize> Logic for Pe<W> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(self, clock, a_r, b_r, v_r, l_r, acc, res);
+        self.a_r.d.next = self.a_in.val();
+        self.b_r.d.next = self.b_in.val();
+        self.v_r.d.next = self.valid_in.val();
+        self.l_r.d.next = self.last_in.val();
+        self.a_out.next = self.a_r.q.val();
+        self.valid_out.next = self.v_r.q.val();
+        self.last_out.next = self.l_r.q.val();
+        // rust-hdl multiplies 16×16 → 32: sign-extend the int8 operands.
+        self.prod.next = signed_bit_cast::<16, 8>(signed_cast(self.a_r.q.val()))
+            * signed_bit_cast::<16, 8>(signed_cast(self.b_r.q.val()));
+        self.sum.next = self.acc.q.val() + self.prod.val();
+        if self.v_r.q.val() {
+            if self.l_r.q.val() {
+                self.res.d.next = unsigned_cast(self.sum.val());
+                self.acc.d.next = 0.into();
+            } else {
+                self.acc.d.next = self.sum.val();
+            }
+        }
+        if self.clear.val() {
+            self.acc.d.next = 0.into();
+        }
+        self.b_placed.next = bit_cast::<W, 8>(self.b_r.q.val()) << self.b_shift.val();
+        self.res_placed.next = bit_cast::<W, 32>(self.res.q.val()) << self.res_shift.val();
+    }
+}
+
+/// One row of PEs. B enters and leaves as packed byte lanes so rows chain
+/// with a single bus; results leave packed as 32-bit lanes.
+#[derive(LogicBlock)]
+pub struct PeRow<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub clear: Signal<In, Bit>,
+    pub a_in: Signal<In, Bits<8>>,
+    pub valid_in: Signal<In, Bit>,
+    pub last_in: Signal<In, Bit>,
+    pub b_in: Signal<In, Bits<W>>,
+    pub b_out: Signal<Out, Bits<W>>,
+    /// High for one cycle when every PE of the row holds its finished sum.
+    pub cap: Signal<Out, Bit>,
+    /// The row's sums while `cap` is high, else zero (so rows can be OR-ed).
+    pub res_sel: Signal<Out, Bits<W>>,
+    /// This row's index while `cap` is high, else zero.
+    pub idx_sel: Signal<Out, Bits<32>>,
+    pes: Vec<Pe<W>>,
+    bpack: Vec<Signal<Local, Bits<W>>>,
+    rpack: Vec<Signal<Local, Bits<W>>>,
+    cap_r: DFF<Bit>,
+    row_idx: Constant<Bits<32>>,
+    _cols: usize,
+}
+
+impl<const W: usize> PeRow<W> {
+    pub fn new(row: usize, cols: usize) -> Self {
+        Self {
+            clock: Default::default(),
+            clear: Default::default(),
+            a_in: Default::default(),
+            valid_in: Default::default(),
+            last_in: Default::default(),
+            b_in: Default::default(),
+            b_out: Default::default(),
+            cap: Default::default(),
+            res_sel: Default::default(),
+            idx_sel: Default::default(),
+            pes: (0..cols).map(Pe::new).collect(),
+            bpack: (0..cols).map(|_| Default::default()).collect(),
+            rpack: (0..cols).map(|_| Default::default()).collect(),
+            cap_r: Default::default(),
+            row_idx: Constant::new((row as u64).to_bits()),
+            _cols: cols,
+        }
+    }
+}
+
+impl<const W: usize> Logic for PeRow<W> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(self, clock, cap_r);
+        for c in 0..self._cols {
+            self.pes[c].clock.next = self.clock.val();
+            self.pes[c].clear.next = self.clear.val();
+            self.pes[c].b_in.next = self.b_in.val().get_bits::<8>(c * 8);
+        }
+        self.pes[0].a_in.next = self.a_in.val();
+        self.pes[0].valid_in.next = self.valid_in.val();
+        self.pes[0].last_in.next = self.last_in.val();
+        for c in 1..self._cols {
+            self.pes[c].a_in.next = self.pes[c - 1].a_out.val();
+            self.pes[c].valid_in.next = self.pes[c - 1].valid_out.val();
+            self.pes[c].last_in.next = self.pes[c - 1].last_out.val();
+        }
+        self.bpack[0].next = self.pes[0].b_placed.val();
+        self.rpack[0].next = self.pes[0].res_placed.val();
+        for c in 1..self._cols {
+            self.bpack[c].next = self.bpack[c - 1].val() | self.pes[c].b_placed.val();
+            self.rpack[c].next = self.rpack[c - 1].val() | self.pes[c].res_placed.val();
+        }
+        for l in (self._cols - 1)..self._cols {
+            self.b_out.next = self.bpack[l].val();
+            // The last PE finishes its sum one cycle after it shows `last`.
+            self.cap_r.d.next = self.pes[l].valid_out.val() & self.pes[l].last_out.val();
+            self.res_sel.next = 0.into();
+            if self.cap_r.q.val() {
+                self.res_sel.next = self.rpack[l].val();
+            }
+        }
+        self.cap.next = self.cap_r.q.val();
+        self.idx_sel.next = 0.into();
+        if self.cap_r.q.val() {
+            self.idx_sel.next = self.row_idx.val();
+        }
+    }
+}
+
+/// Row `r`'s A-panel buffer (one beat-wide RAM holding row `i0 + r` of A),
+/// its byte select, and its skew line of depth `r + 1`.
+#[derive(LogicBlock)]
+pub struct RowFeed<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub we: Signal<In, Bit>,
+    pub waddr: Signal<In, Bits<16>>,
+    pub wdata: Signal<In, Bits<W>>,
+    pub raddr: Signal<In, Bits<16>>,
+    /// Byte of the beat read last cycle that holds A[i0 + r][k].
+    pub sel: Signal<In, Bits<8>>,
+    pub valid_in: Signal<In, Bit>,
+    pub last_in: Signal<In, Bit>,
+    pub a_out: Signal<Out, Bits<8>>,
+    pub valid_out: Signal<Out, Bit>,
+    pub last_out: Signal<Out, Bit>,
+    ram: SyncRam<W>,
+    line: SkewLine<10>,
+}
+
+impl<const W: usize> RowFeed<W> {
+    pub fn new(row: usize, depth_beats: usize) -> Self {
+        Self {
+            clock: Default::default(),
+            we: Default::default(),
+            waddr: Default::default(),
+            wdata: Default::default(),
+            raddr: Default::default(),
+            sel: Default::default(),
+            valid_in: Default::default(),
+            last_in: Default::default(),
+            a_out: Default::default(),
+            valid_out: Default::default(),
+            last_out: Default::default(),
+            ram: SyncRam::new(depth_beats),
+            line: SkewLine::new(row + 1),
+        }
+    }
+}
+
+impl<const W: usize> Logic for RowFeed<W> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        self.ram.clock.next = self.clock.val();
+        self.line.clock.next = self.clock.val();
+        self.ram.we.next = self.we.val();
+        self.ram.waddr.next = self.waddr.val();
+        self.ram.wdata.next = self.wdata.val();
+        self.ram.raddr.next = self.raddr.val();
+        self.line.din.next = bit_cast::<10, 8>(self.ram.rdata.val().get_bits::<8>(self.sel.val().index() * 8))
+            | (bit_cast::<10, 1>(self.valid_in.val().into()) << 8)
+            | (bit_cast::<10, 1>(self.last_in.val().into()) << 9);
+        self.a_out.next = self.line.dout.val().get_bits::<8>(0);
+        self.valid_out.next = self.line.dout.val().get_bit(8);
+        self.last_out.next = self.line.dout.val().get_bit(9);
+    }
+}
+
+/// Column `c`'s skew line of depth `c + 1`; its output is placed at byte lane `c`.
+#[derive(LogicBlock)]
+pub struct ColFeed<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub din: Signal<In, Bits<8>>,
+    pub placed: Signal<Out, Bits<W>>,
+    line: SkewLine<8>,
+    shift: Constant<Bits<16>>,
+}
+
+impl<const W: usize> ColFeed<W> {
+    pub fn new(col: usize) -> Self {
+        Self {
+            clock: Default::default(),
+            din: Default::default(),
+            placed: Default::default(),
+            line: SkewLine::new(col + 1),
+            shift: Constant::new(((col * 8) as u64).to_bits()),
+        }
+    }
+}
+
+impl<const W: usize> Logic for ColFeed<W> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        self.line.clock.next = self.clock.val();
+        self.line.din.next = self.din.val();
+        self.placed.next = bit_cast::<W, 8>(self.line.dout.val()) << self.shift.val();
+    }
+}
