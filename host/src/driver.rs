@@ -39,15 +39,25 @@ pub struct LaunchArgs {
 
 /// Run one launch; returns the unit's CYCLES register (its own count from
 /// ap_start to ap_done, independent of the polling granularity).
-pub fn launch(port: &mut dyn ControlPort, map: &RegisterMap, args: &LaunchArgs, poll: Poll) -> Result<u64, DeviceError> {
+pub fn launch(
+    port: &mut dyn ControlPort,
+    map: &RegisterMap,
+    args: &LaunchArgs,
+    poll: Poll,
+) -> Result<u64, DeviceError> {
     let status = |name: &str| {
-        map.get(name).ok_or_else(|| DeviceError::Argument(format!("register {name} is not in the {} map", map.kernel)))
+        map.get(name).ok_or_else(|| {
+            DeviceError::Argument(format!("register {name} is not in the {} map", map.kernel))
+        })
     };
     let (hwinfo_reg, cycles_reg) = (status("HWINFO")?, status("CYCLES")?);
 
     let found = port.read32(hwinfo_reg.offset)?;
     if found != args.hwinfo {
-        return Err(DeviceError::HwInfoMismatch { expected: args.hwinfo, found });
+        return Err(DeviceError::HwInfoMismatch {
+            expected: args.hwinfo,
+            found,
+        });
     }
     let ctrl = port.read32(CTRL)?;
     if ctrl & CTRL_AP_IDLE == 0 {
@@ -56,7 +66,10 @@ pub fn launch(port: &mut dyn ControlPort, map: &RegisterMap, args: &LaunchArgs, 
 
     for (name, _) in &args.values {
         if map.arguments().all(|r| r.name != *name) {
-            return Err(DeviceError::Argument(format!("{name} is not an argument of {}", map.kernel)));
+            return Err(DeviceError::Argument(format!(
+                "{name} is not an argument of {}",
+                map.kernel
+            )));
         }
     }
     for reg in map.arguments() {
@@ -75,9 +88,20 @@ pub fn launch(port: &mut dyn ControlPort, map: &RegisterMap, args: &LaunchArgs, 
     while port.read32(CTRL)? & CTRL_AP_DONE == 0 {
         let elapsed = port.now().saturating_sub(start);
         if elapsed >= poll.limit {
-            return Err(DeviceError::Timeout { elapsed, limit: poll.limit, unit: port.tick_name() });
+            return Err(DeviceError::Timeout {
+                elapsed,
+                limit: poll.limit,
+                unit: port.tick_name(),
+            });
         }
         port.wait(poll.interval)?;
+    }
+    // Units that can refuse a run or see an AXI error response report it in STATUS bit 0.
+    if let Some(reg) = map.get("STATUS") {
+        let status = port.read32(reg.offset)?;
+        if status & 1 != 0 {
+            return Err(DeviceError::Fault { status });
+        }
     }
     read64(port, cycles_reg)
 }
@@ -85,8 +109,12 @@ pub fn launch(port: &mut dyn ControlPort, map: &RegisterMap, args: &LaunchArgs, 
 fn write_arg(port: &mut dyn ControlPort, reg: &Register, value: u64) -> Result<(), DeviceError> {
     match reg.bits {
         32 => {
-            let v = u32::try_from(value)
-                .map_err(|_| DeviceError::Argument(format!("{} = {value} does not fit its 32-bit register", reg.name)))?;
+            let v = u32::try_from(value).map_err(|_| {
+                DeviceError::Argument(format!(
+                    "{} = {value} does not fit its 32-bit register",
+                    reg.name
+                ))
+            })?;
             port.write32(reg.offset, v)
         }
         // Buffer addresses: low word first, as XRT and the Vitis HLS drivers write them.
@@ -112,7 +140,9 @@ pub fn gemm_args(
     address: &dyn Fn(Buffer) -> Result<u64, DeviceError>,
 ) -> Result<LaunchArgs, DeviceError> {
     let p = &g.problem;
-    let (qmult, qshift) = p.requant.map_or((0, 0), |rq| (rq.multiplier as u32, rq.shift));
+    let (qmult, qshift) = p
+        .requant
+        .map_or((0, 0), |rq| (rq.multiplier as u32, rq.shift));
     Ok(LaunchArgs {
         hwinfo: cfg.hwinfo(),
         values: vec![

@@ -8,4 +8,6 @@ pub mod driver;
 pub mod npy;
 pub mod ops;
 
-pub use device::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats};
+pub use device::{
+    Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats,
+};

@@ -9,11 +9,24 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
     #[error("{path}: dtype is {found}, expected {expected}")]
-    Dtype { path: PathBuf, found: String, expected: &'static str },
+    Dtype {
+        path: PathBuf,
+        found: String,
+        expected: &'static str,
+    },
     #[error("{path}: array has {found} dimensions, expected {expected}")]
-    Rank { path: PathBuf, found: usize, expected: usize },
+    Rank {
+        path: PathBuf,
+        found: usize,
+        expected: usize,
+    },
     #[error("{path}: {len} elements do not form a {m}×{n} matrix")]
-    Shape { path: PathBuf, len: usize, m: usize, n: usize },
+    Shape {
+        path: PathBuf,
+        len: usize,
+        m: usize,
+        n: usize,
+    },
     #[error("{path}: {source}")]
     Read {
         path: PathBuf,
@@ -28,11 +41,26 @@ pub enum NpyError {
     },
 }
 
-fn read<T: ndarray_npy::ReadNpyExt>(path: &Path, dtype: &'static str, rank: usize) -> Result<T, NpyError> {
+fn read<T: ndarray_npy::ReadNpyExt>(
+    path: &Path,
+    dtype: &'static str,
+    rank: usize,
+) -> Result<T, NpyError> {
     read_npy(path).map_err(|e| match e {
-        ReadNpyError::WrongDescriptor(found) => NpyError::Dtype { path: path.into(), found: found.to_string(), expected: dtype },
-        ReadNpyError::WrongNdim(_, found) => NpyError::Rank { path: path.into(), found, expected: rank },
-        source => NpyError::Read { path: path.into(), source },
+        ReadNpyError::WrongDescriptor(found) => NpyError::Dtype {
+            path: path.into(),
+            found: found.to_string(),
+            expected: dtype,
+        },
+        ReadNpyError::WrongNdim(_, found) => NpyError::Rank {
+            path: path.into(),
+            found,
+            expected: rank,
+        },
+        source => NpyError::Read {
+            path: path.into(),
+            source,
+        },
     })
 }
 
@@ -48,10 +76,24 @@ pub fn read_i32_vector(path: &Path) -> Result<Array1<i32>, NpyError> {
 
 /// Write an M×N output as int32 or int8, whichever it is.
 pub fn write_output(path: &Path, out: &GemmOutput, m: usize, n: usize) -> Result<(), NpyError> {
-    let shape_err = |_| NpyError::Shape { path: path.into(), len: out.len(), m, n };
-    let written = match out {
-        GemmOutput::I32(v) => write_npy(path, &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?),
-        GemmOutput::I8(v) => write_npy(path, &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?),
+    let shape_err = |_| NpyError::Shape {
+        path: path.into(),
+        len: out.len(),
+        m,
+        n,
     };
-    written.map_err(|source| NpyError::Write { path: path.into(), source })
+    let written = match out {
+        GemmOutput::I32(v) => write_npy(
+            path,
+            &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?,
+        ),
+        GemmOutput::I8(v) => write_npy(
+            path,
+            &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?,
+        ),
+    };
+    written.map_err(|source| NpyError::Write {
+        path: path.into(),
+        source,
+    })
 }

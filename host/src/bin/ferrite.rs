@@ -1,1 +1,579 @@
-fn main() {}
+//! `ferrite`: export units, run them on any device, compare devices.
+//!
+//! Every failure ends as one `error: ...` line and exit status 1 (2 for usage
+//! errors, from clap); nothing here panics on user input.
+use anyhow::{bail, ensure, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
+use ferrite_host::backend::sim::{Engine, SimDevice};
+use ferrite_host::{npy, ops, Device, RunStats};
+use ferrite_hw::gemm::model::{error_vs_f64, ErrorStats};
+use ferrite_hw::gemm::{gemm, gemm_f64, rtl, GemmConfig, GemmOutput, GemmProblem};
+use ferrite_hw::numerics::Requant;
+use ferrite_sim::{verilator_available, MemoryConfig};
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "ferrite",
+    version,
+    about = "Ferrite dataflow accelerators: export, run and compare units"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Write a unit's Verilog, register map and configuration, then lint the Verilog.
+    Export {
+        #[command(subcommand)]
+        unit: ExportUnit,
+    },
+    /// Run a unit on a device and check it against the golden model.
+    Run {
+        #[command(subcommand)]
+        unit: RunUnit,
+    },
+    /// Run one GEMM on cpu, cpu-fast and sim and compare them.
+    Demo(DemoArgs),
+}
+
+#[derive(Subcommand)]
+enum ExportUnit {
+    /// The int8 GEMM unit.
+    Gemm(ExportGemm),
+}
+
+#[derive(Subcommand)]
+enum RunUnit {
+    /// The int8 GEMM unit.
+    Gemm(Box<RunGemm>),
+}
+
+/// Generation-time parameters of the GEMM unit (see `GemmConfig`).
+#[derive(Args)]
+struct UnitArgs {
+    /// Systolic array rows.
+    #[arg(long, default_value_t = 16)]
+    rows: usize,
+    /// Systolic array columns (a power of two).
+    #[arg(long, default_value_t = 16)]
+    cols: usize,
+    /// Width of the memory port in bits (128, 256, 512, 1024).
+    #[arg(long, default_value_t = 512)]
+    port_bits: usize,
+    /// Largest K (A-panel buffer depth); default: 4096.
+    #[arg(long)]
+    k_max: Option<usize>,
+    /// Largest N with a bias (bias buffer depth); default: 4096.
+    #[arg(long)]
+    n_max: Option<usize>,
+    /// Clock for projected times, in MHz.
+    #[arg(long, default_value_t = 300.0)]
+    clock_mhz: f64,
+}
+
+impl UnitArgs {
+    fn config(&self) -> Result<GemmConfig> {
+        let d = GemmConfig::default();
+        let cfg = GemmConfig {
+            rows: self.rows,
+            cols: self.cols,
+            port_bits: self.port_bits,
+            k_max: self.k_max.unwrap_or(d.k_max),
+            n_max: self.n_max.unwrap_or(d.n_max),
+            clock_mhz: self.clock_mhz,
+            ..d
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+#[derive(Args)]
+struct ExportGemm {
+    #[command(flatten)]
+    unit: UnitArgs,
+    /// Directory to write `<kernel>.v`, `<kernel>.regmap.json` and `<kernel>.config.json` into.
+    #[arg(long)]
+    out: PathBuf,
+    /// Fail when `verilator --lint-only -Wall` reports anything.
+    #[arg(long)]
+    deny_lint: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum DeviceArg {
+    /// The golden model.
+    Cpu,
+    /// matrixmultiply's dgemm with an integer epilogue.
+    CpuFast,
+    /// The RTL in cycle-level simulation.
+    Sim,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum EngineArg {
+    /// Verilator if installed, else rust-hdl (an error under CI).
+    Auto,
+    Verilator,
+    RustHdl,
+}
+
+/// Simulator options shared by `run` and `demo`.
+#[derive(Args)]
+struct SimArgs {
+    /// Simulator engine for `--device sim`.
+    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
+    engine: EngineArg,
+    /// Memory read and write latency in cycles (default: the memory model's 20/10).
+    #[arg(long)]
+    latency: Option<u32>,
+    /// Probability (0..1) that the memory stalls each handshake in a cycle.
+    #[arg(long, default_value_t = 0.0)]
+    backpressure: f64,
+}
+
+#[derive(Args)]
+struct RunGemm {
+    #[arg(long, value_enum, default_value_t = DeviceArg::Cpu)]
+    device: DeviceArg,
+    #[command(flatten)]
+    sim: SimArgs,
+    /// Rows of A and C (taken from --a when given).
+    #[arg(long)]
+    m: Option<usize>,
+    /// Columns of B and C (taken from --b when given).
+    #[arg(long)]
+    n: Option<usize>,
+    /// Columns of A, rows of B (taken from --a when given).
+    #[arg(long)]
+    k: Option<usize>,
+    /// Add a per-column int32 bias (random unless --bias-file).
+    #[arg(long)]
+    bias: bool,
+    /// Apply ReLU after the bias.
+    #[arg(long)]
+    relu: bool,
+    /// Requantize to int8: `MULT,SHIFT` computes sat8(round(x·MULT / 2^SHIFT)).
+    #[arg(long, value_parser = parse_requant)]
+    requant: Option<Requant>,
+    /// Seed of the random operands, and of the memory's stalls.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[command(flatten)]
+    unit: UnitArgs,
+    /// Write a VCD waveform of the simulation (verilator engine).
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// A as an int8 M×K .npy.
+    #[arg(long, requires = "b")]
+    a: Option<PathBuf>,
+    /// B as an int8 K×N .npy.
+    #[arg(long, requires = "a")]
+    b: Option<PathBuf>,
+    /// Bias as an int32 N .npy (implies --bias).
+    #[arg(long)]
+    bias_file: Option<PathBuf>,
+    /// Write C as .npy (int32, or int8 with --requant).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    #[command(flatten)]
+    sim: SimArgs,
+    /// Shape of the demo GEMM: M = N = K = SIZE.
+    #[arg(long, default_value_t = 64)]
+    size: usize,
+}
+
+fn parse_requant(s: &str) -> Result<Requant, String> {
+    let (m, sh) = s
+        .split_once(',')
+        .ok_or("expected MULT,SHIFT (e.g. 1073741824,38)")?;
+    let multiplier = m.trim().parse().map_err(|e| format!("MULT `{m}`: {e}"))?;
+    let shift = sh
+        .trim()
+        .parse()
+        .map_err(|e| format!("SHIFT `{sh}`: {e}"))?;
+    Ok(Requant { multiplier, shift })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Export {
+            unit: ExportUnit::Gemm(args),
+        } => export_gemm(&args),
+        Cmd::Run {
+            unit: RunUnit::Gemm(args),
+        } => run_gemm(&args),
+        Cmd::Demo(args) => demo(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn spinner(msg: String) -> ProgressBar {
+    let bar = ProgressBar::new_spinner().with_message(msg);
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} [{elapsed}]") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
+fn export_gemm(args: &ExportGemm) -> Result<()> {
+    let cfg = args.unit.config()?;
+    let name = cfg.kernel_name();
+    let verilog = rtl::verilog(&cfg).context("generating Verilog")?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let v_path = args.out.join(format!("{name}.v"));
+    let cfg_json = serde_json::to_string_pretty(&cfg).context("serializing the config")?;
+    for (path, text) in [
+        (v_path.clone(), verilog),
+        (
+            args.out.join(format!("{name}.regmap.json")),
+            cfg.register_map().to_json(),
+        ),
+        (args.out.join(format!("{name}.config.json")), cfg_json),
+    ] {
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    if !verilator_available() {
+        println!("lint: skipped (verilator not found)");
+        return Ok(());
+    }
+    lint(&v_path, &name, args.deny_lint)
+}
+
+/// `verilator --lint-only -Wall`; the full log goes next to the Verilog.
+fn lint(v_path: &Path, top: &str, deny: bool) -> Result<()> {
+    let out = Command::new("verilator")
+        .args(["--lint-only", "-Wall", "--top-module", top])
+        .arg(v_path)
+        .output()
+        .context("running verilator --lint-only")?;
+    let log = String::from_utf8_lossy(&out.stderr);
+    let count = |tag: &str| log.lines().filter(|l| l.starts_with(tag)).count();
+    let (warnings, errors) = (count("%Warning"), count("%Error"));
+    if out.status.success() && warnings == 0 && errors == 0 {
+        println!("lint: clean (verilator --lint-only -Wall)");
+        return Ok(());
+    }
+    let log_path = v_path.with_extension("lint.log");
+    std::fs::write(&log_path, log.as_bytes())
+        .with_context(|| format!("writing {}", log_path.display()))?;
+    let first = log
+        .lines()
+        .find(|l| l.starts_with('%'))
+        .unwrap_or("(no message)");
+    println!(
+        "lint: {warnings} warnings, {errors} errors (log: {}); first: {first}",
+        log_path.display()
+    );
+    ensure!(
+        !deny && errors == 0,
+        "verilator lint failed on {}",
+        v_path.display()
+    );
+    Ok(())
+}
+
+fn memory_config(sim: &SimArgs, seed: u64) -> Result<MemoryConfig> {
+    ensure!(
+        (0.0..1.0).contains(&sim.backpressure),
+        "--backpressure {} must be in 0..1",
+        sim.backpressure
+    );
+    let d = MemoryConfig::default();
+    Ok(MemoryConfig {
+        read_latency: sim.latency.unwrap_or(d.read_latency),
+        write_latency: sim.latency.unwrap_or(d.write_latency),
+        ready_stall_prob: sim.backpressure,
+        valid_stall_prob: sim.backpressure,
+        seed,
+        ..d
+    })
+}
+
+fn engine(arg: EngineArg) -> Result<Engine> {
+    Ok(match arg {
+        EngineArg::Verilator => Engine::Verilator,
+        EngineArg::RustHdl => Engine::RustHdl,
+        EngineArg::Auto => {
+            let engine = Engine::detect()?;
+            if engine == Engine::RustHdl {
+                eprintln!("warning: verilator not found, simulating with rust-hdl (slow)");
+            }
+            engine
+        }
+    })
+}
+
+fn sim_device(cfg: &GemmConfig, sim: &SimArgs, seed: u64, vcd: Option<&Path>) -> Result<SimDevice> {
+    let mem = memory_config(sim, seed)?;
+    let engine = engine(sim.engine)?;
+    let bar = spinner(format!("building {} with {engine}", cfg.kernel_name()));
+    let dev = SimDevice::new(cfg.clone(), mem, engine, vcd);
+    bar.finish_and_clear();
+    Ok(dev?)
+}
+
+/// Operands of one GEMM, from files or a seeded RNG.
+struct Operands {
+    problem: GemmProblem,
+    a: Vec<i8>,
+    b: Vec<i8>,
+    bias: Option<Vec<i32>>,
+}
+
+fn random_operands(problem: GemmProblem, seed: u64) -> Operands {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let a = (0..problem.m * problem.k).map(|_| rng.gen()).collect();
+    let b = (0..problem.k * problem.n).map(|_| rng.gen()).collect();
+    let bias = problem.bias.then(|| {
+        (0..problem.n)
+            .map(|_| rng.gen_range(-(1 << 16)..1 << 16))
+            .collect()
+    });
+    Operands {
+        problem,
+        a,
+        b,
+        bias,
+    }
+}
+
+/// A dimension given on the command line and/or by a file; both must agree.
+fn dim(name: &str, flag: Option<usize>, file: Option<usize>) -> Result<usize> {
+    match (flag, file) {
+        (Some(f), Some(g)) if f != g => {
+            bail!("--{name} {f} disagrees with the input files ({name} = {g})")
+        }
+        (f, g) => f
+            .or(g)
+            .with_context(|| format!("--{name} is required without --a/--b")),
+    }
+}
+
+fn operands(args: &RunGemm) -> Result<Operands> {
+    let bias_flag = args.bias || args.bias_file.is_some();
+    let files = match (&args.a, &args.b) {
+        (Some(a), Some(b)) => Some((npy::read_i8_matrix(a)?, npy::read_i8_matrix(b)?)),
+        _ => None,
+    };
+    let (fm, fk) = files.as_ref().map(|(a, _)| a.dim()).unzip();
+    let (fk2, fn_) = files.as_ref().map(|(_, b)| b.dim()).unzip();
+    if let (Some(ka), Some(kb)) = (fk, fk2) {
+        ensure!(
+            ka == kb,
+            "A is {}×{ka} but B is {kb}×{}: inner dimensions differ",
+            fm.unwrap_or(0),
+            fn_.unwrap_or(0)
+        );
+    }
+    let problem = GemmProblem {
+        bias: bias_flag,
+        relu: args.relu,
+        requant: args.requant,
+        ..GemmProblem::new(
+            dim("m", args.m, fm)?,
+            dim("n", args.n, fn_)?,
+            dim("k", args.k, fk)?,
+        )
+    };
+    problem.validate()?;
+    let mut ops = random_operands(problem, args.seed);
+    if let Some((a, b)) = files {
+        ops.a = a.iter().copied().collect();
+        ops.b = b.iter().copied().collect();
+    }
+    if let Some(path) = &args.bias_file {
+        let bias = npy::read_i32_vector(path)?;
+        ensure!(
+            bias.len() == problem.n,
+            "{}: bias has {} entries, N = {}",
+            path.display(),
+            bias.len(),
+            problem.n
+        );
+        ops.bias = Some(bias.to_vec());
+    }
+    Ok(ops)
+}
+
+fn run_gemm(args: &RunGemm) -> Result<()> {
+    let ops = operands(args)?;
+    let p = &ops.problem;
+    let cfg = args.unit.config()?;
+    ensure!(
+        args.trace.is_none() || args.device == DeviceArg::Sim,
+        "--trace needs --device sim"
+    );
+    let mut dev: Box<dyn Device> = match args.device {
+        DeviceArg::Cpu => Box::new(CpuDevice::new(CpuMode::Golden)),
+        DeviceArg::CpuFast => Box::new(CpuDevice::new(CpuMode::Fast)),
+        DeviceArg::Sim => Box::new(sim_device(
+            &cfg,
+            &args.sim,
+            args.seed,
+            args.trace.as_deref(),
+        )?),
+    };
+    let name = dev.info().name;
+    let bar = spinner(format!("running {}×{}×{} on {name}", p.m, p.n, p.k));
+    let result = ops::gemm(dev.as_mut(), p, &ops.a, &ops.b, ops.bias.as_deref());
+    bar.finish_and_clear();
+    let (out, stats) = result.with_context(|| format!("GEMM on {name}"))?;
+    let golden = gemm(p, &ops.a, &ops.b, ops.bias.as_deref())?;
+    let err = error_vs_f64(&golden, &gemm_f64(p, &ops.a, &ops.b, ops.bias.as_deref())?);
+
+    println!("device       {name}");
+    println!("problem      {}", describe(p));
+    let mismatch = out.first_mismatch(&golden);
+    match mismatch {
+        None => println!(
+            "correct      bit-exact vs the golden model ({} elements)",
+            out.len()
+        ),
+        Some((i, got, want)) => {
+            println!(
+                "correct      NO: first mismatch at ({}, {}): got {got}, golden {want}",
+                i / p.n,
+                i % p.n
+            )
+        }
+    }
+    println!("golden/f64   {}", describe_error(&err, &golden));
+    print_stats(&stats, cfg.clock_mhz);
+    if let Some(path) = &args.out {
+        npy::write_output(path, &out, p.m, p.n)?;
+        println!("wrote        {}", path.display());
+    }
+    ensure!(
+        mismatch.is_none(),
+        "{name} output differs from the golden model"
+    );
+    Ok(())
+}
+
+fn describe(p: &GemmProblem) -> String {
+    let mut s = format!("M={} N={} K={}", p.m, p.n, p.k);
+    if p.bias {
+        s += " +bias";
+    }
+    if p.relu {
+        s += " +relu";
+    }
+    if let Some(rq) = p.requant {
+        s += &format!(" +requant(×{} >>{})", rq.multiplier, rq.shift);
+    }
+    s
+}
+
+fn describe_error(e: &ErrorStats, out: &GemmOutput) -> String {
+    let unit = if matches!(out, GemmOutput::I8(_)) {
+        " LSB"
+    } else {
+        ""
+    };
+    format!(
+        "max |err| {:.3}{unit}, rel. Frobenius {:.2e}, {} saturated",
+        e.max_abs, e.rel_fro, e.saturated
+    )
+}
+
+fn print_stats(stats: &RunStats, clock_mhz: f64) {
+    println!("wall         {:.3?}", stats.wall);
+    match stats.cycles {
+        Some(c) => {
+            println!("cycles       {}", c.cycles);
+            println!(
+                "utilization  {:.1} %",
+                100.0 * stats.utilization().unwrap_or(0.0)
+            );
+            if let Some(t) = stats.projected() {
+                println!("projected    {t:.3?} at {} MHz", c.clock_mhz);
+            }
+        }
+        None => {
+            println!("cycles       n/a (not a cycle-level device; clock {clock_mhz} MHz not used)")
+        }
+    }
+}
+
+fn demo(args: &DemoArgs) -> Result<()> {
+    let s = args.size;
+    let requant = Requant::from_scale(1.0 / 512.0).context("demo requantization scale")?;
+    let problem = GemmProblem {
+        bias: true,
+        relu: true,
+        requant: Some(requant),
+        ..GemmProblem::new(s, s, s)
+    };
+    let ops = random_operands(problem, 0);
+    let golden = gemm(&problem, &ops.a, &ops.b, ops.bias.as_deref())?;
+    let cfg = GemmConfig::default();
+    let devices: Vec<Box<dyn Device>> = vec![
+        Box::new(CpuDevice::new(CpuMode::Golden)),
+        Box::new(CpuDevice::new(CpuMode::Fast)),
+        Box::new(sim_device(&cfg, &args.sim, 0, None)?),
+    ];
+    println!(
+        "{} on the default {} unit at {} MHz",
+        describe(&problem),
+        cfg.kernel_name(),
+        cfg.clock_mhz
+    );
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "device",
+        "wall",
+        "cycles",
+        "utilization",
+        "projected",
+        "bit-exact",
+    ]);
+    let mut all_exact = true;
+    for mut dev in devices {
+        let name = dev.info().name;
+        let bar = spinner(format!("running on {name}"));
+        let result = ops::gemm(dev.as_mut(), &problem, &ops.a, &ops.b, ops.bias.as_deref());
+        bar.finish_and_clear();
+        let (out, stats) = result.with_context(|| format!("GEMM on {name}"))?;
+        let exact = out.first_mismatch(&golden).is_none();
+        all_exact &= exact;
+        let na = || "—".to_string();
+        table.add_row([
+            name,
+            format!("{:.3?}", stats.wall),
+            stats.cycles.map_or_else(na, |c| c.cycles.to_string()),
+            stats
+                .utilization()
+                .map_or_else(na, |u| format!("{:.1} %", 100.0 * u)),
+            stats.projected().map_or_else(na, |t| format!("{t:.3?}")),
+            if exact { "yes" } else { "NO" }.to_string(),
+        ]);
+    }
+    println!("{table}");
+    ensure!(all_exact, "a device disagrees with the golden model");
+    Ok(())
+}

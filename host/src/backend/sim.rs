@@ -1,0 +1,329 @@
+//! The simulator device: the GEMM unit's RTL clocked cycle by cycle against
+//! an AXI memory model, driven through its registers exactly like a board.
+use crate::device::{
+    check_gemm_buffers, Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs,
+    Launch, Layout, Problem, RunStats,
+};
+use crate::driver::{self, ControlPort, Poll};
+use ferrite_hw::gemm::{rtl, GemmConfig, GemmLayout, GemmProblem};
+use ferrite_hw::regmap::RegisterMap;
+use ferrite_hw::vitis::{Inputs, Outputs, PinLevel};
+use ferrite_sim::{
+    verilator_available, MemoryConfig, SimError, Simulation, VerilatorInstance, VerilatorModel,
+};
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+use std::time::Instant;
+
+/// Cycles `ap_rst_n` is held low when the device is created.
+const RESET_CYCLES: u64 = 16;
+/// Cycles between two polls of CTRL; CYCLES gives the exact count regardless.
+const POLL_INTERVAL: u64 = 32;
+
+/// Which simulator evaluates the RTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// Verilator-compiled C++ of the exported Verilog: fast, the reference.
+    Verilator,
+    /// rust-hdl's own event simulator of the same design: slow, needs no tools.
+    RustHdl,
+}
+
+impl Engine {
+    /// Verilator when it is installed. Otherwise rust-hdl, except under CI
+    /// (env `CI` set), where a missing Verilator must fail the run instead of
+    /// silently testing something else.
+    pub fn detect() -> Result<Self, DeviceError> {
+        if verilator_available() {
+            Ok(Self::Verilator)
+        } else if std::env::var_os("CI").is_some() {
+            Err(missing_verilator(
+                "CI is set, so the rust-hdl fallback is not used",
+            ))
+        } else {
+            Ok(Self::RustHdl)
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Verilator => "verilator",
+            Self::RustHdl => "rust-hdl",
+        })
+    }
+}
+
+fn missing_verilator(why: &str) -> DeviceError {
+    DeviceError::MissingTool {
+        tool: "verilator",
+        hint: format!(
+            "{why}; install it (`apt-get install verilator`) or choose the rust-hdl engine"
+        ),
+    }
+}
+
+fn sim_error(e: SimError) -> DeviceError {
+    match e {
+        SimError::VerilatorNotFound => missing_verilator("not on PATH"),
+        e => DeviceError::Backend {
+            backend: "simulator",
+            source: Box::new(e),
+        },
+    }
+}
+
+/// The unit under simulation, whichever engine runs it.
+enum Dut {
+    Verilator(VerilatorInstance),
+    RustHdl(Box<dyn PinLevel>),
+}
+
+impl PinLevel for Dut {
+    fn eval(&mut self, inputs: &Inputs) -> Outputs {
+        match self {
+            Self::Verilator(d) => d.eval(inputs),
+            Self::RustHdl(d) => d.eval(inputs),
+        }
+    }
+
+    fn tick(&mut self, inputs: &Inputs) -> Outputs {
+        match self {
+            Self::Verilator(d) => d.tick(inputs),
+            Self::RustHdl(d) => d.tick(inputs),
+        }
+    }
+
+    fn data_bits(&self) -> usize {
+        match self {
+            Self::Verilator(d) => d.data_bits(),
+            Self::RustHdl(d) => d.data_bits(),
+        }
+    }
+}
+
+/// A GEMM unit of configuration `cfg` in simulation; buffers live in its AXI memory.
+pub struct SimDevice {
+    cfg: GemmConfig,
+    map: RegisterMap,
+    engine: Engine,
+    sim: Simulation<Dut>,
+    /// Allocated buffers by device address. The memory model's allocator only
+    /// grows, so `free` forgets the handle and the space is not reused.
+    buffers: HashMap<u64, u64>,
+}
+
+impl SimDevice {
+    /// Generate the RTL for `cfg`, build it with `engine` (Verilator builds are
+    /// cached on disk) and reset it. `mem.data_bits` is set to the unit's port
+    /// width. `vcd` writes a waveform of the whole session (Verilator only).
+    pub fn new(
+        cfg: GemmConfig,
+        mut mem: MemoryConfig,
+        engine: Engine,
+        vcd: Option<&Path>,
+    ) -> Result<Self, DeviceError> {
+        cfg.validate()?;
+        let dut = match engine {
+            Engine::Verilator => {
+                if !verilator_available() {
+                    return Err(missing_verilator("not on PATH"));
+                }
+                let verilog = rtl::verilog(&cfg)?;
+                let model = VerilatorModel::build(
+                    &verilog,
+                    &cfg.kernel_name(),
+                    cfg.port_bits,
+                    vcd.is_some(),
+                )
+                .map_err(sim_error)?;
+                Dut::Verilator(model.instance(vcd).map_err(sim_error)?)
+            }
+            Engine::RustHdl => {
+                if vcd.is_some() {
+                    return Err(DeviceError::Config(
+                        "VCD traces need the verilator engine".into(),
+                    ));
+                }
+                Dut::RustHdl(rtl::hdl_model(&cfg)?)
+            }
+        };
+        mem.data_bits = cfg.port_bits;
+        let mut sim = Simulation::new(dut, mem).map_err(sim_error)?;
+        sim.reset(RESET_CYCLES).map_err(sim_error)?;
+        Ok(Self {
+            map: cfg.register_map(),
+            cfg,
+            engine,
+            sim,
+            buffers: HashMap::new(),
+        })
+    }
+
+    pub fn config(&self) -> &GemmConfig {
+        &self.cfg
+    }
+
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    fn check(&self, buf: Buffer, offset: u64, len: usize) -> Result<u64, DeviceError> {
+        let size = *self
+            .buffers
+            .get(&buf.id())
+            .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        let end = offset.checked_add(len as u64).filter(|&e| e <= size);
+        end.map(|_| buf.id() + offset)
+            .ok_or(DeviceError::OutOfBounds {
+                id: buf.id(),
+                offset,
+                len: len as u64,
+                size,
+            })
+    }
+
+    /// A generous bound on a run's cycles: every beat of traffic (re-reading A
+    /// once per column tile) and every MAC step, each stretched by the memory's
+    /// latency and stall probabilities, times ten.
+    fn timeout_cycles(&self, p: &GemmProblem, l: &GemmLayout) -> u64 {
+        let mem = self.sim.mem().config();
+        let (row_tiles, col_tiles) = (
+            p.m.div_ceil(self.cfg.rows) as u64,
+            p.n.div_ceil(self.cfg.cols) as u64,
+        );
+        let beats = (l.a_bytes * col_tiles + l.b_bytes * row_tiles + l.c_bytes + l.bias_bytes)
+            / self.cfg.port_bytes() as u64;
+        let latency = (mem.read_latency + mem.write_latency) as u64;
+        let work =
+            beats + p.macs() / self.cfg.macs() as u64 + row_tiles * col_tiles * (latency + 64);
+        let stall = (1.0 - mem.ready_stall_prob) * (1.0 - mem.valid_stall_prob);
+        (10.0 * work as f64 / stall) as u64 + 100_000
+    }
+
+    fn run_gemm(&mut self, g: &GemmArgs) -> Result<u64, DeviceError> {
+        check_gemm_buffers(g)?;
+        self.fits(&g.problem)?;
+        let beat = self.cfg.port_bytes() as u64;
+        for (name, ld) in [
+            ("LDA", g.layout.lda),
+            ("LDB", g.layout.ldb),
+            ("LDC", g.layout.ldc),
+        ] {
+            if !ld.is_multiple_of(beat) {
+                return Err(DeviceError::Problem(format!(
+                    "{name} = {ld} is not a multiple of the {beat}-byte beat"
+                )));
+            }
+        }
+        let known = |buf: Buffer| {
+            if self.buffers.contains_key(&buf.id()) {
+                Ok(buf.id())
+            } else {
+                Err(DeviceError::UnknownBuffer(buf.id()))
+            }
+        };
+        let args = driver::gemm_args(&self.cfg, g, &known)?;
+        let poll = Poll {
+            interval: POLL_INTERVAL,
+            limit: self.timeout_cycles(&g.problem, &g.layout),
+        };
+        driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)
+    }
+
+    /// The problem is valid and fits this unit's buffers.
+    fn fits(&self, p: &GemmProblem) -> Result<(), DeviceError> {
+        p.validate()?;
+        p.validate_for(&self.cfg).map_err(|e| DeviceError::TooBig {
+            device: self.cfg.kernel_name(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+impl Device for SimDevice {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: format!("sim ({}, {})", self.engine, self.cfg.kernel_name()),
+            kind: DeviceKind::Simulator,
+            clock_mhz: Some(self.cfg.clock_mhz),
+        }
+    }
+
+    /// Beat-aligned row pitches, as the unit's bursts require.
+    fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError> {
+        match problem {
+            Problem::Gemm(p) => {
+                self.fits(p)?;
+                Ok(Layout::Gemm(GemmLayout::new(&self.cfg, p)))
+            }
+        }
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
+        let addr = self.sim.mem_mut().alloc(bytes).map_err(sim_error)?;
+        self.buffers.insert(addr, bytes);
+        Ok(Buffer::new(addr, bytes))
+    }
+
+    fn upload(&mut self, buf: Buffer, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let addr = self.check(buf, offset, data.len())?;
+        self.sim.mem_mut().write(addr, data).map_err(sim_error)
+    }
+
+    fn download(&mut self, buf: Buffer, offset: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        let addr = self.check(buf, offset, out.len())?;
+        out.copy_from_slice(&self.sim.mem().read(addr, out.len()).map_err(sim_error)?);
+        Ok(())
+    }
+
+    fn free(&mut self, buf: Buffer) -> Result<(), DeviceError> {
+        self.buffers
+            .remove(&buf.id())
+            .map(drop)
+            .ok_or(DeviceError::UnknownBuffer(buf.id()))
+    }
+
+    fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
+        let start = Instant::now();
+        let cycles = match launch {
+            Launch::Gemm(g) => self.run_gemm(g)?,
+        };
+        Ok(RunStats {
+            wall: start.elapsed(),
+            useful_macs: launch.useful_macs(),
+            cycles: Some(CycleStats {
+                cycles,
+                clock_mhz: self.cfg.clock_mhz,
+                multipliers: self.cfg.macs() as u64,
+            }),
+        })
+    }
+}
+
+/// The simulation's AXI4-Lite master as a [`ControlPort`]; ticks are clock cycles.
+struct SimPort<'a>(&'a mut Simulation<Dut>);
+
+impl ControlPort for SimPort<'_> {
+    fn read32(&mut self, offset: u32) -> Result<u32, DeviceError> {
+        self.0.read_reg(offset).map_err(sim_error)
+    }
+
+    fn write32(&mut self, offset: u32, value: u32) -> Result<(), DeviceError> {
+        self.0.write_reg(offset, value).map_err(sim_error)
+    }
+
+    fn wait(&mut self, ticks: u64) -> Result<(), DeviceError> {
+        self.0.step(ticks).map_err(sim_error)
+    }
+
+    fn now(&self) -> u64 {
+        self.0.cycle()
+    }
+
+    fn tick_name(&self) -> &'static str {
+        "cycles"
+    }
+}
