@@ -313,3 +313,21 @@ impl<T: VitisTop> PinLevel for HdlSim<T> {
         self.unit.data_bits()
     }
 }
+
+/// Verilator `-Wall` warnings waived on exported units, each with the reason.
+/// Everything else `verilator --lint-only -Wall` reports is a defect.
+pub const LINT_WAIVERS: &[(&str, &str)] = &[
+    ("DECLFILENAME", "rust-hdl emits one module per instance (`top$rows$0$pes$1`) into a single file"),
+    ("WIDTH", "rust-hdl widens with `bit_cast`, emitted as `(x & mask)` with a wider mask; the value is zero-extended as intended"),
+    ("UNUSEDSIGNAL", "shared blocks expose lanes a configuration leaves unused (e.g. the high bits of a packed bus); synthesis removes them"),
+    ("UNUSEDPARAM", "rust-hdl emits every `Constant` as a localparam, also in instances that do not read it"),
+    ("SYMRSVDWORD", "`interrupt` is the port name Vitis requires; it only collides with a C++ word inside Verilator"),
+];
+
+/// The `verilator --lint-only` command line for an exported unit.
+pub fn lint_args(file: &str, top: &str) -> Vec<String> {
+    let mut args = vec!["--lint-only".to_string(), "-Wall".to_string(), format!("--top-module={top}")];
+    args.extend(LINT_WAIVERS.iter().map(|(w, _)| format!("-Wno-{w}")));
+    args.push(file.to_string());
+    args
+}
