@@ -1,4 +1,3 @@
 //! [`crate::Device`] implementations.
 pub mod cpu;
-#[cfg(feature = "sim")]
 pub mod sim;

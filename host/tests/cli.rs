@@ -1,0 +1,120 @@
+//! Smoke tests of the `ferrite` binary.
+use assert_cmd::Command;
+use ferrite_hw::regmap::RegisterMap;
+
+fn ferrite() -> Command {
+    Command::cargo_bin("ferrite").expect("ferrite binary")
+}
+
+#[test]
+fn export_writes_verilog_regmap_and_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ferrite()
+        .args([
+            "export",
+            "gemm",
+            "--rows",
+            "4",
+            "--cols",
+            "4",
+            "--port-bits",
+            "128",
+            "--out",
+        ])
+        .arg(dir.path())
+        .assert()
+        .success();
+    let stdout = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(stdout.contains("lint:"), "{stdout}");
+    let name = "ferrite_gemm_4x4_p128";
+    let verilog = std::fs::read_to_string(dir.path().join(format!("{name}.v"))).unwrap();
+    assert!(
+        verilog.contains(&format!("module {name}")),
+        "top module missing"
+    );
+    let map = RegisterMap::from_json(
+        &std::fs::read_to_string(dir.path().join(format!("{name}.regmap.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(map.kernel, name);
+    let cfg: ferrite_hw::gemm::GemmConfig = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join(format!("{name}.config.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!((cfg.rows, cfg.cols, cfg.port_bits), (4, 4, 128));
+}
+
+#[test]
+fn run_on_cpu_is_bit_exact_and_writes_npy() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = dir.path().join("c.npy");
+    let out = ferrite()
+        .args([
+            "run", "gemm", "--device", "cpu-fast", "--m", "7", "--n", "5", "--k", "3", "--bias",
+            "--relu",
+        ])
+        .args(["--requant", "1073741824,36", "--out"])
+        .arg(&c)
+        .assert()
+        .success();
+    let stdout = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(stdout.contains("bit-exact"), "{stdout}");
+    let back = ferrite_host::npy::read_i8_matrix(&c).unwrap();
+    assert_eq!(back.dim(), (7, 5));
+
+    // The written operands read back in: A from a file, shapes from the files.
+    let a = dir.path().join("a.npy");
+    ndarray_npy::write_npy(&a, &ndarray::Array2::<i8>::from_elem((7, 3), -128)).unwrap();
+    let b = dir.path().join("b.npy");
+    ndarray_npy::write_npy(&b, &ndarray::Array2::<i8>::from_elem((3, 5), -128)).unwrap();
+    ferrite()
+        .args(["run", "gemm", "--device", "cpu", "--a"])
+        .arg(&a)
+        .arg("--b")
+        .arg(&b)
+        .assert()
+        .success();
+}
+
+#[test]
+fn user_errors_are_one_line_and_non_zero() {
+    for args in [
+        vec![
+            "run", "gemm", "--device", "cpu", "--m", "0", "--n", "1", "--k", "1",
+        ],
+        vec!["run", "gemm", "--device", "cpu", "--n", "1", "--k", "1"],
+        vec![
+            "run",
+            "gemm",
+            "--device",
+            "cpu",
+            "--m",
+            "1",
+            "--n",
+            "1",
+            "--k",
+            "1",
+            "--requant",
+            "x",
+        ],
+        vec![
+            "run",
+            "gemm",
+            "--device",
+            "cpu",
+            "--a",
+            "/nonexistent/a.npy",
+            "--b",
+            "/nonexistent/b.npy",
+        ],
+        vec!["export", "gemm", "--cols", "3", "--out", "/tmp"],
+    ] {
+        let out = ferrite().args(&args).assert().failure();
+        let stderr = String::from_utf8_lossy(&out.get_output().stderr).to_string();
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            stderr.trim_start().starts_with("error"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
