@@ -6,6 +6,7 @@
 //! specification). All units share the Vitis RTL-kernel top-level port list
 //! described in [`vitis`], so one simulator shim, one memory model and one
 //! register-level driver serve every unit.
+pub mod attention;
 pub mod blocks;
 pub mod control;
 pub mod gemm;
