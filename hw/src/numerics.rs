@@ -92,18 +92,19 @@ mod tests {
 
 /// Fractional bits of log2-domain scores (`t` in the attention unit, logits in the MoE router).
 pub const EXP2_FRAC_BITS: u32 = 8;
-/// Fractional bits of `2^x` values from the LUT (Q1.15: 1.0 = 2^15).
-pub const EXP2_ONE_BITS: u32 = 15;
+/// Fractional bits of `2^x` values from the LUT (Q1.14: 1.0 = 2^14), so every
+/// value is below 2^15 and multiplies as a 16-bit signed operand.
+pub const EXP2_ONE_BITS: u32 = 14;
 
-/// `2^(i / 2^EXP2_FRAC_BITS)` in Q1.15 for every fraction `i`, rounded to nearest:
-/// the LUT the hardware holds, values in [2^15, 2^16).
+/// `2^(i / 2^EXP2_FRAC_BITS)` in Q1.14 for every fraction `i`, rounded to nearest:
+/// the LUT the hardware holds, values in [2^14, 2^15).
 pub fn exp2_lut() -> Vec<u32> {
     (0..1u32 << EXP2_FRAC_BITS)
         .map(|i| (2f64.powf(i as f64 / (1u32 << EXP2_FRAC_BITS) as f64) * (1u32 << EXP2_ONE_BITS) as f64).round() as u32)
         .collect()
 }
 
-/// `2^(u / 2^F)` in Q1.15 for a log2-domain value `u < 2^F` (so the result is < 2):
+/// `2^(u / 2^F)` in Q1.14 for a log2-domain value `u < 2^F` (so the result is < 2):
 /// LUT on the fractional bits, right shift by the (non-positive) integer part.
 pub fn exp2_fixed(lut: &[u32], u: i64) -> u32 {
     debug_assert!(u < 1 << EXP2_FRAC_BITS);

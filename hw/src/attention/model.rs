@@ -4,7 +4,7 @@
 //! ```text
 //! s = q·k (int32)             t = round(s · Ms / 2^Ss)      (log2 domain, F frac bits)
 //! e = floor(t)  (integer)     first key: m = e, δ = 0;  e > m: δ = e − m, m = e;  else δ = 0
-//! p = 2^((t − m·2^F) / 2^F)   (Q1.15: LUT on the fraction, shift by the integer part)
+//! p = 2^((t − m·2^F) / 2^F)   (Q1.14: LUT on the fraction, shift by the integer part)
 //! l = rnd(l / 2^δ) + p        o[x] = rnd(o[x] / 2^δ) + p · v[x]
 //! ```
 //! `m` stays on an integer grid, so every rescale is an exact shift (rounded
@@ -106,7 +106,7 @@ pub fn attention(p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> Result<A
                     *ox = round_shift(*ox, shift) + pj * vh[j * d + x] as i64;
                 }
             }
-            // l ≥ 2^15: the running maximum's own key contributes p = 1.0.
+            // l ≥ 2^14: the running maximum's own key contributes p = 1.0.
             let r = (1i64 << 32) / l;
             fixed.extend(o.iter().map(|&ox| round_shift(ox * r, 16) as i32));
         }
