@@ -326,7 +326,7 @@ pub const LINT_WAIVERS: &[(&str, &str)] = &[
 
 /// The `verilator --lint-only` command line for an exported unit.
 pub fn lint_args(file: &str, top: &str) -> Vec<String> {
-    let mut args = vec!["--lint-only".to_string(), "-Wall".to_string(), format!("--top-module={top}")];
+    let mut args = vec!["--lint-only".to_string(), "-Wall".to_string(), "--top-module".to_string(), top.to_string()];
     args.extend(LINT_WAIVERS.iter().map(|(w, _)| format!("-Wno-{w}")));
     args.push(file.to_string());
     args
