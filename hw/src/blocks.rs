@@ -306,3 +306,136 @@ mod tests {
         }
     }
 }
+
+fn to_i64<const N: usize>(b: Signed<N>) -> i64 {
+    let raw = unsigned_cast(b).get_bits::<64>(0).to_u64();
+    // sign-extend from N bits
+    ((raw << (64 - N)) as i64) >> (64 - N)
+}
+
+fn from_i64<const N: usize>(v: i64) -> Signed<N> {
+    signed_cast(((v as u64) & (u64::MAX >> (64 - N))).to_bits())
+}
+
+/// `x / 2^sh` rounded half away from zero (combinational): the online-softmax
+/// rescale. Shifts past the width give 0.
+#[derive(LogicBlock, Default)]
+pub struct RoundShift<const N: usize> {
+    pub x: Signal<In, Signed<N>>,
+    pub sh: Signal<In, Bits<6>>,
+    pub y: Signal<Out, Signed<N>>,
+}
+
+impl<const N: usize> Logic for RoundShift<N> {
+    fn update(&mut self) {
+        let sh = to_u64(self.sh.val()) as u32;
+        self.y.next = from_i64(crate::numerics::round_shift(to_i64(self.x.val()), sh.min(62)));
+    }
+    fn connect(&mut self) {
+        self.y.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(format!(
+            "\
+wire signed [63:0] xe = {{{{{pad}{{x[{msb}]}}}}, x}};
+wire [5:0] s = (sh > 6'd62) ? 6'd62 : sh;
+wire signed [63:0] half = (s == 6'd0) ? 64'sd0 : (64'sd1 <<< (s - 6'd1));
+wire signed [63:0] adj = (s == 6'd0) ? 64'sd0 : (half - {{63'd0, xe[63]}});
+wire signed [63:0] q = (xe + adj) >>> s;
+always @(*) y = q[{msb}:0];",
+            pad = 64 - N,
+            msb = N - 1
+        ))
+    }
+}
+
+/// Registered `round(x · mult / 2^shift)` on a signed 32-bit `x`, kept to 40 bits:
+/// an int32 score to the log2 domain.
+#[derive(LogicBlock, Default)]
+pub struct ScaleRound {
+    pub clock: Signal<In, Clock>,
+    pub x: Signal<In, Signed<32>>,
+    pub mult: Signal<In, Bits<32>>,
+    pub shift: Signal<In, Bits<6>>,
+    pub y: Signal<Out, Signed<40>>,
+}
+
+impl Logic for ScaleRound {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let m = to_u64(self.mult.val()) as u32 as i32 as i64;
+            let p = to_i64(self.x.val()) * m;
+            self.y.next = from_i64(crate::numerics::round_shift(p, to_u64(self.shift.val()) as u32));
+        }
+    }
+    fn connect(&mut self) {
+        self.y.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(
+            "\
+wire signed [63:0] p = $signed(x) * $signed(mult);
+wire signed [63:0] half = (shift == 6'd0) ? 64'sd0 : (64'sd1 <<< (shift - 6'd1));
+wire signed [63:0] adj = (shift == 6'd0) ? 64'sd0 : (half - {63'd0, p[63]});
+wire signed [63:0] q = (p + adj) >>> shift;
+always @(posedge clock) y <= q[39:0];"
+                .into(),
+        )
+    }
+}
+
+/// The exp2 LUT as a ROM: `2^(addr / 256)` in Q1.14 (see `numerics::exp2_lut`).
+#[derive(LogicBlock, Default)]
+pub struct Exp2Rom {
+    pub addr: Signal<In, Bits<8>>,
+    pub data: Signal<Out, Bits<16>>,
+}
+
+impl Logic for Exp2Rom {
+    fn update(&mut self) {
+        let lut = crate::numerics::exp2_lut();
+        self.data.next = (lut[to_u64(self.addr.val()) as usize] as u64).to_bits();
+    }
+    fn connect(&mut self) {
+        self.data.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let cases: String = crate::numerics::exp2_lut()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("      8'd{i}: data = 16'd{v};\n"))
+            .collect();
+        Verilog::Custom(format!("always @(*) begin\n   case (addr)\n{cases}      default: data = 16'd0;\n   endcase\nend"))
+    }
+}
+
+/// Registered `round(o · r / 2^16)` for a 48-bit signed `o` and unsigned `r`:
+/// the attention output `o / l` in Q16 once `r = floor(2^32 / l)`.
+#[derive(LogicBlock, Default)]
+pub struct MulRound16 {
+    pub clock: Signal<In, Clock>,
+    pub o: Signal<In, Signed<48>>,
+    pub r: Signal<In, Bits<32>>,
+    pub y: Signal<Out, Bits<32>>,
+}
+
+impl Logic for MulRound16 {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let p = to_i64(self.o.val()) * to_u64(self.r.val()) as i64;
+            self.y.next = ((crate::numerics::round_shift(p, 16) as u64) & 0xFFFF_FFFF).to_bits();
+        }
+    }
+    fn connect(&mut self) {
+        self.y.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(
+            "\
+wire signed [63:0] p = $signed(o) * $signed({1'b0, r});
+wire signed [63:0] q = (p + 64'sd32768 - {63'd0, p[63]}) >>> 16;
+always @(posedge clock) y <= q[31:0];"
+                .into(),
+        )
+    }
+}

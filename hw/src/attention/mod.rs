@@ -1,6 +1,7 @@
 //! The streaming attention unit: FlashAttention's online softmax in fixed
 //! point, one pass over K/V, no N×N score buffer.
 pub mod config;
+pub mod lane;
 pub mod model;
 
 pub use config::{AttentionConfig, AttentionParams, AttentionProblem};

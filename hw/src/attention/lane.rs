@@ -1,0 +1,351 @@
+//! One query lane of the attention unit: its query row, the score pipeline,
+//! the online-softmax state (m, l, o[d]) and the finalizer (divider, output row).
+//!
+//! Timing, for a step issued by the top in cycle c: S1 (end of c) latches
+//! s = q·k; S2 (end of c+1) latches t = round(s·Ms/2^Ss); S3 (end of c+2)
+//! latches p, δ and updates m; S4 (end of c+3) updates l and o with the V row
+//! the top presents in cycle c+3.
+use crate::blocks::{Exp2Rom, MulRound16, Requantizer, RoundShift, ScaleRound};
+use rust_hdl::prelude::*;
+
+/// Widest output row: 128 Q16 values.
+pub const ROW32_BITS: usize = 4096;
+/// Widest int8 output row.
+pub const ROW8_BITS: usize = 1024;
+
+#[derive(LogicBlock)]
+pub struct Lane<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub q_we: Signal<In, Bit>,
+    pub q_row: Signal<In, Bits<W>>,
+    /// Index of this lane's query within its head (for the causal mask).
+    pub q_idx: Signal<In, Bits<32>>,
+    pub causal: Signal<In, Bit>,
+    pub st_valid: Signal<In, Bit>,
+    pub st_first: Signal<In, Bit>,
+    pub st_j: Signal<In, Bits<32>>,
+    pub k_row: Signal<In, Bits<W>>,
+    /// V row of the step now in S4.
+    pub v_row: Signal<In, Bits<W>>,
+    pub smult: Signal<In, Bits<32>>,
+    pub sshift: Signal<In, Bits<6>>,
+    pub div_start: Signal<In, Bit>,
+    pub div_busy: Signal<Out, Bit>,
+    pub sel: Signal<In, Bits<8>>,
+    pub omult: Signal<In, Bits<32>>,
+    pub oshift: Signal<In, Bits<6>>,
+    pub sh32: Signal<In, Bit>,
+    pub sh8: Signal<In, Bit>,
+    pub out_sel: Signal<In, Bit>,
+    /// The Q16 output row while `out_sel`, else zero.
+    pub row32: Signal<Out, Bits<ROW32_BITS>>,
+    /// The int8 output row while `out_sel`, else zero.
+    pub row8: Signal<Out, Bits<ROW8_BITS>>,
+    q: DFF<Bits<W>>,
+    prod: Vec<Signal<Local, Signed<32>>>,
+    lv1: Vec<Signal<Local, Signed<32>>>,
+    lv2: Vec<Signal<Local, Signed<32>>>,
+    lv3: Vec<Signal<Local, Signed<32>>>,
+    lv4: Vec<Signal<Local, Signed<32>>>,
+    lv5: Vec<Signal<Local, Signed<32>>>,
+    lv6: Vec<Signal<Local, Signed<32>>>,
+    lv7: Vec<Signal<Local, Signed<32>>>,
+    s1: DFF<Signed<32>>,
+    f1: DFF<Bits<3>>,
+    f2: DFF<Bits<3>>,
+    scale: ScaleRound,
+    mask0: Signal<Local, Bit>,
+    e: Signal<Local, Signed<32>>,
+    m: DFF<Signed<32>>,
+    m_new: Signal<Local, Signed<32>>,
+    delta: Signal<Local, Signed<32>>,
+    m40: Signal<Local, Signed<40>>,
+    u: Signal<Local, Signed<40>>,
+    nu: Signal<Local, Signed<40>>,
+    psh: Signal<Local, Bits<40>>,
+    rom: Exp2Rom,
+    p3: DFF<Bits<16>>,
+    d3: DFF<Bits<6>>,
+    upd3: DFF<Bit>,
+    first3: DFF<Bit>,
+    l: DFF<Signed<48>>,
+    l_rs: RoundShift<48>,
+    o: Vec<DFF<Signed<48>>>,
+    o_rs: Vec<RoundShift<48>>,
+    pv: Vec<Signal<Local, Signed<32>>>,
+    div_cnt: DFF<Bits<6>>,
+    rem: DFF<Bits<40>>,
+    quo: DFF<Bits<40>>,
+    rem_sh: Signal<Local, Bits<40>>,
+    omux: Vec<Signal<Local, Signed<48>>>,
+    mulr: MulRound16,
+    rq: Requantizer,
+    r32: DFF<Bits<ROW32_BITS>>,
+    r8: DFF<Bits<ROW8_BITS>>,
+    c_top32: Constant<Bits<16>>,
+    c_top8: Constant<Bits<16>>,
+    _d: usize,
+    _n: [usize; 7],
+    _pass: [usize; 7],
+}
+
+impl<const W: usize> Lane<W> {
+    pub fn new(d: usize) -> Self {
+        assert!(d.is_power_of_two() && (2..=128).contains(&d) && 8 * d <= W);
+        let size = |k: usize| (d >> k).max(1);
+        let n: [usize; 7] = std::array::from_fn(|k| d >> (k + 1));
+        let pass: [usize; 7] = std::array::from_fn(|k| usize::from(d >> (k + 1) == 0));
+        let sig = |k: usize| (0..size(k)).map(|_| Default::default()).collect();
+        Self {
+            clock: Default::default(),
+            q_we: Default::default(),
+            q_row: Default::default(),
+            q_idx: Default::default(),
+            causal: Default::default(),
+            st_valid: Default::default(),
+            st_first: Default::default(),
+            st_j: Default::default(),
+            k_row: Default::default(),
+            v_row: Default::default(),
+            smult: Default::default(),
+            sshift: Default::default(),
+            div_start: Default::default(),
+            div_busy: Default::default(),
+            sel: Default::default(),
+            omult: Default::default(),
+            oshift: Default::default(),
+            sh32: Default::default(),
+            sh8: Default::default(),
+            out_sel: Default::default(),
+            row32: Default::default(),
+            row8: Default::default(),
+            q: Default::default(),
+            prod: sig(0),
+            lv1: sig(1),
+            lv2: sig(2),
+            lv3: sig(3),
+            lv4: sig(4),
+            lv5: sig(5),
+            lv6: sig(6),
+            lv7: sig(7),
+            s1: Default::default(),
+            f1: Default::default(),
+            f2: Default::default(),
+            scale: Default::default(),
+            mask0: Default::default(),
+            e: Default::default(),
+            m: Default::default(),
+            m_new: Default::default(),
+            delta: Default::default(),
+            m40: Default::default(),
+            u: Default::default(),
+            nu: Default::default(),
+            psh: Default::default(),
+            rom: Default::default(),
+            p3: Default::default(),
+            d3: Default::default(),
+            upd3: Default::default(),
+            first3: Default::default(),
+            l: Default::default(),
+            l_rs: Default::default(),
+            o: (0..d).map(|_| Default::default()).collect(),
+            o_rs: (0..d).map(|_| Default::default()).collect(),
+            pv: (0..d).map(|_| Default::default()).collect(),
+            div_cnt: Default::default(),
+            rem: Default::default(),
+            quo: Default::default(),
+            rem_sh: Default::default(),
+            omux: (0..d).map(|_| Default::default()).collect(),
+            mulr: Default::default(),
+            rq: Default::default(),
+            r32: Default::default(),
+            r8: Default::default(),
+            c_top32: Constant::new(((32 * (d - 1)) as u64).to_bits()),
+            c_top8: Constant::new(((8 * (d - 1)) as u64).to_bits()),
+            _d: d,
+            _n: n,
+            _pass: pass,
+        }
+    }
+}
+
+impl<const W: usize> Logic for Lane<W> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(self, clock, q, s1, f1, f2, m, p3, d3, upd3, first3, l, div_cnt, rem, quo, r32, r8);
+        for x in 0..self._d {
+            self.o[x].clock.next = self.clock.val();
+            self.o[x].d.next = self.o[x].q.val();
+        }
+        self.scale.clock.next = self.clock.val();
+        self.mulr.clock.next = self.clock.val();
+        self.rq.clock.next = self.clock.val();
+        if self.q_we.val() {
+            self.q.d.next = self.q_row.val();
+        }
+
+        // S1: s = q · k over d int8 pairs, by an adder tree.
+        for x in 0..self._d {
+            self.prod[x].next = signed_bit_cast::<16, 8>(signed_cast(self.q.q.val().get_bits::<8>(x * 8)))
+                * signed_bit_cast::<16, 8>(signed_cast(self.k_row.val().get_bits::<8>(x * 8)));
+        }
+        for i in 0..self._n[0] {
+            self.lv1[i].next = self.prod[i * 2].val() + self.prod[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[0] {
+            self.lv1[i].next = self.prod[i].val();
+        }
+        for i in 0..self._n[1] {
+            self.lv2[i].next = self.lv1[i * 2].val() + self.lv1[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[1] {
+            self.lv2[i].next = self.lv1[i].val();
+        }
+        for i in 0..self._n[2] {
+            self.lv3[i].next = self.lv2[i * 2].val() + self.lv2[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[2] {
+            self.lv3[i].next = self.lv2[i].val();
+        }
+        for i in 0..self._n[3] {
+            self.lv4[i].next = self.lv3[i * 2].val() + self.lv3[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[3] {
+            self.lv4[i].next = self.lv3[i].val();
+        }
+        for i in 0..self._n[4] {
+            self.lv5[i].next = self.lv4[i * 2].val() + self.lv4[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[4] {
+            self.lv5[i].next = self.lv4[i].val();
+        }
+        for i in 0..self._n[5] {
+            self.lv6[i].next = self.lv5[i * 2].val() + self.lv5[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[5] {
+            self.lv6[i].next = self.lv5[i].val();
+        }
+        for i in 0..self._n[6] {
+            self.lv7[i].next = self.lv6[i * 2].val() + self.lv6[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[6] {
+            self.lv7[i].next = self.lv6[i].val();
+        }
+        self.s1.d.next = self.lv7[0].val();
+        // Flags through the pipeline: bit0 valid, bit1 first, bit2 masked.
+        self.mask0.next = self.causal.val() & (self.st_j.val() > self.q_idx.val());
+        self.f1.d.next = bit_cast::<3, 1>(self.st_valid.val().into())
+            | (bit_cast::<3, 1>(self.st_first.val().into()) << 1)
+            | (bit_cast::<3, 1>(self.mask0.val().into()) << 2);
+
+        // S2: t = round(s · Ms / 2^Ss), log2 domain with 8 fraction bits.
+        self.scale.x.next = self.s1.q.val();
+        self.scale.mult.next = self.smult.val();
+        self.scale.shift.next = self.sshift.val();
+        self.f2.d.next = self.f1.q.val();
+
+        // S3: running max on the integer grid, p = 2^(t − m).
+        self.e.next = self.scale.y.val().get_bits::<32>(8);
+        self.m_new.next = self.m.q.val();
+        if self.f2.q.val().get_bit(1) | (self.e.val() > self.m.q.val()) {
+            self.m_new.next = self.e.val();
+        }
+        self.delta.next = self.m_new.val() - self.m.q.val();
+        // Widen through a signed 40-bit local: Verilog sign-extends only signed operands.
+        self.m40.next = signed_bit_cast::<40, 32>(self.m_new.val());
+        self.u.next = self.scale.y.val() - signed_cast(unsigned_cast(self.m40.val()) << 8);
+        self.nu.next = signed_cast(bits::<40>(0)) - self.u.val();
+        self.psh.next = 0.into();
+        if self.u.val().get_bit(39) {
+            self.psh.next = (unsigned_cast(self.nu.val()) + 255) >> 8;
+        }
+        self.rom.addr.next = unsigned_cast(self.u.val()).get_bits::<8>(0);
+        self.upd3.d.next = self.f2.q.val().get_bit(0) & !self.f2.q.val().get_bit(2);
+        self.first3.d.next = self.f2.q.val().get_bit(1);
+        self.p3.d.next = self.rom.data.val() >> self.psh.val();
+        if self.psh.val() > 31 {
+            self.p3.d.next = 0.into();
+        }
+        self.d3.d.next = unsigned_cast(self.delta.val()).get_bits::<6>(0);
+        if self.delta.val() > signed_cast(bits::<32>(62)) {
+            self.d3.d.next = 62.into();
+        }
+        if self.f2.q.val().get_bit(1) {
+            self.d3.d.next = 0.into();
+        }
+        if self.f2.q.val().get_bit(0) & !self.f2.q.val().get_bit(2) {
+            self.m.d.next = self.m_new.val();
+        }
+
+        // S4: l = rnd(l / 2^δ) + p, o[x] = rnd(o[x] / 2^δ) + p·v[x].
+        self.l_rs.x.next = self.l.q.val();
+        self.l_rs.sh.next = self.d3.q.val();
+        if self.upd3.q.val() {
+            self.l.d.next = self.l_rs.y.val() + signed_bit_cast::<48, 16>(signed_cast(self.p3.q.val()));
+            if self.first3.q.val() {
+                self.l.d.next = signed_bit_cast::<48, 16>(signed_cast(self.p3.q.val()));
+            }
+        }
+        for x in 0..self._d {
+            self.o_rs[x].x.next = self.o[x].q.val();
+            self.o_rs[x].sh.next = self.d3.q.val();
+            self.pv[x].next = signed_cast(self.p3.q.val())
+                * signed_bit_cast::<16, 8>(signed_cast(self.v_row.val().get_bits::<8>(x * 8)));
+            if self.upd3.q.val() {
+                self.o[x].d.next = self.o_rs[x].y.val() + signed_bit_cast::<48, 32>(self.pv[x].val());
+                if self.first3.q.val() {
+                    self.o[x].d.next = signed_bit_cast::<48, 32>(self.pv[x].val());
+                }
+            }
+        }
+
+        // Finalize: r = floor(2^32 / l) by 33 restoring steps.
+        self.div_busy.next = self.div_cnt.q.val() != 0;
+        self.rem_sh.next = self.rem.q.val() << 1;
+        if self.div_cnt.q.val() == 33 {
+            self.rem_sh.next = (self.rem.q.val() << 1) | 1;
+        }
+        if self.div_start.val() {
+            self.div_cnt.d.next = 33.into();
+            self.rem.d.next = 0.into();
+            self.quo.d.next = 0.into();
+        } else if self.div_cnt.q.val() != 0 {
+            self.div_cnt.d.next = self.div_cnt.q.val() - 1;
+            self.quo.d.next = self.quo.q.val() << 1;
+            self.rem.d.next = self.rem_sh.val();
+            if self.rem_sh.val() >= bit_cast::<40, 48>(unsigned_cast(self.l.q.val())) {
+                self.rem.d.next = self.rem_sh.val() - bit_cast::<40, 48>(unsigned_cast(self.l.q.val()));
+                self.quo.d.next = (self.quo.q.val() << 1) | 1;
+            }
+        }
+        // Serializer: element `sel` → Q16 (one cycle) → int8 (two more cycles).
+        self.omux[0].next = self.o[0].q.val();
+        for x in 1..self._d {
+            self.omux[x].next = self.omux[x - 1].val();
+            if self.sel.val().index() == x {
+                self.omux[x].next = self.o[x].q.val();
+            }
+        }
+        for last in (self._d - 1)..self._d {
+            self.mulr.o.next = self.omux[last].val();
+        }
+        self.mulr.r.next = self.quo.q.val().get_bits::<32>(0);
+        self.rq.x.next = self.mulr.y.val();
+        self.rq.mult.next = self.omult.val();
+        self.rq.shift.next = self.oshift.val();
+        self.rq.en_mul.next = true;
+        self.rq.en_round.next = true;
+        if self.sh32.val() {
+            self.r32.d.next = (self.r32.q.val() >> 32) | (bit_cast::<ROW32_BITS, 32>(self.mulr.y.val()) << self.c_top32.val());
+        }
+        if self.sh8.val() {
+            self.r8.d.next = (self.r8.q.val() >> 8) | (bit_cast::<ROW8_BITS, 8>(self.rq.y.val()) << self.c_top8.val());
+        }
+        self.row32.next = 0.into();
+        self.row8.next = 0.into();
+        if self.out_sel.val() {
+            self.row32.next = self.r32.q.val();
+            self.row8.next = self.r8.q.val();
+        }
+    }
+}
