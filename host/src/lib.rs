@@ -5,6 +5,8 @@
 pub mod backend;
 pub mod device;
 pub mod driver;
+#[cfg(feature = "cuda")]
+pub mod gpu_bench;
 pub mod npy;
 pub mod ops;
 

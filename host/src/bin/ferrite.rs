@@ -43,8 +43,21 @@ enum Cmd {
         #[command(subcommand)]
         unit: RunUnit,
     },
-    /// Run one GEMM on cpu, cpu-fast and sim and compare them.
+    /// Run one GEMM on cpu, cpu-fast, sim (and cuda where a GPU exists) and compare them.
     Demo(DemoArgs),
+    /// Benchmarks against reference implementations.
+    #[cfg(feature = "cuda")]
+    Bench {
+        #[command(subcommand)]
+        target: BenchTarget,
+    },
+}
+
+#[cfg(feature = "cuda")]
+#[derive(Subcommand)]
+enum BenchTarget {
+    /// The CUDA float kernels against PyTorch (cuBLAS, SDPA, softmax+topk) on this GPU.
+    Gpu(ferrite_host::gpu_bench::BenchGpuArgs),
 }
 
 #[derive(Subcommand)]
@@ -116,6 +129,8 @@ enum DeviceArg {
     CpuFast,
     /// The RTL in cycle-level simulation.
     Sim,
+    /// The bit-exact twin on the first CUDA GPU (integer tensor cores).
+    Cuda,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -217,6 +232,10 @@ fn main() -> ExitCode {
             unit: RunUnit::Gemm(args),
         } => run_gemm(&args),
         Cmd::Demo(args) => demo(&args),
+        #[cfg(feature = "cuda")]
+        Cmd::Bench {
+            target: BenchTarget::Gpu(args),
+        } => ferrite_host::gpu_bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -432,6 +451,7 @@ fn run_gemm(args: &RunGemm) -> Result<()> {
             args.seed,
             args.trace.as_deref(),
         )?),
+        DeviceArg::Cuda => ferrite_host::backend::open_cuda()?,
     };
     let name = dev.info().name;
     let bar = spinner(format!("running {}×{}×{} on {name}", p.m, p.n, p.k));
@@ -527,11 +547,15 @@ fn demo(args: &DemoArgs) -> Result<()> {
     let ops = random_operands(problem, 0);
     let golden = gemm(&problem, &ops.a, &ops.b, ops.bias.as_deref())?;
     let cfg = GemmConfig::default();
-    let devices: Vec<Box<dyn Device>> = vec![
+    let mut devices: Vec<Box<dyn Device>> = vec![
         Box::new(CpuDevice::new(CpuMode::Golden)),
         Box::new(CpuDevice::new(CpuMode::Fast)),
         Box::new(sim_device(&cfg, &args.sim, 0, None)?),
     ];
+    match ferrite_host::backend::open_cuda() {
+        Ok(dev) => devices.push(dev),
+        Err(e) => println!("cuda: skipped ({e})"),
+    }
     println!(
         "{} on the default {} unit at {} MHz",
         describe(&problem),

@@ -1,0 +1,208 @@
+//! The fast float kernels a GPU user would run instead of the bit-exact twins:
+//! bf16 GEMM, FlashAttention-style forward, fused MoE gate. Each function
+//! checks shapes and buffer lengths, then enqueues one launch on the GPU's
+//! stream without waiting (so the benchmark can time back-to-back launches).
+//!
+//! bf16 values are raw `u16` bit patterns on both sides; [`to_bf16`] and
+//! [`from_bf16`] convert on the host.
+use super::runtime::{driver, Gpu, FLASH_ATTN, GEMM_BF16, MOE_GATE};
+use crate::device::DeviceError;
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+
+/// f32 → bf16 bits, round to nearest even (NaN stays NaN).
+pub fn to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return ((b >> 16) | 0x40) as u16;
+    }
+    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
+}
+
+pub fn from_bf16(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+fn bad(msg: String) -> DeviceError {
+    DeviceError::Problem(msg)
+}
+
+fn need_len<T>(name: &str, s: &CudaSlice<T>, want: usize) -> Result<(), DeviceError> {
+    if s.len() < want {
+        return Err(bad(format!(
+            "{name} has {} elements, needs {want}",
+            s.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Block tile of the bf16 GEMM kernel; shapes must be multiples of it.
+pub const GEMM_TILE_MN: usize = 128;
+pub const GEMM_TILE_K: usize = 64;
+const GEMM_SMEM: u32 = 3 * 2 * 128 * 64 * 2;
+
+/// `C[M,N] = A[M,K] · B[N,K]ᵀ` in bf16 with f32 accumulation.
+pub fn gemm_bf16(
+    gpu: &Gpu,
+    a: &CudaSlice<u16>,
+    b: &CudaSlice<u16>,
+    c: &mut CudaSlice<u16>,
+    (m, n, k): (usize, usize, usize),
+) -> Result<(), DeviceError> {
+    if m == 0
+        || n == 0
+        || k == 0
+        || m % GEMM_TILE_MN != 0
+        || n % GEMM_TILE_MN != 0
+        || k % GEMM_TILE_K != 0
+    {
+        return Err(bad(format!(
+            "bf16 GEMM {m}×{n}×{k}: M and N must be positive multiples of {GEMM_TILE_MN}, K of {GEMM_TILE_K}"
+        )));
+    }
+    if [m, n, k].iter().any(|&x| x > i32::MAX as usize) {
+        return Err(bad("bf16 GEMM shapes must fit in int32".into()));
+    }
+    need_len("A", a, m * k)?;
+    need_len("B", b, n * k)?;
+    need_len("C", c, m * n)?;
+    let f = gpu.function(GEMM_BF16, "ferrite_gemm_bf16_mma")?;
+    gpu.set_dynamic_smem(&f, GEMM_SMEM)?;
+    let tiles = (m / GEMM_TILE_MN) * (n / GEMM_TILE_MN);
+    let cfg = LaunchConfig {
+        grid_dim: (tiles as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: GEMM_SMEM,
+    };
+    let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+    let mut l = gpu.stream.launch_builder(&f);
+    l.arg(a).arg(b).arg(c).arg(&mi).arg(&ni).arg(&ki);
+    // SAFETY: argument order and types match the kernel; lengths checked above.
+    unsafe { l.launch(cfg) }.map_err(driver("launching ferrite_gemm_bf16_mma"))?;
+    Ok(())
+}
+
+/// Query rows per block of the attention kernel; N must be a multiple.
+pub const ATTN_BLOCK_Q: usize = 128;
+
+/// `O = softmax(Q·Kᵀ/√d [causal]) · V`, bf16, `[heads_total][n][d]` contiguous.
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attention(
+    gpu: &Gpu,
+    q: &CudaSlice<u16>,
+    k: &CudaSlice<u16>,
+    v: &CudaSlice<u16>,
+    o: &mut CudaSlice<u16>,
+    heads_total: usize,
+    n: usize,
+    d: usize,
+    causal: bool,
+) -> Result<(), DeviceError> {
+    let func = match d {
+        64 => "ferrite_flash_fwd_d64",
+        128 => "ferrite_flash_fwd_d128",
+        _ => {
+            return Err(bad(format!(
+                "flash attention: d = {d} (supported: 64, 128)"
+            )))
+        }
+    };
+    if n == 0 || n % ATTN_BLOCK_Q != 0 || n > i32::MAX as usize {
+        return Err(bad(format!(
+            "flash attention: N = {n} must be a positive multiple of {ATTN_BLOCK_Q}"
+        )));
+    }
+    if heads_total == 0 || heads_total > 65_535 {
+        return Err(bad(format!(
+            "flash attention: batch·heads = {heads_total} (supported: 1..=65535)"
+        )));
+    }
+    let len = heads_total * n * d;
+    for (name, s) in [("Q", q), ("K", k), ("V", v)] {
+        need_len(name, s, len)?;
+    }
+    need_len("O", o, len)?;
+    let f = gpu.function(FLASH_ATTN, func)?;
+    // Q tile (128 rows) + double-buffered K and V blocks (64 rows each).
+    let smem = ((ATTN_BLOCK_Q + 4 * 64) * d * 2) as u32;
+    gpu.set_dynamic_smem(&f, smem)?;
+    let cfg = LaunchConfig {
+        grid_dim: ((n / ATTN_BLOCK_Q) as u32, heads_total as u32, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    let (ni, ci) = (n as i32, i32::from(causal));
+    let mut l = gpu.stream.launch_builder(&f);
+    l.arg(q)
+        .arg(k)
+        .arg(v)
+        .arg(o)
+        .arg(&ni)
+        .arg(&scale_log2)
+        .arg(&ci);
+    // SAFETY: argument order and types match the kernel; lengths checked above.
+    unsafe { l.launch(cfg) }.map_err(driver("launching flash attention"))?;
+    Ok(())
+}
+
+/// Softmax over `e` logits per token, top-`k`, renormalized: weights `[t][k]`
+/// (descending) and expert indices `[t][k]`.
+pub fn moe_gate(
+    gpu: &Gpu,
+    logits: &CudaSlice<f32>,
+    weights: &mut CudaSlice<f32>,
+    indices: &mut CudaSlice<i32>,
+    (t, e, k): (usize, usize, usize),
+) -> Result<(), DeviceError> {
+    let (lanes, func) = match e {
+        1..=8 => (8, "ferrite_moe_gate_8x1"),
+        9..=32 => (32, "ferrite_moe_gate_32x1"),
+        33..=64 => (32, "ferrite_moe_gate_32x2"),
+        65..=128 => (32, "ferrite_moe_gate_32x4"),
+        129..=256 => (32, "ferrite_moe_gate_32x8"),
+        _ => return Err(bad(format!("MoE gate: E = {e} (supported: 1..=256)"))),
+    };
+    if k == 0 || k > e {
+        return Err(bad(format!("MoE gate: k = {k} must be in 1..=E ({e})")));
+    }
+    if t == 0 || t > i32::MAX as usize / 32 {
+        return Err(bad(format!("MoE gate: T = {t} out of range")));
+    }
+    need_len("logits", logits, t * e)?;
+    need_len("weights", weights, t * k)?;
+    need_len("indices", indices, t * k)?;
+    let f = gpu.function(MOE_GATE, func)?;
+    let threads = (t * lanes) as u64;
+    let cfg = LaunchConfig {
+        grid_dim: (threads.div_ceil(256) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (ti, ei, ki) = (t as i32, e as i32, k as i32);
+    let mut l = gpu.stream.launch_builder(&f);
+    l.arg(logits)
+        .arg(weights)
+        .arg(indices)
+        .arg(&ti)
+        .arg(&ei)
+        .arg(&ki);
+    // SAFETY: argument order and types match the kernel; lengths checked above.
+    unsafe { l.launch(cfg) }.map_err(driver("launching the MoE gate"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_round_trip_rounds_to_nearest_even() {
+        assert_eq!(to_bf16(1.0), 0x3f80);
+        assert_eq!(from_bf16(to_bf16(-2.5)), -2.5);
+        // 1 + 2^-8 is halfway between bf16 1.0 and 1.0078125: ties to even (1.0).
+        assert_eq!(to_bf16(1.0 + 1.0 / 256.0), 0x3f80);
+        assert_eq!(to_bf16(1.0 + 3.0 / 256.0), 0x3f82);
+        assert!(from_bf16(to_bf16(f32::NAN)).is_nan());
+    }
+}

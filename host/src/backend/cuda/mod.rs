@@ -1,0 +1,373 @@
+//! The CUDA device: bit-exact twins of the FPGA units on a GPU, through cudarc.
+//!
+//! [`CudaDevice`] implements [`Device`] for the GEMM unit with the integer
+//! tensor cores (`kernels/cuda/gemm_i8.cu`), equal to
+//! `ferrite_hw::gemm::gemm` bit for bit, so a board's output can be checked
+//! against a GPU. The attention twin ([`CudaDevice::attention`]) is an inherent
+//! method because the [`Device`] trait has no attention launch yet.
+//! [`float`] holds the fast bf16/f32 kernels the GPU benchmark measures.
+pub mod float;
+pub mod runtime;
+
+use crate::device::{
+    check_gemm_buffers, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch,
+    Layout, Problem, RunStats,
+};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use ferrite_hw::attention::model::check_operands as check_attention;
+use ferrite_hw::attention::{AttentionOutput, AttentionProblem};
+use ferrite_hw::gemm::{GemmLayout, GemmProblem};
+use ferrite_hw::numerics::exp2_lut;
+use runtime::{driver, Gpu, ATTENTION_FIXED, GEMM_I8};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Row pitches must be multiples of this: the GEMM kernel loads rows in
+/// aligned 16-byte chunks.
+pub const PITCH_ALIGN: u64 = 16;
+/// Output tile of the int8 GEMM kernel (grid = ⌈N/64⌉ × ⌈M/64⌉).
+const GEMM_TILE: usize = 64;
+
+/// A GPU as a [`Device`]; buffers are device allocations.
+pub struct CudaDevice {
+    gpu: Gpu,
+    buffers: HashMap<u64, CudaSlice<u8>>,
+    next_id: u64,
+}
+
+impl std::fmt::Debug for CudaDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaDevice")
+            .field("name", &self.gpu.name)
+            .field("arch", &self.gpu.arch)
+            .field("buffers", &self.buffers.len())
+            .finish()
+    }
+}
+
+impl CudaDevice {
+    /// Open GPU `ordinal`. Without a driver, NVRTC or GPU this is an error
+    /// ([`DeviceError::MissingTool`]), never a panic.
+    pub fn new(ordinal: usize) -> Result<Self, DeviceError> {
+        Ok(Self {
+            gpu: Gpu::open(ordinal)?,
+            buffers: HashMap::new(),
+            next_id: 1,
+        })
+    }
+
+    /// The opened GPU (for the float kernels and the benchmark).
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    fn slice(&self, buf: Buffer) -> Result<&CudaSlice<u8>, DeviceError> {
+        self.buffers
+            .get(&buf.id())
+            .ok_or(DeviceError::UnknownBuffer(buf.id()))
+    }
+
+    fn run_gemm(&mut self, g: &GemmArgs) -> Result<(), DeviceError> {
+        check_gemm_buffers(g)?;
+        let (p, l) = (&g.problem, &g.layout);
+        check_limits(p)?;
+        for (name, ld) in [("A", l.lda), ("B", l.ldb), ("C", l.ldc)] {
+            if ld % PITCH_ALIGN != 0 {
+                return Err(DeviceError::Problem(format!(
+                    "{name} pitch {ld} is not a multiple of {PITCH_ALIGN} bytes (use CudaDevice::layout)"
+                )));
+            }
+        }
+        let func = self.gpu.function(GEMM_I8, "ferrite_gemm_i8")?;
+        let (a, b, c) = (self.slice(g.a)?, self.slice(g.b)?, self.slice(g.c)?);
+        // Without a bias the kernel never reads its bias pointer; A stands in.
+        let bias = match g.bias {
+            Some(buf) => self.slice(buf)?,
+            None => a,
+        };
+        let (m, n, k) = (p.m as i32, p.n as i32, p.k as i32);
+        let (lda, ldb, ldc) = (l.lda as i64, l.ldb as i64, l.ldc as i64);
+        let flags = p.flags();
+        let (qmult, qshift) = p.requant.map_or((0, 0), |rq| (rq.multiplier, rq.shift));
+        let cfg = LaunchConfig {
+            grid_dim: (
+                p.n.div_ceil(GEMM_TILE) as u32,
+                p.m.div_ceil(GEMM_TILE) as u32,
+                1,
+            ),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.gpu.stream.launch_builder(&func);
+        launch
+            .arg(a)
+            .arg(b)
+            .arg(bias)
+            .arg(c)
+            .arg(&m)
+            .arg(&n)
+            .arg(&k)
+            .arg(&lda)
+            .arg(&ldb)
+            .arg(&ldc)
+            .arg(&flags)
+            .arg(&qmult)
+            .arg(&qshift);
+        // SAFETY: argument types and order match ferrite_gemm_i8; the buffers
+        // were checked against the layout above, so every access is in bounds.
+        unsafe { launch.launch(cfg) }.map_err(driver("launching ferrite_gemm_i8"))?;
+        self.gpu.sync()
+    }
+
+    /// The attention unit's golden model on the GPU, bit for bit: Q16 fixed
+    /// point, or int8 when `p.params.out` is set. Returns the kernel's time too.
+    pub fn attention(
+        &mut self,
+        p: &AttentionProblem,
+        q: &[i8],
+        k: &[i8],
+        v: &[i8],
+    ) -> Result<(AttentionOutput, Duration), DeviceError> {
+        check_attention(p, q, k, v)?;
+        if p.dim > 128 {
+            return Err(DeviceError::TooBig {
+                device: self.gpu.name.clone(),
+                reason: format!(
+                    "dim = {} (the attention twin holds at most 128 per warp)",
+                    p.dim
+                ),
+            });
+        }
+        let rows = p.heads_total() * p.seq_q;
+        let fits_i32 = |x: usize| i32::try_from(x).is_ok();
+        if !(fits_i32(p.heads_total()) && fits_i32(p.seq_q) && fits_i32(p.seq_kv))
+            || (rows as u64).div_ceil(4) > u32::MAX as u64
+        {
+            return Err(DeviceError::TooBig {
+                device: self.gpu.name.clone(),
+                reason: "more rows or heads than the kernel indexes".into(),
+            });
+        }
+        let s = &self.gpu.stream;
+        let up = |x: &[i8]| {
+            let bytes: Vec<u8> = x.iter().map(|&v| v as u8).collect();
+            s.clone_htod(&bytes)
+                .map_err(driver("uploading attention operands"))
+        };
+        let (dq, dk, dv) = (up(q)?, up(k)?, up(v)?);
+        let lut = s
+            .clone_htod(&exp2_lut())
+            .map_err(driver("uploading the exp2 LUT"))?;
+        let kv: Vec<i32> = (0..p.batch).map(|b| p.keys(b) as i32).collect();
+        let dkv = s.clone_htod(&kv).map_err(driver("uploading kv_len"))?;
+        let out_bytes = rows * p.dim * if p.params.out.is_some() { 1 } else { 4 };
+        let mut out = s
+            .clone_htod(&vec![crate::ops::POISON; out_bytes])
+            .map_err(driver("allocating the attention output"))?;
+        let func = self
+            .gpu
+            .function(ATTENTION_FIXED, "ferrite_attention_fixed")?;
+        let (heads, heads_total) = (p.heads as i32, p.heads_total() as i32);
+        let (seq_q, seq_kv, dim) = (p.seq_q as i32, p.seq_kv as i32, p.dim as i32);
+        let causal = i32::from(p.causal);
+        let (sm, ss) = (p.params.score.multiplier, p.params.score.shift);
+        let requant = i32::from(p.params.out.is_some());
+        let (om, os) = p.params.out.map_or((0, 0), |rq| (rq.multiplier, rq.shift));
+        let cfg = LaunchConfig {
+            grid_dim: ((rows as u64).div_ceil(4) as u32, 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let start = Instant::now();
+        let mut launch = s.launch_builder(&func);
+        launch
+            .arg(&dq)
+            .arg(&dk)
+            .arg(&dv)
+            .arg(&lut)
+            .arg(&dkv)
+            .arg(&mut out)
+            .arg(&heads)
+            .arg(&heads_total)
+            .arg(&seq_q)
+            .arg(&seq_kv)
+            .arg(&dim)
+            .arg(&causal)
+            .arg(&sm)
+            .arg(&ss)
+            .arg(&requant)
+            .arg(&om)
+            .arg(&os);
+        // SAFETY: argument order and types match ferrite_attention_fixed; the
+        // operand lengths were checked against the problem above.
+        unsafe { launch.launch(cfg) }.map_err(driver("launching ferrite_attention_fixed"))?;
+        self.gpu.sync()?;
+        let elapsed = start.elapsed();
+        let bytes = s
+            .clone_dtoh(&out)
+            .map_err(driver("downloading the attention output"))?;
+        let out = if p.params.out.is_some() {
+            AttentionOutput::I8(bytes.into_iter().map(|b| b as i8).collect())
+        } else {
+            AttentionOutput::Fixed(
+                bytes
+                    .chunks_exact(4)
+                    .map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                    .collect(),
+            )
+        };
+        Ok((out, elapsed))
+    }
+}
+
+/// Problem sizes the int8 GEMM kernel indexes: 32-bit shapes, grid limits.
+fn check_limits(p: &GemmProblem) -> Result<(), DeviceError> {
+    p.validate()?;
+    let too_big = |reason: String| {
+        Err(DeviceError::TooBig {
+            device: "cuda".into(),
+            reason,
+        })
+    };
+    if [p.m, p.n, p.k].iter().any(|&x| i32::try_from(x).is_err()) {
+        return too_big(format!(
+            "M, N, K must fit in int32 (got {}×{}×{})",
+            p.m, p.n, p.k
+        ));
+    }
+    if p.m.div_ceil(GEMM_TILE) > 65_535 {
+        return too_big(format!(
+            "M = {} exceeds 65535 row tiles of {GEMM_TILE}",
+            p.m
+        ));
+    }
+    Ok(())
+}
+
+/// Dense rows rounded up to [`PITCH_ALIGN`] bytes (cudaMallocPitch-like).
+pub fn cuda_layout(p: &GemmProblem) -> GemmLayout {
+    let pitch = |bytes: u64| bytes.div_ceil(PITCH_ALIGN) * PITCH_ALIGN;
+    let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
+    let (lda, ldb, ldc) = (pitch(k), pitch(n), pitch(n * p.out_elem_bytes() as u64));
+    GemmLayout {
+        lda,
+        ldb,
+        ldc,
+        a_bytes: lda * m,
+        b_bytes: ldb * k,
+        bias_bytes: 4 * n,
+        c_bytes: ldc * m,
+    }
+}
+
+impl Device for CudaDevice {
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            name: format!("cuda ({}, {})", self.gpu.name, self.gpu.arch),
+            kind: DeviceKind::Gpu,
+            clock_mhz: None,
+        }
+    }
+
+    fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError> {
+        match problem {
+            Problem::Gemm(p) => {
+                check_limits(p)?;
+                Ok(Layout::Gemm(cuda_layout(p)))
+            }
+        }
+    }
+
+    fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
+        let len = usize::try_from(bytes).map_err(|_| DeviceError::OutOfMemory {
+            requested: bytes,
+            available: 0,
+        })?;
+        let (free, _) = self
+            .gpu
+            .ctx
+            .mem_get_info()
+            .map_err(driver("reading free memory"))?;
+        if len > free {
+            return Err(DeviceError::OutOfMemory {
+                requested: bytes,
+                available: free as u64,
+            });
+        }
+        // A zero-byte request still gets a real allocation, so every handle is
+        // backed by one; its Buffer says 0 bytes and bounds checks use that.
+        let slice = self
+            .gpu
+            .stream
+            .alloc_zeros::<u8>(len.max(1))
+            .map_err(driver("allocating device memory"))?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.buffers.insert(id, slice);
+        Ok(Buffer::new(id, bytes))
+    }
+
+    fn upload(&mut self, buf: Buffer, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let range = span(buf, offset, data.len())?;
+        let stream = self.gpu.stream.clone();
+        let slice = self
+            .buffers
+            .get_mut(&buf.id())
+            .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut view = slice.slice_mut(range);
+        stream
+            .memcpy_htod(data, &mut view)
+            .map_err(driver("uploading"))?;
+        self.gpu.sync()
+    }
+
+    fn download(&mut self, buf: Buffer, offset: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        let range = span(buf, offset, out.len())?;
+        let slice = self.slice(buf)?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.gpu
+            .stream
+            .memcpy_dtoh(&slice.slice(range), out)
+            .map_err(driver("downloading"))?;
+        self.gpu.sync()
+    }
+
+    fn free(&mut self, buf: Buffer) -> Result<(), DeviceError> {
+        self.buffers
+            .remove(&buf.id())
+            .map(drop)
+            .ok_or(DeviceError::UnknownBuffer(buf.id()))
+    }
+
+    fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
+        let start = Instant::now();
+        match launch {
+            Launch::Gemm(g) => self.run_gemm(g)?,
+        }
+        Ok(RunStats {
+            wall: start.elapsed(),
+            useful_macs: launch.useful_macs(),
+            cycles: None,
+        })
+    }
+}
+
+/// `offset..offset+len` inside a buffer of `buf.len()` bytes, checked.
+fn span(buf: Buffer, offset: u64, len: usize) -> Result<std::ops::Range<usize>, DeviceError> {
+    let oob = || DeviceError::OutOfBounds {
+        id: buf.id(),
+        offset,
+        len: len as u64,
+        size: buf.len(),
+    };
+    let end = offset
+        .checked_add(len as u64)
+        .filter(|&e| e <= buf.len())
+        .ok_or_else(oob)?;
+    Ok(offset as usize..end as usize)
+}

@@ -1,0 +1,315 @@
+//! The CUDA runtime under every CUDA kernel: opening the GPU, run-time
+//! compilation with NVRTC, and the two caches of compiled modules.
+//!
+//! cudarc loads `libcuda` and `libnvrtc` with `dlopen` on first use, so nothing
+//! CUDA is needed to build; but its loader panics when a library is missing.
+//! [`Gpu::open`] therefore probes both libraries first and turns their absence
+//! into [`DeviceError::MissingTool`], before any cudarc call can panic.
+use crate::device::DeviceError;
+use cudarc::driver::{result::DriverError, sys, CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::nvrtc::{result as nvrtc, Ptx};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Kernel sources, embedded so a built binary needs no source tree. The
+/// `#include "common_bf16.cuh"` lines are expanded by [`expand`], because NVRTC
+/// gets one string and no include path.
+pub(crate) const COMMON_BF16: &str = include_str!("../../../../kernels/cuda/common_bf16.cuh");
+
+/// One `.cu` file of `kernels/cuda/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Source {
+    pub name: &'static str,
+    pub text: &'static str,
+}
+
+pub const GEMM_I8: Source = Source {
+    name: "gemm_i8.cu",
+    text: include_str!("../../../../kernels/cuda/gemm_i8.cu"),
+};
+pub const ATTENTION_FIXED: Source = Source {
+    name: "attention_fixed.cu",
+    text: include_str!("../../../../kernels/cuda/attention_fixed.cu"),
+};
+pub const MOE_GATE: Source = Source {
+    name: "moe_gate.cu",
+    text: include_str!("../../../../kernels/cuda/moe_gate.cu"),
+};
+pub const GEMM_BF16: Source = Source {
+    name: "gemm_bf16.cu",
+    text: include_str!("../../../../kernels/cuda/gemm_bf16.cu"),
+};
+pub const FLASH_ATTN: Source = Source {
+    name: "flash_attn.cu",
+    text: include_str!("../../../../kernels/cuda/flash_attn.cu"),
+};
+
+/// Every kernel source, for tools that compile them all ahead of a benchmark.
+pub const ALL_SOURCES: [Source; 5] = [GEMM_I8, ATTENTION_FIXED, MOE_GATE, GEMM_BF16, FLASH_ATTN];
+
+fn expand(src: &str) -> String {
+    src.replace("#include \"common_bf16.cuh\"", COMMON_BF16)
+}
+
+/// A driver error as a [`DeviceError`], with what was being done.
+pub(crate) fn driver(what: &str) -> impl FnOnce(DriverError) -> DeviceError + '_ {
+    move |e| DeviceError::Backend {
+        backend: "cuda",
+        source: format!("{what}: {e}").into(),
+    }
+}
+
+/// Why CUDA cannot be used here, or `Ok` when both libraries load.
+pub fn probe_libraries() -> Result<(), DeviceError> {
+    // SAFETY: these only try `dlopen` on candidate names and drop the handle.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(DeviceError::MissingTool {
+            tool: "libcuda (the NVIDIA driver)",
+            hint: "no CUDA driver library could be loaded; install the NVIDIA driver, or add the folder holding libcuda.so to LD_LIBRARY_PATH".into(),
+        });
+    }
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(DeviceError::MissingTool {
+            tool: "libnvrtc (CUDA's run-time compiler)",
+            hint: "kernels are compiled at run time; install the CUDA toolkit or the nvidia-cuda-nvrtc wheel and add the folder holding libnvrtc.so to LD_LIBRARY_PATH (e.g. /usr/local/cuda/lib64)".into(),
+        });
+    }
+    Ok(())
+}
+
+/// An opened GPU: context, one stream, and its loaded modules.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub name: String,
+    /// NVRTC target, `sm_90a` on Hopper (wgmma needs the `a` variant).
+    pub arch: String,
+    pub sm_count: u32,
+    modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    /// Functions already looked up, so a timed loop of launches costs no
+    /// lock-and-lookup in the driver per launch.
+    functions: Mutex<HashMap<(&'static str, String), CudaFunction>>,
+}
+
+impl Gpu {
+    pub fn open(ordinal: usize) -> Result<Self, DeviceError> {
+        probe_libraries()?;
+        let count = CudaContext::device_count().map_err(driver("counting CUDA devices"))?;
+        if count <= 0 {
+            return Err(DeviceError::MissingTool {
+                tool: "a CUDA GPU",
+                hint: "the driver loads but reports no device".into(),
+            });
+        }
+        if ordinal >= count as usize {
+            return Err(DeviceError::Config(format!(
+                "CUDA device {ordinal} requested, {count} present"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(driver("creating a CUDA context"))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(driver("reading the compute capability"))?;
+        if major < 8 {
+            return Err(DeviceError::Config(format!(
+                "compute capability {major}.{minor}: the kernels need ≥ 8.0 (mma.sync s8/bf16, cp.async)"
+            )));
+        }
+        let arch = if (major, minor) == (9, 0) {
+            "sm_90a".to_string()
+        } else {
+            format!("sm_{major}{minor}")
+        };
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver("reading the SM count"))? as u32;
+        let name = ctx.name().map_err(driver("reading the device name"))?;
+        let stream = ctx.default_stream();
+        Ok(Self {
+            ctx,
+            stream,
+            name,
+            arch,
+            sm_count,
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Kernel `func` of `src`, compiled (or fetched from a cache) for this GPU.
+    pub fn function(&self, src: Source, func: &str) -> Result<CudaFunction, DeviceError> {
+        let key = (src.name, func.to_string());
+        if let Some(f) = self
+            .functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok(f.clone());
+        }
+        let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
+        let module = match modules.get(src.name) {
+            Some(m) => m.clone(),
+            None => {
+                let cubin = cubin(src, &self.arch)?;
+                let m = self
+                    .ctx
+                    .load_module(Ptx::from_binary(cubin))
+                    .map_err(driver(&format!("loading {}", src.name)))?;
+                modules.insert(src.name, m.clone());
+                m
+            }
+        };
+        let f = module
+            .load_function(func)
+            .map_err(driver(&format!("finding {func} in {}", src.name)))?;
+        self.functions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, f.clone());
+        Ok(f)
+    }
+
+    /// Let `f` use `bytes` of dynamic shared memory (above the 48 KiB default).
+    pub fn set_dynamic_smem(&self, f: &CudaFunction, bytes: u32) -> Result<(), DeviceError> {
+        // SAFETY: `f` is a live function of a module this context loaded.
+        unsafe {
+            cudarc::driver::result::function::set_function_attribute(
+                f.cu_function(),
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )
+        }
+        .map_err(driver("raising the dynamic shared-memory limit"))
+    }
+
+    pub fn sync(&self) -> Result<(), DeviceError> {
+        self.stream
+            .synchronize()
+            .map_err(driver("running a kernel"))
+    }
+}
+
+/// Compiled modules of this process, by (source hash, arch).
+fn memory_cache() -> &'static Mutex<HashMap<String, Vec<u8>>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Vec<u8>>>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// `$FERRITE_CACHE/cuda`, else `~/.cache/ferrite/cuda`; `None` without either.
+pub fn cache_dir() -> Option<PathBuf> {
+    let root = match std::env::var_os("FERRITE_CACHE") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/ferrite"),
+    };
+    Some(root.join("cuda"))
+}
+
+fn nvrtc_version() -> String {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: plain out-parameters; the library was probed before.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    format!("{major}.{minor}")
+}
+
+/// Compiler options: the GPU's own target (real SASS, so the driver never
+/// JIT-compiles), C++17 for the lambdas, line info for profilers.
+fn options(arch: &str) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".into(),
+        "--generate-line-info".into(),
+    ]
+}
+
+/// The cache key: source, target, compiler version and options. A changed
+/// kernel, GPU or NVRTC never reuses a stale binary.
+fn cache_key(src: &str, arch: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(src.as_bytes());
+    h.update(arch.as_bytes());
+    h.update(nvrtc_version().as_bytes());
+    h.update(options(arch).join(" ").as_bytes());
+    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("{arch}-{}", &hex[..32])
+}
+
+/// The cubin of `src` for `arch`: from this process's cache, the disk cache, or
+/// NVRTC (then stored in both). Disk-cache failures only cost a recompile.
+pub fn cubin(src: Source, arch: &str) -> Result<Vec<u8>, DeviceError> {
+    let text = expand(src.text);
+    let key = cache_key(&text, arch);
+    if let Some(bin) = memory_cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&key)
+    {
+        return Ok(bin.clone());
+    }
+    let file =
+        cache_dir().map(|d| d.join(format!("{}-{key}.cubin", src.name.trim_end_matches(".cu"))));
+    let bin = match file.as_ref().and_then(|f| std::fs::read(f).ok()) {
+        Some(bin) if !bin.is_empty() => bin,
+        _ => {
+            let bin = compile(src.name, &text, arch)?;
+            if let Some(f) = &file {
+                // Write then rename, so a concurrent reader never sees half a file.
+                let tmp = f.with_extension(format!("tmp{}", std::process::id()));
+                let stored = f
+                    .parent()
+                    .map_or(Ok(()), std::fs::create_dir_all)
+                    .and_then(|()| std::fs::write(&tmp, &bin))
+                    .and_then(|()| std::fs::rename(&tmp, f));
+                if let Err(e) = stored {
+                    eprintln!("warning: not caching {} in {}: {e}", src.name, f.display());
+                }
+            }
+            bin
+        }
+    };
+    memory_cache()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, bin.clone());
+    Ok(bin)
+}
+
+/// NVRTC: source to cubin for a real architecture, with the log on failure.
+fn compile(name: &str, text: &str, arch: &str) -> Result<Vec<u8>, DeviceError> {
+    let fail = |what: String| DeviceError::Backend {
+        backend: "nvrtc",
+        source: what.into(),
+    };
+    let c_src = CString::new(text).map_err(|_| fail(format!("{name} contains a NUL byte")))?;
+    let c_name = CString::new(name).map_err(|_| fail(format!("bad kernel name {name}")))?;
+    let prog = nvrtc::create_program(&c_src, Some(&c_name))
+        .map_err(|e| fail(format!("creating a program for {name}: {e:?}")))?;
+    // SAFETY: `prog` is live until the destroy below; c_src/c_name outlive it.
+    let result = unsafe {
+        match nvrtc::compile_program(prog, &options(arch)) {
+            Err(e) => {
+                let log = nvrtc::get_program_log(prog)
+                    .map(|l| CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                Err(fail(format!("compiling {name} for {arch}: {e:?}\n{log}")))
+            }
+            Ok(()) => {
+                let mut size = 0usize;
+                let mut bin = Vec::new();
+                let r = cudarc::nvrtc::sys::nvrtcGetCUBINSize(prog, &mut size).result();
+                r.and_then(|()| {
+                    bin.resize(size, 0u8);
+                    cudarc::nvrtc::sys::nvrtcGetCUBIN(prog, bin.as_mut_ptr().cast()).result()
+                })
+                .map(|()| bin)
+                .map_err(|e| fail(format!("reading the cubin of {name}: {e:?}")))
+            }
+        }
+    };
+    // SAFETY: created above and not destroyed before.
+    let _ = unsafe { nvrtc::destroy_program(prog) };
+    result
+}

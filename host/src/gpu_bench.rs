@@ -1,0 +1,383 @@
+//! `ferrite bench gpu`: times the fast float kernels of the CUDA backend against
+//! what a PyTorch user would run instead, checks every output against a float64
+//! reference, and writes every figure (ours, PyTorch's, the ratio) as JSON.
+//!
+//! PyTorch's timings come from `scripts/torch_reference.py`, run as a child
+//! process on the same GPU (or read from a JSON it wrote before, `--torch`).
+//! Values are checked in float64 on the CPU, on fresh random inputs, with the
+//! output poisoned (NaN / -1) before the checked run: for the 8192³ GEMM and the
+//! attention cases on sampled rows, for the MoE gate on every token.
+use crate::backend::cuda::float::{flash_attention, from_bf16, gemm_bf16, moe_gate, to_bf16};
+use crate::backend::cuda::runtime::{driver, Gpu};
+use crate::device::DeviceError;
+use anyhow::{bail, Context, Result};
+use cudarc::driver::{sys::CUevent_flags, CudaSlice};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Options of `ferrite bench gpu`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchGpuArgs {
+    /// Write every figure as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// PyTorch's figures from an earlier `torch_reference.py --out FILE`
+    /// instead of running the script.
+    #[arg(long)]
+    pub torch: Option<PathBuf>,
+    /// The reference script to run when --torch is not given.
+    #[arg(long, default_value = "scripts/torch_reference.py")]
+    pub script: PathBuf,
+    /// Python interpreter with PyTorch.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    /// Timed repetitions per case (median reported).
+    #[arg(long, default_value_t = 20)]
+    pub iters: usize,
+}
+
+/// One measured case: our median time, and what it is compared with.
+struct Case {
+    name: String,
+    /// Floating-point operations (or bytes for the gate) per run, for rates.
+    flops: f64,
+    ours_ms: f64,
+    rel_err: f64,
+    /// Largest error that passes (bf16: 1e-2).
+    tol: f64,
+    /// Keys of the PyTorch figures in the reference JSON, with labels.
+    refs: Vec<(&'static str, String)>,
+}
+
+fn rng() -> ChaCha8Rng {
+    // Fresh inputs on every run: seeded from the clock, printed for replay.
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    println!("input seed {seed}");
+    ChaCha8Rng::seed_from_u64(seed)
+}
+
+fn normal(rng: &mut ChaCha8Rng) -> f32 {
+    let (u1, u2): (f64, f64) = (rng.gen_range(1e-12..1.0), rng.gen());
+    ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+}
+
+/// Median kernel time in ms over `iters` runs (after 3 warm-ups), by events.
+fn time_ms(gpu: &Gpu, iters: usize, mut f: impl FnMut() -> Result<(), DeviceError>) -> Result<f64> {
+    for _ in 0..3 {
+        f()?;
+    }
+    gpu.sync()?;
+    let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+    let mut times = Vec::with_capacity(iters);
+    for _ in 0..iters.max(1) {
+        let start = gpu
+            .ctx
+            .new_event(flags)
+            .map_err(driver("creating an event"))?;
+        let end = gpu
+            .ctx
+            .new_event(flags)
+            .map_err(driver("creating an event"))?;
+        start
+            .record(&gpu.stream)
+            .map_err(driver("recording an event"))?;
+        f()?;
+        end.record(&gpu.stream)
+            .map_err(driver("recording an event"))?;
+        times.push(start.elapsed_ms(&end).map_err(driver("timing"))? as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+fn upload<T: cudarc::driver::DeviceRepr>(gpu: &Gpu, x: &[T]) -> Result<CudaSlice<T>> {
+    Ok(gpu.stream.clone_htod(x).map_err(driver("uploading"))?)
+}
+
+fn download<T: cudarc::driver::DeviceRepr + Default + Clone>(
+    gpu: &Gpu,
+    x: &CudaSlice<T>,
+) -> Result<Vec<T>> {
+    Ok(gpu.stream.clone_dtoh(x).map_err(driver("downloading"))?)
+}
+
+/// ‖got − ref‖ / ‖ref‖; infinite when anything is NaN (an unwritten output).
+fn rel_err(got: &[f64], reference: &[f64]) -> f64 {
+    let (mut num, mut den) = (0.0, 0.0);
+    for (g, r) in got.iter().zip(reference) {
+        if !g.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (g - r) * (g - r);
+        den += r * r;
+    }
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+fn bench_gemm(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, s: usize) -> Result<Case> {
+    let a: Vec<u16> = (0..s * s).map(|_| to_bf16(normal(rng))).collect();
+    let b: Vec<u16> = (0..s * s).map(|_| to_bf16(normal(rng))).collect();
+    let (da, db) = (upload(gpu, &a)?, upload(gpu, &b)?);
+    let mut dc = upload(gpu, &vec![0xffffu16; s * s])?; // NaN poison
+    gemm_bf16(gpu, &da, &db, &mut dc, (s, s, s))?;
+    gpu.sync()?;
+    let c = download(gpu, &dc)?;
+    let rows: Vec<usize> = (0..16).map(|i| i * (s - 1) / 15).collect();
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for &r in &rows {
+        let ar: Vec<f64> = a[r * s..(r + 1) * s]
+            .iter()
+            .map(|&x| from_bf16(x) as f64)
+            .collect();
+        for j in 0..s {
+            let br = &b[j * s..(j + 1) * s];
+            want.push(
+                ar.iter()
+                    .zip(br)
+                    .map(|(x, &y)| x * from_bf16(y) as f64)
+                    .sum(),
+            );
+            got.push(from_bf16(c[r * s + j]) as f64);
+        }
+    }
+    let ours_ms = time_ms(gpu, iters, || gemm_bf16(gpu, &da, &db, &mut dc, (s, s, s)))?;
+    Ok(Case {
+        name: format!("gemm_bf16_{s}"),
+        flops: 2.0 * (s as f64).powi(3),
+        ours_ms,
+        rel_err: rel_err(&got, &want),
+        tol: 1e-2,
+        refs: vec![("cublas", format!("gemm_bf16_{s}"))],
+    })
+}
+
+fn bench_attention(
+    gpu: &Gpu,
+    rng: &mut ChaCha8Rng,
+    iters: usize,
+    d: usize,
+    causal: bool,
+) -> Result<Case> {
+    let (bsz, heads, n) = (4usize, 16usize, 4096usize);
+    let bh = bsz * heads;
+    let len = bh * n * d;
+    let mut gen = || -> Vec<u16> { (0..len).map(|_| to_bf16(normal(rng))).collect() };
+    let (q, k, v) = (gen(), gen(), gen());
+    let (dq, dk, dv) = (upload(gpu, &q)?, upload(gpu, &k)?, upload(gpu, &v)?);
+    let mut dout = upload(gpu, &vec![0xffffu16; len])?;
+    flash_attention(gpu, &dq, &dk, &dv, &mut dout, bh, n, d, causal)?;
+    gpu.sync()?;
+    let out = download(gpu, &dout)?;
+    let f = |x: u16| from_bf16(x) as f64;
+    let scale = 1.0 / (d as f64).sqrt();
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    for h in [0, bh / 2, bh - 1] {
+        for i in [0, 1, 127, 128, n / 2 + 3, n - 1] {
+            let base = h * n * d;
+            let keys = if causal { i + 1 } else { n };
+            let qi = &q[base + i * d..base + (i + 1) * d];
+            let s: Vec<f64> = (0..keys)
+                .map(|j| {
+                    qi.iter()
+                        .zip(&k[base + j * d..base + (j + 1) * d])
+                        .map(|(&a, &b)| f(a) * f(b))
+                        .sum::<f64>()
+                        * scale
+                })
+                .collect();
+            let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let w: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+            let sum: f64 = w.iter().sum();
+            for x in 0..d {
+                want.push(
+                    (0..keys)
+                        .map(|j| w[j] * f(v[base + j * d + x]))
+                        .sum::<f64>()
+                        / sum,
+                );
+                got.push(f(out[base + i * d + x]));
+            }
+        }
+    }
+    let ours_ms = time_ms(gpu, iters, || {
+        flash_attention(gpu, &dq, &dk, &dv, &mut dout, bh, n, d, causal)
+    })?;
+    let name = format!("attn_d{d}_{}", if causal { "causal" } else { "full" });
+    let pairs = if causal {
+        (n * (n + 1) / 2) as f64
+    } else {
+        (n * n) as f64
+    };
+    Ok(Case {
+        flops: 4.0 * bh as f64 * pairs * d as f64,
+        ours_ms,
+        rel_err: rel_err(&got, &want),
+        tol: 1e-2,
+        refs: vec![
+            ("sdpa_flash", format!("{name}_flash")),
+            ("sdpa_cudnn", format!("{name}_cudnn")),
+        ],
+        name,
+    })
+}
+
+fn bench_moe(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, e: usize, k: usize) -> Result<Case> {
+    let t = 16384usize;
+    let logits: Vec<f32> = (0..t * e).map(|_| 2.0 * normal(rng)).collect();
+    let dl = upload(gpu, &logits)?;
+    let mut dw = upload(gpu, &vec![f32::NAN; t * k])?;
+    let mut di = upload(gpu, &vec![-1i32; t * k])?;
+    moe_gate(gpu, &dl, &mut dw, &mut di, (t, e, k))?;
+    gpu.sync()?;
+    let (w, idx) = (download(gpu, &dw)?, download(gpu, &di)?);
+    let (mut got, mut want, mut wrong_index) = (Vec::new(), Vec::new(), 0usize);
+    for tok in 0..t {
+        let x: Vec<f64> = logits[tok * e..(tok + 1) * e]
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        let mx = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = x.iter().map(|v| (v - mx).exp()).collect();
+        let mut order: Vec<usize> = (0..e).collect();
+        order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+        let top = &order[..k];
+        let sum: f64 = top.iter().map(|&i| p[i]).sum();
+        for (slot, &i) in top.iter().enumerate() {
+            if idx[tok * k + slot] != i as i32 {
+                wrong_index += 1;
+            }
+            want.push(p[i] / sum);
+            got.push(w[tok * k + slot] as f64);
+        }
+    }
+    let ours_ms = time_ms(gpu, iters, || {
+        moe_gate(gpu, &dl, &mut dw, &mut di, (t, e, k))
+    })?;
+    Ok(Case {
+        name: format!("moe_gate_e{e}_k{k}"),
+        // Bytes moved (logits in, weights and indices out) stand in for FLOPs.
+        flops: (t * e * 4 + t * k * 8) as f64,
+        ours_ms,
+        // A wrong expert is a wrong answer whatever the weights say.
+        rel_err: if wrong_index > 0 {
+            f64::INFINITY
+        } else {
+            rel_err(&got, &want)
+        },
+        tol: 1e-5,
+        refs: vec![("softmax_topk", format!("moe_gate_e{e}_k{k}"))],
+    })
+}
+
+fn torch_reference(args: &BenchGpuArgs) -> Result<Value> {
+    let text = match &args.torch {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+        }
+        None => {
+            println!(
+                "running {} {} (PyTorch reference)",
+                args.python,
+                args.script.display()
+            );
+            let out = Command::new(&args.python)
+                .arg(&args.script)
+                .output()
+                .with_context(|| format!("starting {}", args.python))?;
+            if !out.status.success() {
+                bail!(
+                    "{} failed: {}",
+                    args.script.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                        .lines()
+                        .last()
+                        .unwrap_or("")
+                );
+            }
+            String::from_utf8(out.stdout).context("reference output is not UTF-8")?
+        }
+    };
+    serde_json::from_str(&text).context("parsing the PyTorch reference JSON")
+}
+
+/// Run every case, print the ratio table, write the JSON; fails if any output
+/// is wrong (the figures are still printed and written first).
+pub fn run(args: &BenchGpuArgs) -> Result<()> {
+    let gpu = Gpu::open(0)?;
+    println!("device {} ({}, {} SMs)", gpu.name, gpu.arch, gpu.sm_count);
+    let mut rng = rng();
+    let it = args.iters;
+    let mut cases = vec![bench_gemm(&gpu, &mut rng, it, 8192)?];
+    for d in [64, 128] {
+        for causal in [false, true] {
+            cases.push(bench_attention(&gpu, &mut rng, it, d, causal)?);
+        }
+    }
+    cases.push(bench_moe(&gpu, &mut rng, it.max(100), 8, 2)?);
+    cases.push(bench_moe(&gpu, &mut rng, it.max(100), 64, 8)?);
+    let torch = torch_reference(args)?;
+    let mut rows = Vec::new();
+    println!(
+        "{:<22} {:>10} {:>12} {:>10}  {:<12} {:>10} {:>7}",
+        "case", "ours ms", "rate", "rel err", "reference", "ref ms", "ratio"
+    );
+    for c in &cases {
+        let unit = if c.name.starts_with("moe") {
+            ("GB/s", 1e9)
+        } else {
+            ("TFLOP/s", 1e12)
+        };
+        let rate = c.flops / (c.ours_ms * 1e-3) / unit.1;
+        let mut refs = serde_json::Map::new();
+        for (label, key) in &c.refs {
+            let ms = torch["cases"][key]["ms"].as_f64();
+            // ratio > 1: ours is faster.
+            let ratio = ms.map(|r| r / c.ours_ms);
+            println!(
+                "{:<22} {:>10.4} {:>7.1} {:<7} {:>7.1e}  {:<12} {:>10} {:>7}",
+                c.name,
+                c.ours_ms,
+                rate,
+                unit.0,
+                c.rel_err,
+                label,
+                ms.map_or("n/a".into(), |m| format!("{m:.4}")),
+                ratio.map_or("n/a".into(), |r| format!("{r:.2}×"))
+            );
+            refs.insert(
+                label.to_string(),
+                json!({ "ms": ms, "ratio": ratio, "key": key }),
+            );
+        }
+        rows.push(json!({
+            "name": c.name, "ours_ms": c.ours_ms, "rate": rate, "rate_unit": unit.0,
+            "rel_err": if c.rel_err.is_finite() { json!(c.rel_err) } else { json!("inf") },
+            "tol": c.tol, "pass": c.rel_err <= c.tol, "reference": refs,
+        }));
+    }
+    let report = json!({
+        "device": gpu.name, "arch": gpu.arch, "sm_count": gpu.sm_count,
+        "date_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        "torch": torch.get("torch"), "torch_device": torch.get("device"),
+        "cases": rows,
+    });
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    let failed: Vec<&str> = cases
+        .iter()
+        .filter(|c| c.rel_err > c.tol)
+        .map(|c| c.name.as_str())
+        .collect();
+    if !failed.is_empty() {
+        bail!("outputs outside tolerance: {}", failed.join(", "));
+    }
+    Ok(())
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build what the lent GPU machine runs (it has CUDA 13 and PyTorch but no Rust)
+# into the git-ignored folder gpu-bundle/: the release CLI (`ferrite`, which
+# also holds `ferrite bench gpu`), the CUDA test binary, the PyTorch reference
+# script, and run.sh, which runs all of it there. Binaries are stripped so the
+# folder stays well under the 64 MiB a device call may carry.
+#
+#   scripts/gpu-bundle.sh            # build
+#   (on the GPU machine) gpu-bundle/run.sh [OUTDIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=gpu-bundle
+rm -rf "$out"
+mkdir -p "$out"
+
+cargo build --release -p ferrite-host --features cuda --bin ferrite
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+cp "$target/release/ferrite" "$out/ferrite"
+
+# The test binary's path is only known from cargo's JSON messages.
+tests=$(cargo test --release -p ferrite-host --features cuda --test cuda --no-run --message-format=json \
+  | python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "cuda" and m.get("executable"):
+        print(m["executable"])')
+cp "$tests" "$out/test-cuda"
+strip "$out/ferrite" "$out/test-cuda"
+cp scripts/torch_reference.py "$out/"
+
+cat > "$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs on the GPU machine: tests, the CLI on cuda, the benchmark. OUTDIR gets
+# the logs and bench.json. NVRTC comes from the CUDA toolkit or PyTorch's wheel.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+outdir=${1:-$here/out}
+mkdir -p "$outdir"
+nvrtc=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(os.path.dirname(nvidia.cu13.__file__), "lib"))' 2>/dev/null || true)
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${nvrtc:+$nvrtc:}${LD_LIBRARY_PATH:-}
+export FERRITE_CACHE=${FERRITE_CACHE:-$outdir/cache}
+status=0
+# step LOG CMD...: run CMD, keep its output in OUTDIR/LOG, remember a failure.
+step() {
+  local log=$1; shift
+  echo "== $*"
+  "$@" 2>&1 | tee "$outdir/$log"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" -eq 0 ] || { echo "FAILED (exit $rc): $*"; status=1; }
+}
+step tests.log "$here/test-cuda" --test-threads=1 --nocapture
+step run.log "$here/ferrite" run gemm --device cuda --m 1000 --n 777 --k 1234 --bias --relu --requant 1073741824,40
+# The demo also simulates the RTL; without Verilator there that is rust-hdl (slow), so keep it small.
+step demo.log timeout 120 "$here/ferrite" demo --size 32
+step bench.log "$here/ferrite" bench gpu --script "$here/torch_reference.py" --json "$outdir/bench.json"
+exit $status
+RUN
+chmod +x "$out/run.sh"
+du -sh "$out"
+ls -la "$out"

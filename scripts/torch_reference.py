@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""PyTorch reference timings for `ferrite bench gpu`.
+
+Times what a PyTorch user would run for each case the Rust benchmark measures,
+on the same GPU, and prints one JSON object: {"device", "torch", "cases":
+{name: {"ms": median}}}. Cases whose backend is unavailable get "ms": null and
+an "error". Timing: CUDA events around each call, 3 warm-ups, median of N.
+"""
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def median_ms(fn, iters):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    iters = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    dev = "cuda"
+    cases = {}
+
+    s = 8192
+    a = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
+    # Same problem as ours: C = A · Bᵀ, B stored [N, K].
+    cases[f"gemm_bf16_{s}"] = {"ms": median_ms(lambda: a @ b.T, iters)}
+    del a, b
+
+    bsz, heads, n = 4, 16, 4096
+    for d in (64, 128):
+        q, k, v = (torch.randn(bsz, heads, n, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+        for causal in (False, True):
+            name = f"attn_d{d}_{'causal' if causal else 'full'}"
+            for label, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                try:
+                    with sdpa_kernel(backend):
+                        ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), iters)
+                    cases[f"{name}_{label}"] = {"ms": ms}
+                except Exception as e:  # a backend missing for this shape or build
+                    cases[f"{name}_{label}"] = {"ms": None, "error": str(e).splitlines()[0][:200]}
+        del q, k, v
+
+    t = 16384
+    for e, k in ((8, 2), (64, 8)):
+        x = torch.randn(t, e, device=dev, dtype=torch.float32) * 2
+
+        def gate():
+            p = torch.softmax(x, dim=-1)
+            w, i = torch.topk(p, k, dim=-1)
+            return w / w.sum(dim=-1, keepdim=True), i
+
+        cases[f"moe_gate_e{e}_k{k}"] = {"ms": median_ms(gate, max(iters, 100))}
+
+    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": cases}))
+
+
+if __name__ == "__main__":
+    main()
