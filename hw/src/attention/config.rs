@@ -49,7 +49,52 @@ impl AttentionConfig {
         if !(4..=256).contains(&self.read_fifo_depth) || !self.read_fifo_depth.is_power_of_two() {
             return bad(format!("read_fifo_depth = {}", self.read_fifo_depth));
         }
+        if self.port_bits / 8 < self.head_dim {
+            return bad(format!(
+                "a {}-byte memory beat cannot hold one {}-byte K/V row: use port_bits ≥ {}",
+                self.port_bits / 8,
+                self.head_dim,
+                8 * self.head_dim
+            ));
+        }
+        if self.dot_par != self.head_dim {
+            return bad(format!(
+                "dot_par = {}: this version computes a whole row per cycle (dot_par = head_dim = {})",
+                self.dot_par, self.head_dim
+            ));
+        }
         Ok(())
+    }
+
+    pub fn port_bytes(&self) -> usize {
+        self.port_bits / 8
+    }
+
+    /// Register map, shared by the RTL decoder, the JSON export and the drivers.
+    pub fn register_map(&self) -> crate::regmap::RegisterMap {
+        use crate::regmap::{Access::*, ArgKind::*, RegisterMap};
+        let mut map = RegisterMap::new(&self.kernel_name(), self.port_bits as u32);
+        map.push("Q", 64, ReadWrite, Buffer, "int8 Q, [batch·heads][seq_q][d], head pitch Q_STRIDE bytes")
+            .push("K", 64, ReadWrite, Buffer, "int8 K, [batch·heads][seq_kv][d], head pitch KV_STRIDE bytes")
+            .push("V", 64, ReadWrite, Buffer, "int8 V, same layout as K")
+            .push("O", 64, ReadWrite, Buffer, "output, [batch·heads][seq_q][d] int32 Q16 (or int8 with FLAGS.int8), head pitch O_STRIDE")
+            .push("KVLEN", 64, ReadWrite, Buffer, "int32 valid keys per batch entry (read when FLAGS.kvlen)")
+            .push("HEADS", 32, ReadWrite, Scalar, "batch·heads (≥ 1)")
+            .push("HPB", 32, ReadWrite, Scalar, "heads per batch entry (≥ 1)")
+            .push("SEQ_Q", 32, ReadWrite, Scalar, "query rows per head (≥ 1)")
+            .push("SEQ_KV", 32, ReadWrite, Scalar, "key/value rows per head (≥ 1)")
+            .push("Q_STRIDE", 32, ReadWrite, Scalar, "bytes between heads in Q (multiple of the beat)")
+            .push("KV_STRIDE", 32, ReadWrite, Scalar, "bytes between heads in K and V (multiple of the beat)")
+            .push("O_STRIDE", 32, ReadWrite, Scalar, "bytes between heads in O (multiple of the beat)")
+            .push("FLAGS", 32, ReadWrite, Scalar, "bit0 causal, bit1 kvlen buffer, bit2 int8 output")
+            .push("SMULT", 32, ReadWrite, Scalar, "score → log2-domain multiplier")
+            .push("SSHIFT", 32, ReadWrite, Scalar, "score → log2-domain shift (0..=62)")
+            .push("OMULT", 32, ReadWrite, Scalar, "output requantization multiplier")
+            .push("OSHIFT", 32, ReadWrite, Scalar, "output requantization shift (0..=62)")
+            .push("CYCLES", 64, ReadOnly, Status, "clock cycles from ap_start to ap_done of the last run")
+            .push("HWINFO", 32, ReadOnly, Status, "head_dim | lanes<<8 | log2(port_bits)<<16 | unit id<<24")
+            .push("STATUS", 32, ReadOnly, Status, "bit0: refused arguments or an AXI error response");
+        map
     }
 
     pub fn hwinfo(&self) -> u32 {
@@ -141,7 +186,17 @@ impl AttentionProblem {
         if self.dim != cfg.head_dim {
             return Err(HwError::Problem(format!("dim = {} but this unit is built for head_dim = {}", self.dim, cfg.head_dim)));
         }
+        // |s| ≤ d·2^14; t must stay inside the unit's 40-bit log2-domain register.
+        let t_max = (self.dim as f64) * 16384.0 * self.params.score.multiplier as f64 / 2f64.powi(self.params.score.shift as i32);
+        if t_max >= 2f64.powi(38) {
+            return Err(HwError::Problem(format!("score multiplier too large: |t| could reach {t_max:.3e} ≥ 2^38")));
+        }
         Ok(())
+    }
+
+    /// FLAGS register value.
+    pub fn flags(&self) -> u32 {
+        u32::from(self.causal) | u32::from(self.kv_len.is_some()) << 1 | u32::from(self.params.out.is_some()) << 2
     }
 
     pub fn heads_total(&self) -> usize {

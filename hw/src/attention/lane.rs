@@ -62,6 +62,8 @@ pub struct Lane<const W: usize> {
     m40: Signal<Local, Signed<40>>,
     u: Signal<Local, Signed<40>>,
     nu: Signal<Local, Signed<40>>,
+    u_bits: Signal<Local, Bits<40>>,
+    delta_bits: Signal<Local, Bits<32>>,
     psh: Signal<Local, Bits<40>>,
     rom: Exp2Rom,
     p3: DFF<Bits<16>>,
@@ -140,6 +142,8 @@ impl<const W: usize> Lane<W> {
             m40: Default::default(),
             u: Default::default(),
             nu: Default::default(),
+            u_bits: Default::default(),
+            delta_bits: Default::default(),
             psh: Default::default(),
             rom: Default::default(),
             p3: Default::default(),
@@ -259,14 +263,16 @@ impl<const W: usize> Logic for Lane<W> {
         if self.u.val().get_bit(39) {
             self.psh.next = (unsigned_cast(self.nu.val()) + 255) >> 8;
         }
-        self.rom.addr.next = unsigned_cast(self.u.val()).get_bits::<8>(0);
+        self.u_bits.next = unsigned_cast(self.u.val());
+        self.rom.addr.next = self.u_bits.val().get_bits::<8>(0);
         self.upd3.d.next = self.f2.q.val().get_bit(0) & !self.f2.q.val().get_bit(2);
         self.first3.d.next = self.f2.q.val().get_bit(1);
         self.p3.d.next = self.rom.data.val() >> self.psh.val();
         if self.psh.val() > 31 {
             self.p3.d.next = 0.into();
         }
-        self.d3.d.next = unsigned_cast(self.delta.val()).get_bits::<6>(0);
+        self.delta_bits.next = unsigned_cast(self.delta.val());
+        self.d3.d.next = self.delta_bits.val().get_bits::<6>(0);
         if self.delta.val() > signed_cast(bits::<32>(62)) {
             self.d3.d.next = 62.into();
         }

@@ -3,6 +3,7 @@
 pub mod config;
 pub mod lane;
 pub mod model;
+pub mod rtl;
 
 pub use config::{AttentionConfig, AttentionParams, AttentionProblem};
 pub use model::{attention, attention_f64, AttentionOutput};

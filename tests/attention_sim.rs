@@ -1,0 +1,144 @@
+//! The simulated attention unit against the golden model, bit for bit.
+use ferrite::host::driver::{self, ControlPort, LaunchArgs, Poll};
+use ferrite::host::DeviceError;
+use ferrite::hw::attention::{attention, rtl, AttentionConfig, AttentionOutput, AttentionParams, AttentionProblem};
+use ferrite::hw::numerics::Requant;
+use ferrite::sim::{MemoryConfig, Simulation, VerilatorInstance, VerilatorModel};
+use proptest::prelude::*;
+
+struct Port<'a>(&'a mut Simulation<VerilatorInstance>);
+
+impl ControlPort for Port<'_> {
+    fn read32(&mut self, offset: u32) -> Result<u32, DeviceError> {
+        self.0.read_reg(offset).map_err(|e| DeviceError::Argument(e.to_string()))
+    }
+    fn write32(&mut self, offset: u32, value: u32) -> Result<(), DeviceError> {
+        self.0.write_reg(offset, value).map_err(|e| DeviceError::Argument(e.to_string()))
+    }
+    fn wait(&mut self, ticks: u64) -> Result<(), DeviceError> {
+        self.0.step(ticks).map_err(|e| DeviceError::Argument(e.to_string()))
+    }
+    fn now(&self) -> u64 {
+        self.0.cycle()
+    }
+    fn tick_name(&self) -> &'static str {
+        "cycles"
+    }
+}
+
+fn verilator_or_skip() -> bool {
+    if ferrite::sim::verilator_available() {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing: run scripts/install-deps.sh");
+    eprintln!("skipped: Verilator is not installed (scripts/install-deps.sh installs it)");
+    false
+}
+
+/// Run one problem on the simulated unit; returns the output and the cycle count.
+fn run(cfg: &AttentionConfig, mem: MemoryConfig, p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> (AttentionOutput, u64) {
+    let model = VerilatorModel::build(&rtl::verilog(cfg).unwrap(), &cfg.kernel_name(), cfg.port_bits, false).unwrap();
+    let mem = MemoryConfig { data_bits: cfg.port_bits, ..mem };
+    let mut sim = Simulation::new(model.instance(None).unwrap(), mem).unwrap();
+    sim.reset(16).unwrap();
+    let beat = cfg.port_bytes();
+    let pitch = |bytes: usize| bytes.div_ceil(beat) * beat;
+    let d = p.dim;
+    let elem = if p.params.out.is_some() { 1 } else { 4 };
+    let (qs, kvs, os) = (pitch(p.seq_q * d), pitch(p.seq_kv * d), pitch(p.seq_q * d * elem));
+    let nh = p.heads_total();
+    let pack = |src: &[i8], rows: usize, stride: usize| {
+        let mut out = vec![0u8; nh * stride];
+        for h in 0..nh {
+            for (i, &x) in src[h * rows * d..(h + 1) * rows * d].iter().enumerate() {
+                out[h * stride + i] = x as u8;
+            }
+        }
+        out
+    };
+    let m = sim.mem_mut();
+    let (qa, ka, va, oa, la) = (
+        m.alloc((nh * qs) as u64).unwrap(),
+        m.alloc((nh * kvs) as u64).unwrap(),
+        m.alloc((nh * kvs) as u64).unwrap(),
+        m.alloc((nh * os) as u64).unwrap(),
+        m.alloc(pitch(4 * p.batch) as u64).unwrap(),
+    );
+    m.write(qa, &pack(q, p.seq_q, qs)).unwrap();
+    m.write(ka, &pack(k, p.seq_kv, kvs)).unwrap();
+    m.write(va, &pack(v, p.seq_kv, kvs)).unwrap();
+    m.fill(oa, nh * os, 0xA5).unwrap();
+    if let Some(kv) = &p.kv_len {
+        let bytes: Vec<u8> = kv.iter().flat_map(|&l| (l as u32).to_le_bytes()).collect();
+        m.write(la, &bytes).unwrap();
+    }
+    let out_rq = p.params.out.unwrap_or(Requant { multiplier: 0, shift: 0 });
+    let args = LaunchArgs {
+        hwinfo: cfg.hwinfo(),
+        values: vec![
+            ("Q", qa),
+            ("K", ka),
+            ("V", va),
+            ("O", oa),
+            ("KVLEN", la),
+            ("HEADS", nh as u64),
+            ("HPB", p.heads as u64),
+            ("SEQ_Q", p.seq_q as u64),
+            ("SEQ_KV", p.seq_kv as u64),
+            ("Q_STRIDE", qs as u64),
+            ("KV_STRIDE", kvs as u64),
+            ("O_STRIDE", os as u64),
+            ("FLAGS", p.flags() as u64),
+            ("SMULT", p.params.score.multiplier as u32 as u64),
+            ("SSHIFT", p.params.score.shift as u64),
+            ("OMULT", out_rq.multiplier as u32 as u64),
+            ("OSHIFT", out_rq.shift as u64),
+        ],
+    };
+    let cycles = driver::launch(&mut Port(&mut sim), &cfg.register_map(), &args, Poll { interval: 64, limit: 20_000_000 }).unwrap();
+    let raw = sim.mem().read(oa, nh * os).unwrap();
+    let rows = (0..nh).flat_map(|h| raw[h * os..h * os + p.seq_q * d * elem].to_vec());
+    let out = if elem == 1 {
+        AttentionOutput::I8(rows.map(|b| b as i8).collect())
+    } else {
+        let bytes: Vec<u8> = rows.collect();
+        AttentionOutput::Fixed(bytes.chunks(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    };
+    (out, cycles)
+}
+
+fn small() -> AttentionConfig {
+    AttentionConfig { head_dim: 16, lanes: 4, dot_par: 16, port_bits: 128, read_fifo_depth: 32, clock_mhz: 300.0 }
+}
+
+fn problem(d: usize, batch: usize, heads: usize, sq: usize, skv: usize, causal: bool, out8: bool) -> AttentionProblem {
+    let s = 1.0 / 32.0;
+    AttentionProblem {
+        batch,
+        heads,
+        seq_q: sq,
+        seq_kv: skv,
+        dim: d,
+        causal,
+        kv_len: None,
+        params: AttentionParams::from_scales(d, s, s, s, if out8 { Some(1.0 / 64.0) } else { None }).unwrap(),
+    }
+}
+
+#[test]
+fn smoke_single_head() {
+    if !verilator_or_skip() {
+        return;
+    }
+    let cfg = small();
+    for (sq, skv, causal) in [(1, 1, false), (4, 4, false), (5, 9, false), (6, 6, true), (13, 13, true)] {
+        let p = problem(16, 1, 1, sq, skv, causal, false);
+        let q: Vec<i8> = (0..sq * 16).map(|i| (i as i32 * 37 % 255 - 127) as i8).collect();
+        let k: Vec<i8> = (0..skv * 16).map(|i| (i as i32 * 53 % 255 - 127) as i8).collect();
+        let v: Vec<i8> = (0..skv * 16).map(|i| (i as i32 * 29 % 255 - 127) as i8).collect();
+        let want = attention(&p, &q, &k, &v).unwrap();
+        let (got, cycles) = run(&cfg, MemoryConfig::default(), &p, &q, &k, &v);
+        println!("sq={sq} skv={skv} causal={causal}: {cycles} cycles");
+        assert_eq!(got, want, "sq={sq} skv={skv} causal={causal}");
+    }
+}
