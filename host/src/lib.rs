@@ -3,10 +3,12 @@
 //! and XRT boards), the register-level [`driver`] shared by the memory-mapped
 //! backends, host-array [`ops`], and `.npy` I/O for the `ferrite` CLI.
 pub mod backend;
+pub mod bitstream;
 pub mod device;
 pub mod driver;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
+pub mod manifest;
 pub mod npy;
 pub mod ops;
 

@@ -1,9 +1,9 @@
 //! [`crate::Device`] implementations.
 pub mod cpu;
-#[cfg(feature = "opencl")]
-pub mod opencl;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(feature = "opencl")]
+pub mod opencl;
 pub mod sim;
 #[cfg(feature = "xrt")]
 pub mod xrt;

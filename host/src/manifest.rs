@@ -1,0 +1,331 @@
+//! The manifest of a built image: what unit and configuration it holds, for
+//! which board and clock, its register map, and a sha256 of every file of the
+//! build. `ferrite deploy` and the XRT backend load images only through a
+//! checked manifest, so a stale, edited or mismatched image is refused before
+//! it reaches a card.
+use crate::bitstream::board::{Board, Flow};
+use ferrite_hw::gemm::GemmConfig;
+use ferrite_hw::regmap::RegisterMap;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+/// File name of the manifest inside a build directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// Version of the manifest format; loading refuses any other.
+pub const FORMAT: u32 = 1;
+
+/// The unit an image holds, with its generation-time configuration. One
+/// variant per unit: attention and MoE add theirs here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "unit", content = "config", rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum UnitConfig {
+    Gemm(GemmConfig),
+}
+
+impl UnitConfig {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Gemm(_) => "gemm",
+        }
+    }
+
+    pub fn kernel_name(&self) -> String {
+        match self {
+            Self::Gemm(c) => c.kernel_name(),
+        }
+    }
+
+    pub fn register_map(&self) -> RegisterMap {
+        match self {
+            Self::Gemm(c) => c.register_map(),
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ferrite_hw::HwError> {
+        match self {
+            Self::Gemm(c) => c.validate(),
+        }
+    }
+}
+
+/// Where a PYNQ overlay puts the unit, as its `.hwh` will say.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverlayInfo {
+    /// Block-design cell name of the unit (PYNQ: `overlay.<cell>`).
+    pub cell: String,
+    /// Physical base address of the 4 KiB control window.
+    pub control_base: u64,
+    pub control_range: u64,
+    /// The hardware-handoff file PYNQ reads next to the bitstream.
+    pub hwh: String,
+}
+
+/// A built image, as written next to it in `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: u32,
+    #[serde(flatten)]
+    pub unit: UnitConfig,
+    pub kernel: String,
+    pub board: Board,
+    pub clock_mhz: f64,
+    pub register_map: RegisterMap,
+    /// The loadable image (an `.xclbin` for Alveo, the overlay `.bit` for
+    /// PYNQ), relative to the manifest; `None` when the vendor tools did not run.
+    pub image: Option<String>,
+    pub overlay: Option<OverlayInfo>,
+    /// sha256 (hex) of every file of the build, by path relative to the manifest.
+    pub files: BTreeMap<String, String>,
+}
+
+/// Every way a manifest can be refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a valid manifest: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: {reason}")]
+    Invalid { path: PathBuf, reason: String },
+    #[error("{file}: checksum mismatch (manifest sha256 {expected}, file has {found}): the file changed after the build")]
+    Checksum {
+        file: PathBuf,
+        expected: String,
+        found: String,
+    },
+    #[error("{file}: image does not match the manifest: {reason}")]
+    Image { file: PathBuf, reason: String },
+}
+
+/// A manifest that passed every check, with the directory its paths are relative to.
+#[derive(Debug, Clone)]
+pub struct LoadedManifest {
+    pub manifest: Manifest,
+    pub dir: PathBuf,
+}
+
+impl LoadedManifest {
+    /// Absolute path of the image, when the build produced one.
+    pub fn image_path(&self) -> Option<PathBuf> {
+        self.manifest.image.as_ref().map(|f| self.dir.join(f))
+    }
+}
+
+/// sha256 of `bytes` as lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, ManifestError> {
+    std::fs::read(path).map_err(|source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl Manifest {
+    /// A manifest for the files `files` (relative to `dir`) of a build; reads each to checksum it.
+    pub fn new(
+        unit: UnitConfig,
+        board: Board,
+        clock_mhz: f64,
+        image: Option<String>,
+        overlay: Option<OverlayInfo>,
+        dir: &Path,
+        files: &[String],
+    ) -> Result<Self, ManifestError> {
+        let mut sums = BTreeMap::new();
+        for f in files {
+            sums.insert(f.clone(), sha256_hex(&read(&dir.join(f))?));
+        }
+        Ok(Self {
+            format: FORMAT,
+            kernel: unit.kernel_name(),
+            register_map: unit.register_map(),
+            unit,
+            board,
+            clock_mhz,
+            image,
+            overlay,
+            files: sums,
+        })
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a manifest always serializes")
+    }
+
+    /// Write to `dir/manifest.json`.
+    pub fn write(&self, dir: &Path) -> Result<PathBuf, ManifestError> {
+        let path = dir.join(MANIFEST_FILE);
+        std::fs::write(&path, self.to_json()).map_err(|source| ManifestError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    /// Read and check a manifest: valid JSON of this format, a kernel name and
+    /// register map that are what its configuration generates, every listed
+    /// file present with its checksum, and an image that is the right kind of
+    /// file for the board and holds this kernel.
+    pub fn load(path: &Path) -> Result<LoadedManifest, ManifestError> {
+        let bytes = read(path)?;
+        let manifest: Manifest =
+            serde_json::from_slice(&bytes).map_err(|source| ManifestError::Json {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let invalid = |reason: String| ManifestError::Invalid {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if manifest.format != FORMAT {
+            return Err(invalid(format!(
+                "manifest format {} (this ferrite reads format {FORMAT})",
+                manifest.format
+            )));
+        }
+        manifest
+            .unit
+            .validate()
+            .map_err(|e| invalid(format!("configuration: {e}")))?;
+        if manifest.kernel != manifest.unit.kernel_name() {
+            return Err(invalid(format!(
+                "kernel `{}` is not the configuration's `{}`",
+                manifest.kernel,
+                manifest.unit.kernel_name()
+            )));
+        }
+        manifest
+            .register_map
+            .check()
+            .map_err(|e| invalid(e.to_string()))?;
+        if manifest.register_map != manifest.unit.register_map() {
+            return Err(invalid(
+                "the register map differs from the one its configuration generates".into(),
+            ));
+        }
+        if !(manifest.clock_mhz.is_finite() && manifest.clock_mhz > 0.0) {
+            return Err(invalid(format!("clock_mhz = {}", manifest.clock_mhz)));
+        }
+        let dir = path
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        for (file, expected) in &manifest.files {
+            let rel = Path::new(file);
+            if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+                return Err(invalid(format!(
+                    "file `{file}` is not a plain relative path"
+                )));
+            }
+            let full = dir.join(rel);
+            let found = sha256_hex(&read(&full)?);
+            if &found != expected {
+                return Err(ManifestError::Checksum {
+                    file: full,
+                    expected: expected.clone(),
+                    found,
+                });
+            }
+        }
+        if let Some(image) = &manifest.image {
+            if !manifest.files.contains_key(image) {
+                return Err(invalid(format!(
+                    "image `{image}` has no checksum in `files`"
+                )));
+            }
+            let full = dir.join(image);
+            check_image(&read(&full)?, &manifest)
+                .map_err(|reason| ManifestError::Image { file: full, reason })?;
+        }
+        if let Some(o) = &manifest.overlay {
+            if !manifest.files.contains_key(&o.hwh) && manifest.image.is_some() {
+                return Err(invalid(format!(
+                    "overlay metadata `{}` has no checksum in `files`",
+                    o.hwh
+                )));
+            }
+        }
+        Ok(LoadedManifest { manifest, dir })
+    }
+}
+
+/// Leading bytes of every Xilinx `.bit` file (the sync header of its first field).
+const BIT_MAGIC: [u8; 13] = [
+    0x00, 0x09, 0x0f, 0xf0, 0x0f, 0xf0, 0x0f, 0xf0, 0x0f, 0xf0, 0x00, 0x00, 0x01,
+];
+/// Leading bytes of every xclbin (`struct axlf`'s `m_magic`).
+const XCLBIN_MAGIC: &[u8; 8] = b"xclbin2\0";
+
+/// The image is an xclbin (Alveo) or a bitstream (PYNQ) that mentions the
+/// manifest's kernel (xclbin: its IP layout and metadata) or part (bitstream header).
+fn check_image(bytes: &[u8], m: &Manifest) -> Result<(), String> {
+    let contains = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    match m.board.spec().flow {
+        Flow::Alveo { .. } => {
+            if !bytes.starts_with(XCLBIN_MAGIC) {
+                return Err("not an xclbin (no `xclbin2` magic)".into());
+            }
+            if !contains(m.kernel.as_bytes()) {
+                return Err(format!("the xclbin does not contain kernel `{}`", m.kernel));
+            }
+        }
+        Flow::Pynq { .. } => {
+            if !bytes.starts_with(&BIT_MAGIC) {
+                return Err("not a Xilinx .bit bitstream (bad header)".into());
+            }
+            let part = m.board.spec().part;
+            let device = part
+                .trim_start_matches("xc")
+                .split('-')
+                .next()
+                .unwrap_or(part);
+            if !contains(device.as_bytes()) {
+                return Err(format!(
+                    "the bitstream header does not name the {} part ({device})",
+                    m.board
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unit_config_is_flattened_into_the_manifest() {
+        let m = Manifest {
+            format: FORMAT,
+            unit: UnitConfig::Gemm(GemmConfig::small(2, 2)),
+            kernel: GemmConfig::small(2, 2).kernel_name(),
+            board: Board::U55c,
+            clock_mhz: 300.0,
+            register_map: GemmConfig::small(2, 2).register_map(),
+            image: None,
+            overlay: None,
+            files: BTreeMap::new(),
+        };
+        let v: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        assert_eq!(v["unit"], "gemm");
+        assert_eq!(v["config"]["rows"], 2);
+        assert_eq!(serde_json::from_value::<Manifest>(v).unwrap(), m);
+    }
+}
