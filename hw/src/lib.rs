@@ -10,6 +10,7 @@ pub mod attention;
 pub mod blocks;
 pub mod control;
 pub mod gemm;
+pub mod moe;
 pub mod numerics;
 pub mod regmap;
 pub mod vitis;

@@ -1,0 +1,10 @@
+//! The MoE router unit: gate projection (x·W_gᵀ on its own multiplier lanes),
+//! top-k, fixed-point softmax, capacity assignment, load statistics and the
+//! dispatch plan, in one pass over the tokens.
+pub mod config;
+pub mod model;
+
+
+
+pub use config::{CapacityFactor, GateMode, MoeConfig, MoeProblem, MoeLayout};
+pub use model::{route, route_f64, MoeOutput, RouterF64};
