@@ -5,6 +5,7 @@ use ferrite::hw::attention::{attention, rtl, AttentionConfig, AttentionOutput, A
 use ferrite::hw::numerics::Requant;
 use ferrite::sim::{MemoryConfig, Simulation, VerilatorInstance, VerilatorModel};
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use rand::{Rng, SeedableRng};
 
 struct Port<'a>(&'a mut Simulation<VerilatorInstance>);
