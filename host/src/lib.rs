@@ -4,6 +4,9 @@
 //! backends, host-array [`ops`], and `.npy` I/O for the `ferrite` CLI.
 pub mod backend;
 pub mod bitstream;
+pub mod board_cli;
+pub mod deploy;
+pub mod devices;
 pub mod device;
 pub mod driver;
 #[cfg(feature = "cuda")]
@@ -11,6 +14,7 @@ pub mod gpu_bench;
 pub mod manifest;
 pub mod npy;
 pub mod ops;
+pub mod resources;
 
 pub use device::{
     Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats,

@@ -45,6 +45,9 @@ enum Cmd {
     },
     /// Run one GEMM on cpu, cpu-fast, sim (and cuda where a GPU exists) and compare them.
     Demo(DemoArgs),
+    /// Board images, deployment, device listing and resource estimates.
+    #[command(flatten)]
+    Board(ferrite_host::board_cli::BoardCmd),
     /// Benchmarks against reference implementations.
     #[cfg(feature = "cuda")]
     Bench {
@@ -232,6 +235,7 @@ fn main() -> ExitCode {
             unit: RunUnit::Gemm(args),
         } => run_gemm(&args),
         Cmd::Demo(args) => demo(&args),
+        Cmd::Board(cmd) => cmd.run(),
         #[cfg(feature = "cuda")]
         Cmd::Bench {
             target: BenchTarget::Gpu(args),
