@@ -107,7 +107,7 @@ pub fn flash_attention(
             )))
         }
     };
-    if n == 0 || n % ATTN_BLOCK_Q != 0 || n > i32::MAX as usize {
+    if n == 0 || !n.is_multiple_of(ATTN_BLOCK_Q) || n > i32::MAX as usize {
         return Err(bad(format!(
             "flash attention: N = {n} must be a positive multiple of {ATTN_BLOCK_Q}"
         )));
