@@ -439,3 +439,31 @@ always @(posedge clock) y <= q[31:0];"
         )
     }
 }
+
+/// `min(round(p · r / 2^24), 65535)` for unsigned `p` (16 bits) and `r` (32 bits),
+/// combinational: an MoE gate weight `p / L` in Q0.16 once `r = floor(2^40 / L)`.
+#[derive(LogicBlock, Default)]
+pub struct MulRoundSat16 {
+    pub p: Signal<In, Bits<16>>,
+    pub r: Signal<In, Bits<32>>,
+    pub w: Signal<Out, Bits<16>>,
+}
+
+impl Logic for MulRoundSat16 {
+    fn update(&mut self) {
+        let q = (to_u64(self.p.val()) * to_u64(self.r.val()) + (1 << 23)) >> 24;
+        self.w.next = q.min(0xFFFF).to_bits();
+    }
+    fn connect(&mut self) {
+        self.w.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(
+            "\
+wire [47:0] prod = {32'd0, p} * {16'd0, r};
+wire [47:0] q = (prod + 48'd8388608) >> 24;
+always @(*) w = (q > 48'd65535) ? 16'hffff : q[15:0];"
+                .into(),
+        )
+    }
+}

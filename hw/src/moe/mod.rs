@@ -3,8 +3,8 @@
 //! dispatch plan, in one pass over the tokens.
 pub mod config;
 pub mod model;
-
-
+pub mod rtl;
+pub mod tail;
 
 pub use config::{CapacityFactor, GateMode, MoeConfig, MoeProblem, MoeLayout};
 pub use model::{route, route_f64, MoeOutput, RouterF64};

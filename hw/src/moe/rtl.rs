@@ -1,0 +1,1295 @@
+//! rust-hdl generator of the MoE router unit (Vitis RTL kernel).
+//!
+//! One run: load the bias (optional) and all E gate rows into the lanes' RAMs,
+//! compute the capacity, then stream the tokens. Per token, the gate lanes
+//! compute `lanes` logits at a time, one beat of x per cycle (x rows are
+//! double-buffered on chip, so the next token's row loads while this one
+//! computes); a finished logit vector enters the tail, which takes one token
+//! per cycle: top-k rounds, exponentials, normalizer, reciprocal, weights,
+//! slots and load counters. A writer drains the tail's output FIFO: the token's
+//! route record (one burst), its dispatch entries (single words), and at the
+//! end the statistics.
+use super::config::{MoeConfig, E_LIMIT, RECORD_BYTES, T_LIMIT};
+use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_SUM, META_TOK, PB, RB, TB, ZB};
+use crate::blocks::{Fifo, MulU32, SyncRam};
+use crate::control::Control;
+use crate::regmap::CTRL_ADDR_BITS;
+use crate::vitis::PinLevel;
+use crate::HwError;
+use rust_hdl::prelude::*;
+
+/// Argument words: X, WG, BIAS, ROUTE, DISPATCH, STATS (lo/hi pairs), then
+/// T H E K LDX LDW DPITCH FLAGS CF SMULT SSHIFT.
+const N_ARGS: usize = 23;
+/// CYCLES lo/hi, HWINFO, STATUS.
+const N_STATUS: usize = 4;
+/// Stages of the reciprocal: quotient bits 26..0 of `2^40 / L`, `L ≥ 2^14`.
+const DIV_STAGES: usize = 27;
+/// Output FIFO depth: tokens admitted but not yet written; covers the tail's latency.
+const OUT_DEPTH: usize = 64;
+/// Output FIFO word: route record and token index.
+const OB: usize = RB + 32;
+
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum Phase {
+    Idle,
+    BiasReq,
+    BiasWait,
+    WReq,
+    WWait,
+    CapMul,
+    CapDiv,
+    Run,
+    Stats,
+    Finish,
+    Done,
+}
+
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum WriterState {
+    Idle,
+    Rec,
+    DPrep,
+    SPrep,
+    WSend,
+}
+
+#[derive(LogicBlock)]
+pub struct MoeUnit<const W: usize, const S: usize> {
+    pub ap_clk: Signal<In, Clock>,
+    pub ap_rst_n: Signal<In, Bit>,
+    pub interrupt: Signal<Out, Bit>,
+    pub s_axi_control_awvalid: Signal<In, Bit>,
+    pub s_axi_control_awready: Signal<Out, Bit>,
+    pub s_axi_control_awaddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
+    pub s_axi_control_wvalid: Signal<In, Bit>,
+    pub s_axi_control_wready: Signal<Out, Bit>,
+    pub s_axi_control_wdata: Signal<In, Bits<32>>,
+    pub s_axi_control_wstrb: Signal<In, Bits<4>>,
+    pub s_axi_control_bvalid: Signal<Out, Bit>,
+    pub s_axi_control_bready: Signal<In, Bit>,
+    pub s_axi_control_bresp: Signal<Out, Bits<2>>,
+    pub s_axi_control_arvalid: Signal<In, Bit>,
+    pub s_axi_control_arready: Signal<Out, Bit>,
+    pub s_axi_control_araddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
+    pub s_axi_control_rvalid: Signal<Out, Bit>,
+    pub s_axi_control_rready: Signal<In, Bit>,
+    pub s_axi_control_rdata: Signal<Out, Bits<32>>,
+    pub s_axi_control_rresp: Signal<Out, Bits<2>>,
+    pub m_axi_gmem_awvalid: Signal<Out, Bit>,
+    pub m_axi_gmem_awready: Signal<In, Bit>,
+    pub m_axi_gmem_awaddr: Signal<Out, Bits<64>>,
+    pub m_axi_gmem_awlen: Signal<Out, Bits<8>>,
+    pub m_axi_gmem_awsize: Signal<Out, Bits<3>>,
+    pub m_axi_gmem_awburst: Signal<Out, Bits<2>>,
+    pub m_axi_gmem_wvalid: Signal<Out, Bit>,
+    pub m_axi_gmem_wready: Signal<In, Bit>,
+    pub m_axi_gmem_wdata: Signal<Out, Bits<W>>,
+    pub m_axi_gmem_wstrb: Signal<Out, Bits<S>>,
+    pub m_axi_gmem_wlast: Signal<Out, Bit>,
+    pub m_axi_gmem_bvalid: Signal<In, Bit>,
+    pub m_axi_gmem_bready: Signal<Out, Bit>,
+    pub m_axi_gmem_bresp: Signal<In, Bits<2>>,
+    pub m_axi_gmem_arvalid: Signal<Out, Bit>,
+    pub m_axi_gmem_arready: Signal<In, Bit>,
+    pub m_axi_gmem_araddr: Signal<Out, Bits<64>>,
+    pub m_axi_gmem_arlen: Signal<Out, Bits<8>>,
+    pub m_axi_gmem_arsize: Signal<Out, Bits<3>>,
+    pub m_axi_gmem_arburst: Signal<Out, Bits<2>>,
+    pub m_axi_gmem_rvalid: Signal<In, Bit>,
+    pub m_axi_gmem_rready: Signal<Out, Bit>,
+    pub m_axi_gmem_rdata: Signal<In, Bits<W>>,
+    pub m_axi_gmem_rlast: Signal<In, Bit>,
+    pub m_axi_gmem_rresp: Signal<In, Bits<2>>,
+
+    ctrl: Control,
+    lanes: Vec<GateLane<W>>,
+    posts: Vec<PostLane>,
+    xbuf: SyncRam<W>,
+    r0: TopkRound<TB>,
+    exps: Vec<ExpUnit>,
+    rounds: Vec<TopkRound<PB>>,
+    divs: Vec<DivStage>,
+    choices: Vec<Choice>,
+    ofifo: Fifo<OB>,
+    mul_a: MulU32,
+    mul_b: MulU32,
+
+    // Run arguments, latched at ap_start.
+    x_base: DFF<Bits<64>>,
+    w_base: DFF<Bits<64>>,
+    route_base: DFF<Bits<64>>,
+    disp_base: DFF<Bits<64>>,
+    stats_base: DFF<Bits<64>>,
+    t: DFF<Bits<32>>,
+    e: DFF<Bits<32>>,
+    k: DFF<Bits<32>>,
+    ldx: DFF<Bits<32>>,
+    ldw: DFF<Bits<32>>,
+    dpitch: DFF<Bits<32>>,
+    cf: DFF<Bits<32>>,
+    smult: DFF<Bits<32>>,
+    sshift: DFF<Bits<6>>,
+    use_sk: DFF<Bit>,
+    capon: DFF<Bit>,
+    beats: DFF<Bits<16>>,
+    groups: DFF<Bits<16>>,
+    emask: DFF<Bits<E_LIMIT>>,
+
+    phase: DFF<Phase>,
+    status_err: DFF<Bit>,
+    cycles: DFF<Bits<64>>,
+    done_pulse: Signal<Local, Bit>,
+    bad_args: Signal<Local, Bit>,
+    groups_of: Signal<Local, Bits<16>>,
+    // Read-address generator.
+    row_addr: DFF<Bits<64>>,
+    rd_addr: DFF<Bits<64>>,
+    rd_rem: DFF<Bits<16>>,
+    rd_row: DFF<Bits<32>>,
+    ar_valid: DFF<Bit>,
+    ar_addr: DFF<Bits<64>>,
+    ar_len: DFF<Bits<8>>,
+    burst: Signal<Local, Bits<16>>,
+    to_page: Signal<Local, Bits<16>>,
+    slot_free: Signal<Local, Bit>,
+    // Read-data receiver.
+    recv_cnt: DFF<Bits<16>>,
+    recv_rows: DFF<Bits<32>>,
+    recv_lane: DFF<Bits<16>>,
+    recv_grp: DFF<Bits<16>>,
+    rx: Signal<Local, Bit>,
+    row_end: Signal<Local, Bit>,
+    bias_bus: DFF<Bits<ZB>>,
+    // Capacity.
+    tk: DFF<Bits<32>>,
+    cap_num: DFF<Bits<64>>,
+    cap_rem: DFF<Bits<32>>,
+    cap_q: DFF<Bits<64>>,
+    cap_den: DFF<Bits<32>>,
+    cap_i: DFF<Bits<8>>,
+    cap_r2: Signal<Local, Bits<32>>,
+    cap: DFF<Bits<32>>,
+    // Gate projection sequencer and its flag pipeline.
+    ct: DFF<Bits<32>>,
+    cg: DFF<Bits<16>>,
+    cc: DFF<Bits<16>>,
+    cgoff: DFF<Bits<16>>,
+    go: Signal<Local, Bit>,
+    tok_start: Signal<Local, Bit>,
+    inflight: DFF<Bits<16>>,
+    s1_valid: DFF<Bit>,
+    s1_first: DFF<Bit>,
+    s1_last: DFF<Bit>,
+    s1_g: DFF<Bits<16>>,
+    s1_goff: DFF<Bits<16>>,
+    s1_lastg: DFF<Bit>,
+    s1_tok: DFF<Bits<32>>,
+    s2_valid: DFF<Bit>,
+    s2_g: DFF<Bits<16>>,
+    s2_goff: DFF<Bits<16>>,
+    s2_lastg: DFF<Bit>,
+    s2_tok: DFF<Bits<32>>,
+    s3_valid: DFF<Bit>,
+    s3_g: DFF<Bits<16>>,
+    s3_goff: DFF<Bits<16>>,
+    s3_lastg: DFF<Bit>,
+    s3_tok: DFF<Bits<32>>,
+    s4_valid: DFF<Bit>,
+    s4_g: DFF<Bits<16>>,
+    s4_lastg: DFF<Bit>,
+    s4_tok: DFF<Bits<32>>,
+    zchain: Vec<Signal<Local, Bits<ZB>>>,
+    tchain: Vec<Signal<Local, Bits<TB>>>,
+    mz: Signal<Local, Bits<ZB>>,
+    mt: Signal<Local, Bits<TB>>,
+    coll_z: DFF<Bits<ZB>>,
+    coll_t: DFF<Bits<TB>>,
+    // Tail.
+    a_valid: DFF<Bit>,
+    a_z: DFF<Bits<ZB>>,
+    a_t: DFF<Bits<TB>>,
+    a_tok: DFF<Bits<32>>,
+    sel0: Signal<Local, Bits<8>>,
+    tmax: Signal<Local, Signed<40>>,
+    pchain: Vec<Signal<Local, Bits<PB>>>,
+    schain: Vec<Signal<Local, Bits<32>>>,
+    p_valid: DFF<Bit>,
+    p_z: DFF<Bits<ZB>>,
+    p_p: DFF<Bits<PB>>,
+    p_mask: DFF<Bits<E_LIMIT>>,
+    p_meta: DFF<Bits<MB>>,
+    ssum: Signal<Local, Bits<32>>,
+    q_meta: Signal<Local, Bits<MB>>,
+    q_valid: Signal<Local, Bit>,
+    ps: Vec<Signal<Local, Bits<32>>>,
+    sk: Vec<Signal<Local, Bits<32>>>,
+    d_valid: DFF<Bit>,
+    d_l: DFF<Bits<32>>,
+    d_meta: DFF<Bits<MB>>,
+    inc_chain: Vec<Signal<Local, Bits<ZB>>>,
+    rec_chain: Vec<Signal<Local, Bits<RB>>>,
+    drop_chain: Vec<Signal<Local, Bits<32>>>,
+    loads: DFF<Bits<ZB>>,
+    dropped: DFF<Bits<32>>,
+    o_valid: DFF<Bit>,
+    o_rec: DFF<Bits<RB>>,
+    o_tok: DFF<Bits<32>>,
+    tokens_out: DFF<Bits<32>>,
+    // Writer.
+    wstate: DFF<WriterState>,
+    w_rec: DFF<Bits<RB>>,
+    w_beats: DFF<Bits<RB>>,
+    w_tok: DFF<Bits<32>>,
+    w_addr: DFF<Bits<64>>,
+    w_word: DFF<Bits<32>>,
+    w_stats: DFF<Bit>,
+    rb: DFF<Bits<8>>,
+    di: DFF<Bits<32>>,
+    si: DFF<Bits<32>>,
+    stats_done: DFF<Bit>,
+    aw_done: DFF<Bit>,
+    w_done: DFF<Bit>,
+    wr_issued: DFF<Bits<32>>,
+    wr_acked: DFF<Bits<32>>,
+    d_slot: Signal<Local, Bits<32>>,
+    d_sel: Signal<Local, Bits<8>>,
+    lane_off: Signal<Local, Bits<64>>,
+
+    c_logp: Constant<Bits<16>>,
+    c_pmask: Constant<Bits<64>>,
+    c_pmask32: Constant<Bits<32>>,
+    c_logcm: Constant<Bits<16>>,
+    c_logw: Constant<Bits<16>>,
+    c_wbits: Constant<Bits<16>>,
+    c_hmax: Constant<Bits<32>>,
+    c_emax: Constant<Bits<32>>,
+    c_kmax: Constant<Bits<32>>,
+    c_tlim: Constant<Bits<32>>,
+    c_hwinfo: Constant<Bits<32>>,
+    c_lanes: Constant<Bits<16>>,
+    c_lanes32: Constant<Bits<16>>,
+    c_depth: Constant<Bits<16>>,
+    c_nb: Constant<Bits<8>>,
+    c_rem0: Constant<Bits<32>>,
+    c_strb: Constant<Bits<S>>,
+    c_ones: Constant<Bits<S>>,
+    c_gstart: Vec<Constant<Bits<32>>>,
+    c_gp1: Vec<Constant<Bits<16>>>,
+    c_gz: Vec<Constant<Bits<16>>>,
+    c_gt: Vec<Constant<Bits<16>>>,
+    c_i: Vec<Constant<Bits<32>>>,
+    c_meta_tok: Constant<Bits<16>>,
+    c_meta_sum: Constant<Bits<16>>,
+    c_rb: Constant<Bits<16>>,
+    _lanes: usize,
+    _groups: usize,
+    _emax: usize,
+    _kmax: usize,
+    _rounds: usize,
+    _last_lo: usize,
+    _last_hi: usize,
+}
+
+crate::impl_vitis_top!(MoeUnit);
+
+fn locals<T: Default>(n: usize) -> Vec<T> {
+    (0..n).map(|_| T::default()).collect()
+}
+
+impl<const W: usize, const S: usize> MoeUnit<W, S> {
+    pub fn new(cfg: &MoeConfig) -> Result<Self, HwError> {
+        cfg.validate()?;
+        if cfg.port_bits != W || W / 8 != S {
+            return Err(HwError::Config(format!("MoeUnit<{W}> built for port_bits = {}", cfg.port_bits)));
+        }
+        fn k<const N: usize>(v: u64) -> Constant<Bits<N>> {
+            Constant::new(v.to_bits())
+        }
+        let (l, g, p, cm) = (cfg.lanes, cfg.groups(), cfg.port_bytes(), cfg.row_beats());
+        let nr = cfg.k_max - 1;
+        Ok(Self {
+            ap_clk: Default::default(),
+            ap_rst_n: Default::default(),
+            interrupt: Default::default(),
+            s_axi_control_awvalid: Default::default(),
+            s_axi_control_awready: Default::default(),
+            s_axi_control_awaddr: Default::default(),
+            s_axi_control_wvalid: Default::default(),
+            s_axi_control_wready: Default::default(),
+            s_axi_control_wdata: Default::default(),
+            s_axi_control_wstrb: Default::default(),
+            s_axi_control_bvalid: Default::default(),
+            s_axi_control_bready: Default::default(),
+            s_axi_control_bresp: Default::default(),
+            s_axi_control_arvalid: Default::default(),
+            s_axi_control_arready: Default::default(),
+            s_axi_control_araddr: Default::default(),
+            s_axi_control_rvalid: Default::default(),
+            s_axi_control_rready: Default::default(),
+            s_axi_control_rdata: Default::default(),
+            s_axi_control_rresp: Default::default(),
+            m_axi_gmem_awvalid: Default::default(),
+            m_axi_gmem_awready: Default::default(),
+            m_axi_gmem_awaddr: Default::default(),
+            m_axi_gmem_awlen: Default::default(),
+            m_axi_gmem_awsize: Default::default(),
+            m_axi_gmem_awburst: Default::default(),
+            m_axi_gmem_wvalid: Default::default(),
+            m_axi_gmem_wready: Default::default(),
+            m_axi_gmem_wdata: Default::default(),
+            m_axi_gmem_wstrb: Default::default(),
+            m_axi_gmem_wlast: Default::default(),
+            m_axi_gmem_bvalid: Default::default(),
+            m_axi_gmem_bready: Default::default(),
+            m_axi_gmem_bresp: Default::default(),
+            m_axi_gmem_arvalid: Default::default(),
+            m_axi_gmem_arready: Default::default(),
+            m_axi_gmem_araddr: Default::default(),
+            m_axi_gmem_arlen: Default::default(),
+            m_axi_gmem_arsize: Default::default(),
+            m_axi_gmem_arburst: Default::default(),
+            m_axi_gmem_rvalid: Default::default(),
+            m_axi_gmem_rready: Default::default(),
+            m_axi_gmem_rdata: Default::default(),
+            m_axi_gmem_rlast: Default::default(),
+            m_axi_gmem_rresp: Default::default(),
+            ctrl: Control::new(N_ARGS, N_STATUS),
+            lanes: (0..l).map(|_| GateLane::new(g * cm)).collect(),
+            posts: (0..l).map(PostLane::new).collect(),
+            xbuf: SyncRam::new(2 * cm),
+            r0: TopkRound::new(0, cfg.e_max),
+            exps: (0..cfg.e_max).map(ExpUnit::new).collect(),
+            rounds: (1..cfg.k_max).map(|r| TopkRound::new(r, cfg.e_max)).collect(),
+            divs: (0..DIV_STAGES).map(|_| Default::default()).collect(),
+            choices: (0..cfg.k_max).map(Choice::new).collect(),
+            ofifo: Fifo::new(OUT_DEPTH),
+            mul_a: Default::default(),
+            mul_b: Default::default(),
+            x_base: Default::default(),
+            w_base: Default::default(),
+            route_base: Default::default(),
+            disp_base: Default::default(),
+            stats_base: Default::default(),
+            t: Default::default(),
+            e: Default::default(),
+            k: Default::default(),
+            ldx: Default::default(),
+            ldw: Default::default(),
+            dpitch: Default::default(),
+            cf: Default::default(),
+            smult: Default::default(),
+            sshift: Default::default(),
+            use_sk: Default::default(),
+            capon: Default::default(),
+            beats: Default::default(),
+            groups: Default::default(),
+            emask: Default::default(),
+            phase: Default::default(),
+            status_err: Default::default(),
+            cycles: Default::default(),
+            done_pulse: Default::default(),
+            bad_args: Default::default(),
+            groups_of: Default::default(),
+            row_addr: Default::default(),
+            rd_addr: Default::default(),
+            rd_rem: Default::default(),
+            rd_row: Default::default(),
+            ar_valid: Default::default(),
+            ar_addr: Default::default(),
+            ar_len: Default::default(),
+            burst: Default::default(),
+            to_page: Default::default(),
+            slot_free: Default::default(),
+            recv_cnt: Default::default(),
+            recv_rows: Default::default(),
+            recv_lane: Default::default(),
+            recv_grp: Default::default(),
+            rx: Default::default(),
+            row_end: Default::default(),
+            bias_bus: Default::default(),
+            tk: Default::default(),
+            cap_num: Default::default(),
+            cap_rem: Default::default(),
+            cap_q: Default::default(),
+            cap_den: Default::default(),
+            cap_i: Default::default(),
+            cap_r2: Default::default(),
+            cap: Default::default(),
+            ct: Default::default(),
+            cg: Default::default(),
+            cc: Default::default(),
+            cgoff: Default::default(),
+            go: Default::default(),
+            tok_start: Default::default(),
+            inflight: Default::default(),
+            s1_valid: Default::default(),
+            s1_first: Default::default(),
+            s1_last: Default::default(),
+            s1_g: Default::default(),
+            s1_goff: Default::default(),
+            s1_lastg: Default::default(),
+            s1_tok: Default::default(),
+            s2_valid: Default::default(),
+            s2_g: Default::default(),
+            s2_goff: Default::default(),
+            s2_lastg: Default::default(),
+            s2_tok: Default::default(),
+            s3_valid: Default::default(),
+            s3_g: Default::default(),
+            s3_goff: Default::default(),
+            s3_lastg: Default::default(),
+            s3_tok: Default::default(),
+            s4_valid: Default::default(),
+            s4_g: Default::default(),
+            s4_lastg: Default::default(),
+            s4_tok: Default::default(),
+            zchain: locals(l),
+            tchain: locals(l),
+            mz: Default::default(),
+            mt: Default::default(),
+            coll_z: Default::default(),
+            coll_t: Default::default(),
+            a_valid: Default::default(),
+            a_z: Default::default(),
+            a_t: Default::default(),
+            a_tok: Default::default(),
+            sel0: Default::default(),
+            tmax: Default::default(),
+            pchain: locals(cfg.e_max),
+            schain: locals(cfg.e_max),
+            p_valid: Default::default(),
+            p_z: Default::default(),
+            p_p: Default::default(),
+            p_mask: Default::default(),
+            p_meta: Default::default(),
+            ssum: Default::default(),
+            q_meta: Default::default(),
+            q_valid: Default::default(),
+            ps: locals(cfg.k_max),
+            sk: locals(cfg.k_max),
+            d_valid: Default::default(),
+            d_l: Default::default(),
+            d_meta: Default::default(),
+            inc_chain: locals(cfg.k_max),
+            rec_chain: locals(cfg.k_max),
+            drop_chain: locals(cfg.k_max),
+            loads: Default::default(),
+            dropped: Default::default(),
+            o_valid: Default::default(),
+            o_rec: Default::default(),
+            o_tok: Default::default(),
+            tokens_out: Default::default(),
+            wstate: Default::default(),
+            w_rec: Default::default(),
+            w_beats: Default::default(),
+            w_tok: Default::default(),
+            w_addr: Default::default(),
+            w_word: Default::default(),
+            w_stats: Default::default(),
+            rb: Default::default(),
+            di: Default::default(),
+            si: Default::default(),
+            stats_done: Default::default(),
+            aw_done: Default::default(),
+            w_done: Default::default(),
+            wr_issued: Default::default(),
+            wr_acked: Default::default(),
+            d_slot: Default::default(),
+            d_sel: Default::default(),
+            lane_off: Default::default(),
+            c_logp: k(p.trailing_zeros() as u64),
+            c_pmask: k(p as u64 - 1),
+            c_pmask32: k(p as u64 - 1),
+            c_logcm: k(cm.trailing_zeros() as u64),
+            c_logw: k(W.trailing_zeros() as u64),
+            c_wbits: k(W as u64),
+            c_hmax: k(cfg.h_max as u64),
+            c_emax: k(cfg.e_max as u64),
+            c_kmax: k(cfg.k_max as u64),
+            c_tlim: k(T_LIMIT as u64),
+            c_hwinfo: k(cfg.hwinfo() as u64),
+            c_lanes: k(l as u64),
+            c_lanes32: k(32 * l as u64),
+            c_depth: k(OUT_DEPTH as u64),
+            c_nb: k((RECORD_BYTES / p) as u64),
+            c_rem0: k(1 << 13),
+            c_strb: k(0xF),
+            c_ones: Constant::new(Bits::<S>::mask()),
+            c_gstart: (0..g).map(|i| k((i * l) as u64)).collect(),
+            c_gp1: (0..g).map(|i| k(i as u64 + 1)).collect(),
+            c_gz: (0..g).map(|i| k((32 * i * l) as u64)).collect(),
+            c_gt: (0..g).map(|i| k((40 * i * l) as u64)).collect(),
+            c_i: (0..cfg.k_max).map(|i| k(i as u64)).collect(),
+            c_meta_tok: k(META_TOK as u64),
+            c_meta_sum: k(META_SUM as u64),
+            c_rb: k(RB as u64),
+            _lanes: l,
+            _groups: g,
+            _emax: cfg.e_max,
+            _kmax: cfg.k_max,
+            _rounds: nr,
+            _last_lo: nr.saturating_sub(1),
+            _last_hi: nr,
+        })
+    }
+}
+
+impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(
+            self, ap_clk, x_base, w_base, route_base, disp_base, stats_base, t, e, k, ldx, ldw, dpitch, cf, smult,
+            sshift, use_sk, capon, beats, groups, emask, phase, status_err, cycles, row_addr, rd_addr, rd_rem, rd_row,
+            ar_valid, ar_addr, ar_len, recv_cnt, recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem,
+            cap_q, cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid, s1_first, s1_last, s1_g, s1_goff,
+            s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok,
+            s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok, p_valid, p_z, p_p, p_mask,
+            p_meta, d_valid, d_l, d_meta, loads, dropped, o_valid, o_rec, o_tok, tokens_out, wstate, w_rec, w_beats,
+            w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, aw_done, w_done, wr_issued, wr_acked
+        );
+        // ---------------- Control slave ----------------
+        self.done_pulse.next = self.phase.q.val() == Phase::Done;
+        self.ctrl.clock.next = self.ap_clk.val();
+        self.ctrl.rst_n.next = self.ap_rst_n.val();
+        self.ctrl.awvalid.next = self.s_axi_control_awvalid.val();
+        self.s_axi_control_awready.next = self.ctrl.awready.val();
+        self.ctrl.awaddr.next = self.s_axi_control_awaddr.val();
+        self.ctrl.wvalid.next = self.s_axi_control_wvalid.val();
+        self.s_axi_control_wready.next = self.ctrl.wready.val();
+        self.ctrl.wdata.next = self.s_axi_control_wdata.val();
+        self.ctrl.wstrb.next = self.s_axi_control_wstrb.val();
+        self.s_axi_control_bvalid.next = self.ctrl.bvalid.val();
+        self.ctrl.bready.next = self.s_axi_control_bready.val();
+        self.s_axi_control_bresp.next = self.ctrl.bresp.val();
+        self.ctrl.arvalid.next = self.s_axi_control_arvalid.val();
+        self.s_axi_control_arready.next = self.ctrl.arready.val();
+        self.ctrl.araddr.next = self.s_axi_control_araddr.val();
+        self.s_axi_control_rvalid.next = self.ctrl.rvalid.val();
+        self.ctrl.rready.next = self.s_axi_control_rready.val();
+        self.s_axi_control_rdata.next = self.ctrl.rdata.val();
+        self.s_axi_control_rresp.next = self.ctrl.rresp.val();
+        self.interrupt.next = self.ctrl.interrupt.val();
+        self.ctrl.core_idle.next = self.phase.q.val() == Phase::Idle;
+        self.ctrl.core_done.next = self.done_pulse.val();
+        self.ctrl.status[0].next = self.cycles.q.val().get_bits::<32>(0);
+        self.ctrl.status[1].next = self.cycles.q.val().get_bits::<32>(32);
+        self.ctrl.status[2].next = self.c_hwinfo.val();
+        self.ctrl.status[3].next = bit_cast::<32, 1>(self.status_err.q.val().into());
+
+        // ---------------- Defaults ----------------
+        self.m_axi_gmem_arvalid.next = self.ar_valid.q.val();
+        self.m_axi_gmem_araddr.next = self.ar_addr.q.val();
+        self.m_axi_gmem_arlen.next = self.ar_len.q.val();
+        self.m_axi_gmem_arsize.next = self.c_logp.val().get_bits::<3>(0);
+        self.m_axi_gmem_arburst.next = 1.into();
+        self.m_axi_gmem_rready.next = true;
+        self.m_axi_gmem_bready.next = true;
+        self.slot_free.next = !self.ar_valid.q.val() | self.m_axi_gmem_arready.val();
+        if self.slot_free.val() {
+            self.ar_valid.d.next = false;
+        }
+        // Beats to the next 4 KiB page: AXI bursts must not cross one.
+        self.to_page.next = (bits::<16>(4096) - bit_cast::<16, 12>(self.rd_addr.q.val().get_bits::<12>(0)))
+            >> self.c_logp.val();
+        self.burst.next = self.rd_rem.q.val();
+        if self.to_page.val() < self.rd_rem.q.val() {
+            self.burst.next = self.to_page.val();
+        }
+        if self.phase.q.val() != Phase::Idle {
+            self.cycles.d.next = self.cycles.q.val() + 1;
+        }
+        if self.m_axi_gmem_rvalid.val() & (self.m_axi_gmem_rresp.val() != 0) {
+            self.status_err.d.next = true;
+        }
+        if self.m_axi_gmem_bvalid.val() {
+            self.wr_acked.d.next = self.wr_acked.q.val() + 1;
+            if self.m_axi_gmem_bresp.val() != 0 {
+                self.status_err.d.next = true;
+            }
+        }
+        // Lane groups for E experts: ceil(E / lanes), from the group start constants.
+        self.groups_of.next = 1.into();
+        for g in 0..self._groups {
+            if self.c_gstart[g].val() < self.ctrl.args[14].val() {
+                self.groups_of.next = self.c_gp1[g].val();
+            }
+        }
+        // Refuse what the unit cannot run; the host checks first, this keeps a
+        // bad register write from corrupting anything.
+        self.bad_args.next = (self.ctrl.args[12].val() == 0)
+            | (self.ctrl.args[12].val() > self.c_tlim.val())
+            | (self.ctrl.args[13].val() == 0)
+            | (self.ctrl.args[13].val() > self.c_hmax.val())
+            | (self.ctrl.args[14].val() == 0)
+            | (self.ctrl.args[14].val() > self.c_emax.val())
+            | (self.ctrl.args[15].val() == 0)
+            | (self.ctrl.args[15].val() > self.c_kmax.val())
+            | (self.ctrl.args[15].val() > self.ctrl.args[14].val())
+            | (self.ctrl.args[19].val().get_bit(3) & (self.ctrl.args[20].val() == 0));
+
+        // ---------------- Phase machine and read-address generator ----------------
+        self.mul_a.a.next = self.t.q.val();
+        self.mul_a.b.next = self.k.q.val();
+        self.mul_b.a.next = self.cf.q.val();
+        self.mul_b.b.next = self.tk.q.val();
+        self.cap_r2.next = (self.cap_rem.q.val() << 1) | bit_cast::<32, 1>(self.cap_num.q.val().get_bit(63).into());
+        match self.phase.q.val() {
+            Phase::Idle => {
+                if self.ctrl.start.val() {
+                    self.x_base.d.next = bit_cast::<64, 32>(self.ctrl.args[0].val())
+                        | (bit_cast::<64, 32>(self.ctrl.args[1].val()) << 32);
+                    self.w_base.d.next = bit_cast::<64, 32>(self.ctrl.args[2].val())
+                        | (bit_cast::<64, 32>(self.ctrl.args[3].val()) << 32);
+                    self.route_base.d.next = bit_cast::<64, 32>(self.ctrl.args[6].val())
+                        | (bit_cast::<64, 32>(self.ctrl.args[7].val()) << 32);
+                    self.disp_base.d.next = bit_cast::<64, 32>(self.ctrl.args[8].val())
+                        | (bit_cast::<64, 32>(self.ctrl.args[9].val()) << 32);
+                    self.stats_base.d.next = bit_cast::<64, 32>(self.ctrl.args[10].val())
+                        | (bit_cast::<64, 32>(self.ctrl.args[11].val()) << 32);
+                    self.t.d.next = self.ctrl.args[12].val();
+                    self.e.d.next = self.ctrl.args[14].val();
+                    self.k.d.next = self.ctrl.args[15].val();
+                    self.ldx.d.next = self.ctrl.args[16].val();
+                    self.ldw.d.next = self.ctrl.args[17].val();
+                    self.dpitch.d.next = self.ctrl.args[18].val();
+                    self.use_sk.d.next = self.ctrl.args[19].val().get_bit(1) | self.ctrl.args[19].val().get_bit(2);
+                    self.capon.d.next = self.ctrl.args[19].val().get_bit(3);
+                    self.cf.d.next = self.ctrl.args[20].val();
+                    self.smult.d.next = self.ctrl.args[21].val();
+                    self.sshift.d.next = self.ctrl.args[22].val().get_bits::<6>(0);
+                    self.beats.d.next = bit_cast::<16, 32>(
+                        (self.ctrl.args[13].val() + self.c_pmask32.val()) >> self.c_logp.val(),
+                    );
+                    self.groups.d.next = self.groups_of.val();
+                    self.emask.d.next = (bits::<E_LIMIT>(1) << bit_cast::<16, 32>(self.ctrl.args[14].val())) - 1;
+                    self.bias_bus.d.next = 0.into();
+                    self.cycles.d.next = 1.into();
+                    self.status_err.d.next = false;
+                    self.recv_cnt.d.next = 0.into();
+                    self.recv_rows.d.next = 0.into();
+                    self.recv_lane.d.next = 0.into();
+                    self.recv_grp.d.next = 0.into();
+                    self.rd_row.d.next = 0.into();
+                    self.wr_issued.d.next = 0.into();
+                    self.wr_acked.d.next = 0.into();
+                    self.row_addr.d.next = bit_cast::<64, 32>(self.ctrl.args[2].val())
+                        | (bit_cast::<64, 32>(self.ctrl.args[3].val()) << 32);
+                    self.rd_addr.d.next = bit_cast::<64, 32>(self.ctrl.args[2].val())
+                        | (bit_cast::<64, 32>(self.ctrl.args[3].val()) << 32);
+                    self.rd_rem.d.next = bit_cast::<16, 32>(
+                        (self.ctrl.args[13].val() + self.c_pmask32.val()) >> self.c_logp.val(),
+                    );
+                    self.phase.d.next = Phase::WReq;
+                    if self.ctrl.args[19].val().get_bit(0) {
+                        // Bias first: ceil(4E / beat) beats into the bias bus.
+                        self.rd_addr.d.next = bit_cast::<64, 32>(self.ctrl.args[4].val())
+                            | (bit_cast::<64, 32>(self.ctrl.args[5].val()) << 32);
+                        self.rd_rem.d.next = bit_cast::<16, 32>(
+                            ((self.ctrl.args[14].val() << 2) + self.c_pmask32.val()) >> self.c_logp.val(),
+                        );
+                        self.phase.d.next = Phase::BiasReq;
+                    }
+                    if self.bad_args.val() {
+                        self.status_err.d.next = true;
+                        self.phase.d.next = Phase::Done;
+                    }
+                }
+            }
+            Phase::BiasReq => {
+                if self.slot_free.val() {
+                    if self.rd_rem.q.val() != 0 {
+                        self.ar_valid.d.next = true;
+                        self.ar_addr.d.next = self.rd_addr.q.val();
+                        self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
+                        self.rd_addr.d.next =
+                            self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
+                        self.rd_rem.d.next = self.rd_rem.q.val() - self.burst.val();
+                    } else {
+                        self.phase.d.next = Phase::BiasWait;
+                    }
+                }
+            }
+            Phase::BiasWait => {
+                if bit_cast::<32, 16>(self.recv_cnt.q.val())
+                    == ((self.e.q.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val()
+                {
+                    self.recv_cnt.d.next = 0.into();
+                    self.rd_addr.d.next = self.row_addr.q.val();
+                    self.rd_rem.d.next = self.beats.q.val();
+                    self.phase.d.next = Phase::WReq;
+                }
+            }
+            Phase::WReq => {
+                if self.slot_free.val() {
+                    if self.rd_row.q.val() < self.e.q.val() {
+                        self.ar_valid.d.next = true;
+                        self.ar_addr.d.next = self.rd_addr.q.val();
+                        self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
+                        if self.burst.val() == self.rd_rem.q.val() {
+                            self.rd_row.d.next = self.rd_row.q.val() + 1;
+                            self.row_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.ldw.q.val());
+                            self.rd_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.ldw.q.val());
+                            self.rd_rem.d.next = self.beats.q.val();
+                        } else {
+                            self.rd_addr.d.next =
+                                self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
+                            self.rd_rem.d.next = self.rd_rem.q.val() - self.burst.val();
+                        }
+                    } else {
+                        self.phase.d.next = Phase::WWait;
+                    }
+                }
+            }
+            Phase::WWait => {
+                if self.recv_rows.q.val() == self.e.q.val() {
+                    self.tk.d.next = self.mul_a.p.val().get_bits::<32>(0);
+                    self.phase.d.next = Phase::CapMul;
+                }
+            }
+            Phase::CapMul => {
+                // ceil(CF·T·k / (E·2^16)) = floor((CF·T·k + E·2^16 − 1) / (E·2^16)).
+                self.cap_den.d.next = self.e.q.val() << 16;
+                self.cap_num.d.next = self.mul_b.p.val() + bit_cast::<64, 32>((self.e.q.val() << 16) - 1);
+                self.cap_rem.d.next = 0.into();
+                self.cap_q.d.next = 0.into();
+                self.cap_i.d.next = 0.into();
+                self.phase.d.next = Phase::CapDiv;
+            }
+            Phase::CapDiv => {
+                self.cap_num.d.next = self.cap_num.q.val() << 1;
+                self.cap_i.d.next = self.cap_i.q.val() + 1;
+                self.cap_rem.d.next = self.cap_r2.val();
+                self.cap_q.d.next = self.cap_q.q.val() << 1;
+                if self.cap_r2.val() >= self.cap_den.q.val() {
+                    self.cap_rem.d.next = self.cap_r2.val() - self.cap_den.q.val();
+                    self.cap_q.d.next = (self.cap_q.q.val() << 1) | 1;
+                }
+                if self.cap_i.q.val() == 64 {
+                    // Bounded by T (an expert takes a token at most once), T when unlimited.
+                    self.cap.d.next = self.t.q.val();
+                    if self.capon.q.val() & (self.cap_q.q.val() < bit_cast::<64, 32>(self.t.q.val())) {
+                        self.cap.d.next = self.cap_q.q.val().get_bits::<32>(0);
+                    }
+                    self.recv_cnt.d.next = 0.into();
+                    self.recv_rows.d.next = 0.into();
+                    self.rd_row.d.next = 0.into();
+                    self.row_addr.d.next = self.x_base.q.val();
+                    self.rd_addr.d.next = self.x_base.q.val();
+                    self.rd_rem.d.next = self.beats.q.val();
+                    self.ct.d.next = 0.into();
+                    self.cg.d.next = 0.into();
+                    self.cc.d.next = 0.into();
+                    self.cgoff.d.next = 0.into();
+                    self.inflight.d.next = 0.into();
+                    self.tokens_out.d.next = 0.into();
+                    self.loads.d.next = 0.into();
+                    self.dropped.d.next = 0.into();
+                    self.phase.d.next = Phase::Run;
+                }
+            }
+            Phase::Run => {
+                // x rows into the double buffer: row r may load once token r − 2 is issued.
+                if self.slot_free.val() & (self.rd_row.q.val() < self.t.q.val()) & (self.rd_row.q.val() < self.ct.q.val() + 2) {
+                    self.ar_valid.d.next = true;
+                    self.ar_addr.d.next = self.rd_addr.q.val();
+                    self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
+                    if self.burst.val() == self.rd_rem.q.val() {
+                        self.rd_row.d.next = self.rd_row.q.val() + 1;
+                        self.row_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.ldx.q.val());
+                        self.rd_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.ldx.q.val());
+                        self.rd_rem.d.next = self.beats.q.val();
+                    } else {
+                        self.rd_addr.d.next =
+                            self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
+                        self.rd_rem.d.next = self.rd_rem.q.val() - self.burst.val();
+                    }
+                }
+                if (self.tokens_out.q.val() == self.t.q.val())
+                    & self.ofifo.empty.val()
+                    & (self.wstate.q.val() == WriterState::Idle)
+                {
+                    self.si.d.next = 0.into();
+                    self.stats_done.d.next = false;
+                    self.wstate.d.next = WriterState::SPrep;
+                    self.phase.d.next = Phase::Stats;
+                }
+            }
+            Phase::Stats => {
+                if self.stats_done.q.val() {
+                    self.phase.d.next = Phase::Finish;
+                }
+            }
+            Phase::Finish => {
+                if self.wr_issued.q.val() == self.wr_acked.q.val() {
+                    self.phase.d.next = Phase::Done;
+                }
+            }
+            Phase::Done => {
+                self.phase.d.next = Phase::Idle;
+            }
+            _ => {
+                self.phase.d.next = Phase::Idle;
+            }
+        }
+
+        // ---------------- Read-data receiver ----------------
+        self.rx.next = self.m_axi_gmem_rvalid.val();
+        self.row_end.next = self.recv_cnt.q.val() == self.beats.q.val() - 1;
+        if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
+            self.bias_bus.d.next = self.bias_bus.q.val()
+                | (bit_cast::<ZB, W>(self.m_axi_gmem_rdata.val()) << (bit_cast::<16, 16>(self.recv_cnt.q.val()) << self.c_logw.val()));
+            self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
+        }
+        if self.rx.val() & ((self.phase.q.val() == Phase::WReq) | (self.phase.q.val() == Phase::WWait)) {
+            self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
+            if self.row_end.val() {
+                self.recv_cnt.d.next = 0.into();
+                self.recv_rows.d.next = self.recv_rows.q.val() + 1;
+                self.recv_lane.d.next = self.recv_lane.q.val() + 1;
+                if self.recv_lane.q.val() == self.c_lanes.val() - 1 {
+                    self.recv_lane.d.next = 0.into();
+                    self.recv_grp.d.next = self.recv_grp.q.val() + 1;
+                }
+            }
+        }
+        for j in 0..self._lanes {
+            self.lanes[j].clock.next = self.ap_clk.val();
+            self.lanes[j].we.next = self.rx.val()
+                & ((self.phase.q.val() == Phase::WReq) | (self.phase.q.val() == Phase::WWait))
+                & (self.recv_lane.q.val().index() == j);
+            self.lanes[j].waddr.next = (self.recv_grp.q.val() << self.c_logcm.val()) + self.recv_cnt.q.val();
+            self.lanes[j].wdata.next = self.m_axi_gmem_rdata.val();
+            self.lanes[j].raddr.next = (self.cg.q.val() << self.c_logcm.val()) + self.cc.q.val();
+            self.lanes[j].x.next = self.xbuf.rdata.val();
+            self.lanes[j].valid.next = self.s1_valid.q.val();
+            self.lanes[j].first.next = self.s1_first.q.val();
+            self.lanes[j].last.next = self.s1_last.q.val();
+        }
+        self.xbuf.clock.next = self.ap_clk.val();
+        self.xbuf.we.next = self.rx.val() & (self.phase.q.val() == Phase::Run);
+        self.xbuf.waddr.next = (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val())
+            + self.recv_cnt.q.val();
+        self.xbuf.wdata.next = self.m_axi_gmem_rdata.val();
+        if self.rx.val() & (self.phase.q.val() == Phase::Run) {
+            self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
+            if self.row_end.val() {
+                self.recv_cnt.d.next = 0.into();
+                self.recv_rows.d.next = self.recv_rows.q.val() + 1;
+            }
+        }
+
+        // ---------------- Gate projection: one beat of every lane per cycle ----------------
+        // A token starts only when the output FIFO can take it and every token ahead.
+        self.tok_start.next = (self.cc.q.val() == 0) & (self.cg.q.val() == 0);
+        self.go.next = (self.phase.q.val() == Phase::Run)
+            & (self.ct.q.val() < self.t.q.val())
+            & (self.recv_rows.q.val() > self.ct.q.val())
+            & (!self.tok_start.val() | ((self.ofifo.count.val() + self.inflight.q.val()) < self.c_depth.val()));
+        self.xbuf.raddr.next = (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.cc.q.val();
+        self.s1_valid.d.next = self.go.val();
+        self.s1_first.d.next = self.cc.q.val() == 0;
+        self.s1_last.d.next = self.cc.q.val() == self.beats.q.val() - 1;
+        self.s1_g.d.next = self.cg.q.val();
+        self.s1_goff.d.next = self.cgoff.q.val();
+        self.s1_lastg.d.next = self.cg.q.val() == self.groups.q.val() - 1;
+        self.s1_tok.d.next = self.ct.q.val();
+        if self.go.val() {
+            self.cc.d.next = self.cc.q.val() + 1;
+            if self.cc.q.val() == self.beats.q.val() - 1 {
+                self.cc.d.next = 0.into();
+                self.cg.d.next = self.cg.q.val() + 1;
+                self.cgoff.d.next = self.cgoff.q.val() + self.c_lanes32.val();
+                if self.cg.q.val() == self.groups.q.val() - 1 {
+                    self.cg.d.next = 0.into();
+                    self.cgoff.d.next = 0.into();
+                    self.ct.d.next = self.ct.q.val() + 1;
+                }
+            }
+        }
+        self.s2_valid.d.next = self.s1_valid.q.val() & self.s1_last.q.val();
+        self.s2_g.d.next = self.s1_g.q.val();
+        self.s2_goff.d.next = self.s1_goff.q.val();
+        self.s2_lastg.d.next = self.s1_lastg.q.val();
+        self.s2_tok.d.next = self.s1_tok.q.val();
+        self.s3_valid.d.next = self.s2_valid.q.val();
+        self.s3_g.d.next = self.s2_g.q.val();
+        self.s3_goff.d.next = self.s2_goff.q.val();
+        self.s3_lastg.d.next = self.s2_lastg.q.val();
+        self.s3_tok.d.next = self.s2_tok.q.val();
+        self.s4_valid.d.next = self.s3_valid.q.val();
+        self.s4_g.d.next = self.s3_g.q.val();
+        self.s4_lastg.d.next = self.s3_lastg.q.val();
+        self.s4_tok.d.next = self.s3_tok.q.val();
+        for j in 0..self._lanes {
+            self.posts[j].clock.next = self.ap_clk.val();
+            self.posts[j].res.next = self.lanes[j].res.val();
+            self.posts[j].bias.next = self.bias_bus.q.val();
+            self.posts[j].boff.next = self.s3_goff.q.val();
+            self.posts[j].smult.next = self.smult.q.val();
+            self.posts[j].sshift.next = self.sshift.q.val();
+        }
+        self.zchain[0].next = self.posts[0].zp.val();
+        self.tchain[0].next = self.posts[0].tp.val();
+        for j in 1..self._lanes {
+            self.zchain[j].next = self.zchain[j - 1].val() | self.posts[j].zp.val();
+            self.tchain[j].next = self.tchain[j - 1].val() | self.posts[j].tp.val();
+        }
+        // Collect the group into the token's logit vector; group 0 starts a new one.
+        self.mz.next = self.coll_z.q.val();
+        self.mt.next = self.coll_t.q.val();
+        for last in (self._lanes - 1)..self._lanes {
+            for g in 0..self._groups {
+                if self.s4_g.q.val().index() == g {
+                    self.mz.next = self.coll_z.q.val() | (self.zchain[last].val() << self.c_gz[g].val());
+                    self.mt.next = self.coll_t.q.val() | (self.tchain[last].val() << self.c_gt[g].val());
+                }
+            }
+            if self.s4_g.q.val() == 0 {
+                self.mz.next = self.zchain[last].val();
+                self.mt.next = self.tchain[last].val();
+            }
+        }
+        self.a_valid.d.next = false;
+        if self.s4_valid.q.val() {
+            self.coll_z.d.next = self.mz.val();
+            self.coll_t.d.next = self.mt.val();
+            if self.s4_lastg.q.val() {
+                self.a_valid.d.next = true;
+                self.a_z.d.next = self.mz.val();
+                self.a_t.d.next = self.mt.val();
+                self.a_tok.d.next = self.s4_tok.q.val();
+            }
+        }
+
+        // ---------------- Tail: one token per cycle ----------------
+        // Round 0 finds the top-1 expert, whose t is the maximum (t is monotone in z).
+        self.r0.clock.next = self.ap_clk.val();
+        self.r0.z.next = self.a_z.q.val();
+        self.r0.aux.next = self.a_t.q.val();
+        self.r0.mask.next = self.emask.q.val();
+        self.r0.meta.next = bit_cast::<MB, 32>(self.a_tok.q.val()) << self.c_meta_tok.val();
+        self.r0.valid.next = self.a_valid.q.val();
+        self.sel0.next = self.r0.meta_o.val().get_bits::<8>(0);
+        self.tmax.next = signed_cast(self.r0.aux_o.val().get_bits::<40>(self.sel0.val().index() * 40));
+        for e in 0..self._emax {
+            self.exps[e].t.next = self.r0.aux_o.val();
+            self.exps[e].tmax.next = self.tmax.val();
+            self.exps[e].experts.next = bit_cast::<16, 32>(self.e.q.val());
+        }
+        self.pchain[0].next = self.exps[0].placed.val();
+        self.schain[0].next = self.exps[0].p32.val();
+        for e in 1..self._emax {
+            self.pchain[e].next = self.pchain[e - 1].val() | self.exps[e].placed.val();
+            self.schain[e].next = self.schain[e - 1].val() + self.exps[e].p32.val();
+        }
+        self.p_valid.d.next = self.r0.valid_o.val();
+        self.p_z.d.next = self.r0.z_o.val();
+        self.p_mask.d.next = self.r0.mask_o.val();
+        for last in (self._emax - 1)..self._emax {
+            self.p_p.d.next = self.pchain[last].val();
+            self.ssum.next = self.schain[last].val();
+        }
+        self.p_meta.d.next = self.r0.meta_o.val() | (bit_cast::<MB, 32>(self.ssum.val()) << self.c_meta_sum.val());
+        for r in 0..self._rounds {
+            self.rounds[r].clock.next = self.ap_clk.val();
+        }
+        for r in 0..self._rounds.min(1) {
+            self.rounds[r].z.next = self.p_z.q.val();
+            self.rounds[r].aux.next = self.p_p.q.val();
+            self.rounds[r].mask.next = self.p_mask.q.val();
+            self.rounds[r].meta.next = self.p_meta.q.val();
+            self.rounds[r].valid.next = self.p_valid.q.val();
+        }
+        for r in 1..self._rounds {
+            self.rounds[r].z.next = self.rounds[r - 1].z_o.val();
+            self.rounds[r].aux.next = self.rounds[r - 1].aux_o.val();
+            self.rounds[r].mask.next = self.rounds[r - 1].mask_o.val();
+            self.rounds[r].meta.next = self.rounds[r - 1].meta_o.val();
+            self.rounds[r].valid.next = self.rounds[r - 1].valid_o.val();
+        }
+        self.q_meta.next = self.p_meta.q.val();
+        self.q_valid.next = self.p_valid.q.val();
+        for last in self._last_lo..self._last_hi {
+            self.q_meta.next = self.rounds[last].meta_o.val();
+            self.q_valid.next = self.rounds[last].valid_o.val();
+        }
+        // Normalizer: all E exponentials, or the k chosen ones.
+        for i in 0..self._kmax {
+            self.ps[i].next = self.q_meta.val().get_bits::<32>(64 + i * 16) & 0xFFFF;
+        }
+        self.sk[0].next = self.ps[0].val();
+        for i in 1..self._kmax {
+            self.sk[i].next = self.sk[i - 1].val();
+            if self.c_i[i].val() < self.k.q.val() {
+                self.sk[i].next = self.sk[i - 1].val() + self.ps[i].val();
+            }
+        }
+        self.d_valid.d.next = self.q_valid.val();
+        self.d_meta.d.next = self.q_meta.val();
+        self.d_l.d.next = self.q_meta.val().get_bits::<32>(self.c_meta_sum.val().index());
+        if self.use_sk.q.val() {
+            for last in (self._kmax - 1)..self._kmax {
+                self.d_l.d.next = self.sk[last].val();
+            }
+        }
+        for s in 0..DIV_STAGES {
+            self.divs[s].clock.next = self.ap_clk.val();
+        }
+        self.divs[0].rem.next = self.c_rem0.val();
+        self.divs[0].q.next = 0.into();
+        self.divs[0].l.next = self.d_l.q.val();
+        self.divs[0].meta.next = self.d_meta.q.val();
+        self.divs[0].valid.next = self.d_valid.q.val();
+        for s in 1..DIV_STAGES {
+            self.divs[s].rem.next = self.divs[s - 1].rem_o.val();
+            self.divs[s].q.next = self.divs[s - 1].q_o.val();
+            self.divs[s].l.next = self.divs[s - 1].l_o.val();
+            self.divs[s].meta.next = self.divs[s - 1].meta_o.val();
+            self.divs[s].valid.next = self.divs[s - 1].valid_o.val();
+        }
+        // Weights, slots and load counters of the k choices.
+        for last in (DIV_STAGES - 1)..DIV_STAGES {
+            for i in 0..self._kmax {
+                self.choices[i].meta.next = self.divs[last].meta_o.val();
+                self.choices[i].r.next = self.divs[last].q_o.val();
+                self.choices[i].loads.next = self.loads.q.val();
+                self.choices[i].cap.next = self.cap.q.val();
+                self.choices[i].active.next = self.divs[last].valid_o.val() & (self.c_i[i].val() < self.k.q.val());
+            }
+            self.o_valid.d.next = self.divs[last].valid_o.val();
+            self.o_tok.d.next = self.divs[last].meta_o.val().get_bits::<32>(self.c_meta_tok.val().index());
+        }
+        self.inc_chain[0].next = self.choices[0].inc.val();
+        self.rec_chain[0].next = self.choices[0].rec.val();
+        self.drop_chain[0].next = bit_cast::<32, 1>(self.choices[0].drop.val().into());
+        for i in 1..self._kmax {
+            self.inc_chain[i].next = self.inc_chain[i - 1].val() | self.choices[i].inc.val();
+            self.rec_chain[i].next = self.rec_chain[i - 1].val() | self.choices[i].rec.val();
+            self.drop_chain[i].next = self.drop_chain[i - 1].val();
+            if self.choices[i].drop.val() {
+                self.drop_chain[i].next = self.drop_chain[i - 1].val() + 1;
+            }
+        }
+        for last in (self._kmax - 1)..self._kmax {
+            // Chosen experts are distinct, so each 32-bit counter gains at most 1: no carries between them.
+            self.loads.d.next = self.loads.q.val() + self.inc_chain[last].val();
+            self.dropped.d.next = self.dropped.q.val() + self.drop_chain[last].val();
+            self.o_rec.d.next = self.rec_chain[last].val();
+        }
+        self.ofifo.clock.next = self.ap_clk.val();
+        self.ofifo.reset.next = !self.ap_rst_n.val();
+        self.ofifo.push.next = self.o_valid.q.val();
+        self.ofifo.din.next = bit_cast::<OB, RB>(self.o_rec.q.val()) | (bit_cast::<OB, 32>(self.o_tok.q.val()) << self.c_rb.val());
+        if self.o_valid.q.val() {
+            self.tokens_out.d.next = self.tokens_out.q.val() + 1;
+        }
+        if self.go.val() & self.tok_start.val() & !self.o_valid.q.val() {
+            self.inflight.d.next = self.inflight.q.val() + 1;
+        }
+        if !(self.go.val() & self.tok_start.val()) & self.o_valid.q.val() {
+            self.inflight.d.next = self.inflight.q.val() - 1;
+        }
+
+        // ---------------- Writer ----------------
+        self.ofifo.pop.next = false;
+        self.d_sel.next = self.w_rec.q.val().get_bits::<8>(self.di.q.val().index() * 8);
+        self.d_slot.next = self.w_rec.q.val().get_bits::<32>(256 + self.di.q.val().index() * 32);
+        self.mul_b.a.next = self.cf.q.val();
+        self.mul_b.b.next = self.tk.q.val();
+        if self.phase.q.val() != Phase::CapMul {
+            self.mul_b.a.next = bit_cast::<32, 8>(self.d_sel.val());
+            self.mul_b.b.next = self.dpitch.q.val();
+        }
+        self.lane_off.next = self.w_addr.q.val() & self.c_pmask.val();
+        self.m_axi_gmem_awvalid.next = false;
+        self.m_axi_gmem_awaddr.next = self.w_addr.q.val() & !self.c_pmask.val();
+        self.m_axi_gmem_awlen.next = 0.into();
+        self.m_axi_gmem_awsize.next = self.c_logp.val().get_bits::<3>(0);
+        self.m_axi_gmem_awburst.next = 1.into();
+        self.m_axi_gmem_wvalid.next = false;
+        self.m_axi_gmem_wdata.next =
+            bit_cast::<W, 32>(self.w_word.q.val()) << (bit_cast::<16, 64>(self.lane_off.val()) << 3);
+        self.m_axi_gmem_wstrb.next = self.c_strb.val() << bit_cast::<16, 64>(self.lane_off.val());
+        self.m_axi_gmem_wlast.next = true;
+        match self.wstate.q.val() {
+            WriterState::Idle => {
+                if !self.ofifo.empty.val() & (self.phase.q.val() == Phase::Run) {
+                    self.ofifo.pop.next = true;
+                    self.w_rec.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
+                    self.w_beats.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
+                    self.w_tok.d.next = self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index());
+                    self.w_addr.d.next =
+                        self.route_base.q.val() + (bit_cast::<64, 32>(self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index())) << 6);
+                    self.rb.d.next = 0.into();
+                    self.aw_done.d.next = false;
+                    self.w_done.d.next = false;
+                    self.wstate.d.next = WriterState::Rec;
+                }
+            }
+            WriterState::Rec => {
+                // The 64-byte record as one burst of full beats.
+                self.m_axi_gmem_awvalid.next = !self.aw_done.q.val();
+                self.m_axi_gmem_awaddr.next = self.w_addr.q.val();
+                self.m_axi_gmem_awlen.next = self.c_nb.val() - 1;
+                self.m_axi_gmem_wvalid.next = !self.w_done.q.val();
+                self.m_axi_gmem_wdata.next = self.w_beats.q.val().get_bits::<W>(0);
+                self.m_axi_gmem_wstrb.next = self.c_ones.val();
+                self.m_axi_gmem_wlast.next = self.rb.q.val() == self.c_nb.val() - 1;
+                if self.m_axi_gmem_awready.val() {
+                    self.aw_done.d.next = true;
+                }
+                if self.m_axi_gmem_wready.val() & !self.w_done.q.val() {
+                    self.rb.d.next = self.rb.q.val() + 1;
+                    self.w_beats.d.next = self.w_beats.q.val() >> self.c_wbits.val();
+                    if self.rb.q.val() == self.c_nb.val() - 1 {
+                        self.w_done.d.next = true;
+                    }
+                }
+                if (self.aw_done.q.val() | self.m_axi_gmem_awready.val())
+                    & (self.w_done.q.val()
+                        | (self.m_axi_gmem_wready.val() & (self.rb.q.val() == self.c_nb.val() - 1)))
+                {
+                    self.wr_issued.d.next = self.wr_issued.q.val() + 1;
+                    self.di.d.next = 0.into();
+                    self.wstate.d.next = WriterState::DPrep;
+                }
+            }
+            WriterState::DPrep => {
+                // Dispatch entry of choice `di`: DISPATCH[expert][slot] = token.
+                if self.di.q.val() >= self.k.q.val() {
+                    self.wstate.d.next = WriterState::Idle;
+                } else if self.d_slot.val().get_bit(31) {
+                    self.di.d.next = self.di.q.val() + 1;
+                } else {
+                    self.w_addr.d.next = self.disp_base.q.val()
+                        + self.mul_b.p.val()
+                        + (bit_cast::<64, 32>(self.d_slot.val()) << 2);
+                    self.w_word.d.next = self.w_tok.q.val();
+                    self.w_stats.d.next = false;
+                    self.aw_done.d.next = false;
+                    self.w_done.d.next = false;
+                    self.wstate.d.next = WriterState::WSend;
+                }
+            }
+            WriterState::SPrep => {
+                // Statistics: dropped, capacity, load[0..E).
+                if self.si.q.val() == self.e.q.val() + 2 {
+                    self.stats_done.d.next = true;
+                    self.wstate.d.next = WriterState::Idle;
+                } else {
+                    self.w_addr.d.next = self.stats_base.q.val() + (bit_cast::<64, 32>(self.si.q.val()) << 2);
+                    self.w_word.d.next = self.loads.q.val().get_bits::<32>((self.si.q.val().index() - 2) * 32);
+                    if self.si.q.val() == 0 {
+                        self.w_word.d.next = self.dropped.q.val();
+                    }
+                    if self.si.q.val() == 1 {
+                        self.w_word.d.next = self.cap.q.val();
+                    }
+                    self.w_stats.d.next = true;
+                    self.aw_done.d.next = false;
+                    self.w_done.d.next = false;
+                    self.wstate.d.next = WriterState::WSend;
+                }
+            }
+            WriterState::WSend => {
+                self.m_axi_gmem_awvalid.next = !self.aw_done.q.val();
+                self.m_axi_gmem_wvalid.next = !self.w_done.q.val();
+                if self.m_axi_gmem_awready.val() {
+                    self.aw_done.d.next = true;
+                }
+                if self.m_axi_gmem_wready.val() {
+                    self.w_done.d.next = true;
+                }
+                if (self.aw_done.q.val() | self.m_axi_gmem_awready.val())
+                    & (self.w_done.q.val() | self.m_axi_gmem_wready.val())
+                {
+                    self.wr_issued.d.next = self.wr_issued.q.val() + 1;
+                    if self.w_stats.q.val() {
+                        self.si.d.next = self.si.q.val() + 1;
+                        self.wstate.d.next = WriterState::SPrep;
+                    } else {
+                        self.di.d.next = self.di.q.val() + 1;
+                        self.wstate.d.next = WriterState::DPrep;
+                    }
+                }
+            }
+            _ => {
+                self.wstate.d.next = WriterState::Idle;
+            }
+        }
+
+        if !self.ap_rst_n.val() {
+            self.phase.d.next = Phase::Idle;
+            self.wstate.d.next = WriterState::Idle;
+            self.ar_valid.d.next = false;
+            self.a_valid.d.next = false;
+            self.s1_valid.d.next = false;
+            self.s2_valid.d.next = false;
+            self.s3_valid.d.next = false;
+            self.s4_valid.d.next = false;
+        }
+    }
+}
+
+/// Stack for building a unit: rust-hdl keeps every wide bus (up to 10 240
+/// bits) inline in the block structs, several megabytes in all.
+const BUILD_STACK: usize = 1 << 30;
+
+/// Run `f` on a thread with [`BUILD_STACK`] of stack.
+fn with_big_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, HwError> {
+    std::thread::Builder::new()
+        .stack_size(BUILD_STACK)
+        .spawn(f)
+        .map_err(|e| HwError::Config(format!("cannot start the generator thread: {e}")))?
+        .join()
+        .map_err(|_| HwError::Config("the MoE generator thread panicked".into()))
+}
+
+/// Verilog of the unit, top module named [`MoeConfig::kernel_name`].
+pub fn verilog(cfg: &MoeConfig) -> Result<String, HwError> {
+    fn gen<const W: usize, const S: usize>(cfg: MoeConfig) -> Result<String, HwError> {
+        with_big_stack(move || {
+            let mut unit = Box::new(MoeUnit::<W, S>::new(&cfg)?);
+            unit.connect_all();
+            Ok(crate::vitis::rename_top(&generate_verilog(unit.as_ref()), &cfg.kernel_name()))
+        })?
+    }
+    cfg.validate()?;
+    match cfg.port_bits {
+        128 => gen::<128, 16>(cfg.clone()),
+        256 => gen::<256, 32>(cfg.clone()),
+        512 => gen::<512, 64>(cfg.clone()),
+        other => Err(HwError::Config(format!("port_bits = {other}"))),
+    }
+}
+
+/// The same design in rust-hdl's own simulator (slow; needs no Verilator).
+pub fn hdl_model(cfg: &MoeConfig) -> Result<Box<dyn PinLevel>, HwError> {
+    fn boxed<const W: usize, const S: usize>(cfg: MoeConfig) -> Result<Box<dyn PinLevel>, HwError> {
+        let sim = with_big_stack(move || -> Result<Box<crate::vitis::HdlSim<MoeUnit<W, S>>>, HwError> {
+            let mut unit = MoeUnit::<W, S>::new(&cfg)?;
+            unit.connect_all();
+            Ok(Box::new(crate::vitis::HdlSim::new(unit)))
+        })??;
+        Ok(sim)
+    }
+    cfg.validate()?;
+    match cfg.port_bits {
+        128 => boxed::<128, 16>(cfg.clone()),
+        256 => boxed::<256, 32>(cfg.clone()),
+        512 => boxed::<512, 64>(cfg.clone()),
+        other => Err(HwError::Config(format!("port_bits = {other}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_unit_generates() {
+        let v = verilog(&MoeConfig::small()).unwrap();
+        assert!(v.contains("module ferrite_moe_e12_k8_l4_p128("));
+    }
+}

@@ -1,0 +1,721 @@
+//! The router's sub-blocks: gate-projection lanes, the logit post-processing,
+//! the top-k rounds, the exponentials, the reciprocal pipeline and the
+//! per-choice assignment. Everything after the gate lanes takes one token per
+//! cycle (II = 1): each block is one pipeline stage with no stall input; the
+//! top only admits a token when the output FIFO has room for it.
+//!
+//! Per-expert vectors travel as packed buses sized for [`E_LIMIT`] experts
+//! (32-bit logits, 40-bit log2-domain values, 16-bit exponentials); only the
+//! first `e_max` lanes of each are driven, synthesis removes the rest.
+use super::config::E_LIMIT;
+use crate::blocks::{Exp2Rom, MulRoundSat16, ScaleRound, SyncRam};
+use rust_hdl::prelude::*;
+
+/// Packed int32 logits, one per expert.
+pub const ZB: usize = 32 * E_LIMIT;
+/// Packed 40-bit log2-domain logits.
+pub const TB: usize = 40 * E_LIMIT;
+/// Packed Q1.14 exponentials (16 bits each).
+pub const PB: usize = 16 * E_LIMIT;
+/// Per-token metadata through the tail: ids (8×8 bits @0), chosen exponentials
+/// (8×16 bits @64), token index (32 bits @192), Σ_e p (32 bits @224).
+pub const MB: usize = 256;
+pub const META_P: usize = 64;
+pub const META_TOK: usize = 192;
+pub const META_SUM: usize = 224;
+/// A token's route record (64 bytes).
+pub const RB: usize = 512;
+
+/// One expert lane of the gate projection: its slice of the gate weights (the
+/// rows of experts `lane, lane + lanes, ...`, one beat per RAM word) and a
+/// beat-wide int8 dot product accumulated over the beats of a row.
+///
+/// Timing: `valid/first/last` arrive with the RAM data (the cycle after the
+/// top presents `raddr`); the dot product is registered, then accumulated;
+/// `res` holds the finished logit the cycle after the row's last beat.
+#[derive(LogicBlock)]
+pub struct GateLane<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub we: Signal<In, Bit>,
+    pub waddr: Signal<In, Bits<16>>,
+    pub wdata: Signal<In, Bits<W>>,
+    pub raddr: Signal<In, Bits<16>>,
+    /// The token's beat matching this cycle's RAM data.
+    pub x: Signal<In, Bits<W>>,
+    pub valid: Signal<In, Bit>,
+    pub first: Signal<In, Bit>,
+    pub last: Signal<In, Bit>,
+    pub res: Signal<Out, Bits<32>>,
+    ram: SyncRam<W>,
+    prod: Vec<Signal<Local, Signed<32>>>,
+    lv1: Vec<Signal<Local, Signed<32>>>,
+    lv2: Vec<Signal<Local, Signed<32>>>,
+    lv3: Vec<Signal<Local, Signed<32>>>,
+    lv4: Vec<Signal<Local, Signed<32>>>,
+    lv5: Vec<Signal<Local, Signed<32>>>,
+    lv6: Vec<Signal<Local, Signed<32>>>,
+    dot: DFF<Signed<32>>,
+    v2: DFF<Bit>,
+    f2: DFF<Bit>,
+    l2: DFF<Bit>,
+    acc: DFF<Signed<32>>,
+    acc_new: Signal<Local, Signed<32>>,
+    res_r: DFF<Bits<32>>,
+    _p: usize,
+    _n: [usize; 6],
+    _pass: [usize; 6],
+}
+
+impl<const W: usize> GateLane<W> {
+    pub fn new(depth: usize) -> Self {
+        let p = W / 8;
+        assert!(p.is_power_of_two() && p <= 64);
+        let size = |k: usize| (p >> k).max(1);
+        let sig = |k: usize| (0..size(k)).map(|_| Default::default()).collect();
+        Self {
+            clock: Default::default(),
+            we: Default::default(),
+            waddr: Default::default(),
+            wdata: Default::default(),
+            raddr: Default::default(),
+            x: Default::default(),
+            valid: Default::default(),
+            first: Default::default(),
+            last: Default::default(),
+            res: Default::default(),
+            ram: SyncRam::new(depth),
+            prod: sig(0),
+            lv1: sig(1),
+            lv2: sig(2),
+            lv3: sig(3),
+            lv4: sig(4),
+            lv5: sig(5),
+            lv6: sig(6),
+            dot: Default::default(),
+            v2: Default::default(),
+            f2: Default::default(),
+            l2: Default::default(),
+            acc: Default::default(),
+            acc_new: Default::default(),
+            res_r: Default::default(),
+            _p: p,
+            _n: std::array::from_fn(|k| p >> (k + 1)),
+            _pass: std::array::from_fn(|k| usize::from(p >> (k + 1) == 0)),
+        }
+    }
+}
+
+impl<const W: usize> Logic for GateLane<W> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(self, clock, dot, v2, f2, l2, acc, res_r);
+        self.ram.clock.next = self.clock.val();
+        self.ram.we.next = self.we.val();
+        self.ram.waddr.next = self.waddr.val();
+        self.ram.wdata.next = self.wdata.val();
+        self.ram.raddr.next = self.raddr.val();
+        for i in 0..self._p {
+            self.prod[i].next = signed_bit_cast::<16, 8>(signed_cast(self.x.val().get_bits::<8>(i * 8)))
+                * signed_bit_cast::<16, 8>(signed_cast(self.ram.rdata.val().get_bits::<8>(i * 8)));
+        }
+        for i in 0..self._n[0] {
+            self.lv1[i].next = self.prod[i * 2].val() + self.prod[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[0] {
+            self.lv1[i].next = self.prod[i].val();
+        }
+        for i in 0..self._n[1] {
+            self.lv2[i].next = self.lv1[i * 2].val() + self.lv1[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[1] {
+            self.lv2[i].next = self.lv1[i].val();
+        }
+        for i in 0..self._n[2] {
+            self.lv3[i].next = self.lv2[i * 2].val() + self.lv2[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[2] {
+            self.lv3[i].next = self.lv2[i].val();
+        }
+        for i in 0..self._n[3] {
+            self.lv4[i].next = self.lv3[i * 2].val() + self.lv3[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[3] {
+            self.lv4[i].next = self.lv3[i].val();
+        }
+        for i in 0..self._n[4] {
+            self.lv5[i].next = self.lv4[i * 2].val() + self.lv4[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[4] {
+            self.lv5[i].next = self.lv4[i].val();
+        }
+        for i in 0..self._n[5] {
+            self.lv6[i].next = self.lv5[i * 2].val() + self.lv5[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[5] {
+            self.lv6[i].next = self.lv5[i].val();
+        }
+        self.dot.d.next = self.lv6[0].val();
+        self.v2.d.next = self.valid.val();
+        self.f2.d.next = self.first.val();
+        self.l2.d.next = self.last.val();
+        // Integer addition wraps like the model's int32 accumulator.
+        self.acc_new.next = self.acc.q.val() + self.dot.q.val();
+        if self.f2.q.val() {
+            self.acc_new.next = self.dot.q.val();
+        }
+        if self.v2.q.val() {
+            self.acc.d.next = self.acc_new.val();
+            if self.l2.q.val() {
+                self.res_r.d.next = unsigned_cast(self.acc_new.val());
+            }
+        }
+        self.res.next = self.res_r.q.val();
+    }
+}
+
+/// Lane `j`'s logit post-processing (one register stage): `z = dot + bias[e]`
+/// (wrapping), `t = round(z · SMULT / 2^SSHIFT)`, both placed at expert
+/// position `j` of a lane group, ready to be OR-ed with the other lanes.
+#[derive(LogicBlock)]
+pub struct PostLane {
+    pub clock: Signal<In, Clock>,
+    pub res: Signal<In, Bits<32>>,
+    pub bias: Signal<In, Bits<ZB>>,
+    /// Bit offset of the group's first expert in `bias` (`g · lanes · 32`).
+    pub boff: Signal<In, Bits<16>>,
+    pub smult: Signal<In, Bits<32>>,
+    pub sshift: Signal<In, Bits<6>>,
+    pub zp: Signal<Out, Bits<ZB>>,
+    pub tp: Signal<Out, Bits<TB>>,
+    off: Signal<Local, Bits<16>>,
+    z: Signal<Local, Bits<32>>,
+    zr: DFF<Bits<32>>,
+    ty: Signal<Local, Bits<40>>,
+    scale: ScaleRound,
+    c_j32: Constant<Bits<16>>,
+    c_j40: Constant<Bits<16>>,
+    c_top: Constant<Bits<16>>,
+}
+
+impl PostLane {
+    pub fn new(j: usize) -> Self {
+        let k = |v: usize| Constant::new((v as u64).to_bits());
+        Self {
+            clock: Default::default(),
+            res: Default::default(),
+            bias: Default::default(),
+            boff: Default::default(),
+            smult: Default::default(),
+            sshift: Default::default(),
+            zp: Default::default(),
+            tp: Default::default(),
+            off: Default::default(),
+            z: Default::default(),
+            zr: Default::default(),
+            ty: Default::default(),
+            scale: Default::default(),
+            c_j32: k(32 * j),
+            c_j40: k(40 * j),
+            c_top: k(ZB - 32),
+        }
+    }
+}
+
+impl Logic for PostLane {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(self, clock, zr);
+        self.scale.clock.next = self.clock.val();
+        self.off.next = self.boff.val() + self.c_j32.val();
+        self.z.next = self.res.val();
+        // Experts past E_LIMIT only exist in a partial last group: never read past the bus.
+        if self.off.val() <= self.c_top.val() {
+            self.z.next = self.res.val() + self.bias.val().get_bits::<32>(self.off.val().index());
+        }
+        self.zr.d.next = self.z.val();
+        self.scale.x.next = signed_cast(self.z.val());
+        self.scale.mult.next = self.smult.val();
+        self.scale.shift.next = self.sshift.val();
+        self.ty.next = unsigned_cast(self.scale.y.val());
+        self.zp.next = bit_cast::<ZB, 32>(self.zr.q.val()) << self.c_j32.val();
+        self.tp.next = bit_cast::<TB, 40>(self.ty.val()) << self.c_j40.val();
+    }
+}
+
+/// Expert `e`'s exponential (combinational): `p = exp2_fixed(t[e] − t_max)` in
+/// Q1.14 (the attention unit's LUT and shift), zero for `e ≥ E`.
+#[derive(LogicBlock)]
+pub struct ExpUnit {
+    pub t: Signal<In, Bits<TB>>,
+    pub tmax: Signal<In, Signed<40>>,
+    pub experts: Signal<In, Bits<16>>,
+    pub p32: Signal<Out, Bits<32>>,
+    pub placed: Signal<Out, Bits<PB>>,
+    tv: Signal<Local, Signed<40>>,
+    u: Signal<Local, Signed<40>>,
+    nu: Signal<Local, Signed<40>>,
+    ub: Signal<Local, Bits<40>>,
+    psh: Signal<Local, Bits<40>>,
+    p: Signal<Local, Bits<16>>,
+    rom: Exp2Rom,
+    c_e: Constant<Bits<16>>,
+    c_t: Constant<Bits<16>>,
+    c_p: Constant<Bits<16>>,
+}
+
+impl ExpUnit {
+    pub fn new(e: usize) -> Self {
+        let k = |v: usize| Constant::new((v as u64).to_bits());
+        Self {
+            t: Default::default(),
+            tmax: Default::default(),
+            experts: Default::default(),
+            p32: Default::default(),
+            placed: Default::default(),
+            tv: Default::default(),
+            u: Default::default(),
+            nu: Default::default(),
+            ub: Default::default(),
+            psh: Default::default(),
+            p: Default::default(),
+            rom: Default::default(),
+            c_e: k(e),
+            c_t: k(40 * e),
+            c_p: k(16 * e),
+        }
+    }
+}
+
+impl Logic for ExpUnit {
+    #[hdl_gen]
+    fn update(&mut self) {
+        self.tv.next = signed_cast(self.t.val().get_bits::<40>(self.c_t.val().index()));
+        self.u.next = self.tv.val() - self.tmax.val();
+        self.nu.next = signed_cast(bits::<40>(0)) - self.u.val();
+        self.ub.next = unsigned_cast(self.u.val());
+        // exp2_fixed: LUT on the 8 fraction bits, shift by ceil(−u / 2^8) (u ≤ 0).
+        self.psh.next = 0.into();
+        if self.u.val().get_bit(39) {
+            self.psh.next = (unsigned_cast(self.nu.val()) + 255) >> 8;
+        }
+        self.rom.addr.next = self.ub.val().get_bits::<8>(0);
+        self.p.next = 0.into();
+        if (self.c_e.val() < self.experts.val()) & (self.psh.val() < 32) {
+            self.p.next = self.rom.data.val() >> self.psh.val().get_bits::<5>(0);
+        }
+        self.p32.next = bit_cast::<32, 16>(self.p.val());
+        self.placed.next = bit_cast::<PB, 16>(self.p.val()) << self.c_p.val();
+    }
+}
+
+fn locals<T: Default>(n: usize) -> Vec<T> {
+    (0..n).map(|_| T::default()).collect()
+}
+
+/// One round of top-k (one pipeline stage): the largest valid logit, ties to
+/// the lower expert index, by a comparator tree over `e_max` experts; the winner
+/// is masked out for the next round and recorded in the metadata with its
+/// exponential (read from `aux`, or 1.0 for the first round, which is the
+/// maximum). `aux` rides along unchanged.
+#[derive(LogicBlock)]
+pub struct TopkRound<const AB: usize> {
+    pub clock: Signal<In, Clock>,
+    pub z: Signal<In, Bits<ZB>>,
+    pub aux: Signal<In, Bits<AB>>,
+    pub mask: Signal<In, Bits<E_LIMIT>>,
+    pub meta: Signal<In, Bits<MB>>,
+    pub valid: Signal<In, Bit>,
+    pub z_o: Signal<Out, Bits<ZB>>,
+    pub aux_o: Signal<Out, Bits<AB>>,
+    pub mask_o: Signal<Out, Bits<E_LIMIT>>,
+    pub meta_o: Signal<Out, Bits<MB>>,
+    pub valid_o: Signal<Out, Bit>,
+    zr: DFF<Bits<ZB>>,
+    auxr: DFF<Bits<AB>>,
+    maskr: DFF<Bits<E_LIMIT>>,
+    metar: DFF<Bits<MB>>,
+    validr: DFF<Bit>,
+    k0: Vec<Signal<Local, Bits<32>>>,
+    i0: Vec<Signal<Local, Bits<8>>>,
+    v0: Vec<Signal<Local, Bit>>,
+    k1: Vec<Signal<Local, Bits<32>>>,
+    i1: Vec<Signal<Local, Bits<8>>>,
+    v1: Vec<Signal<Local, Bit>>,
+    k2: Vec<Signal<Local, Bits<32>>>,
+    i2: Vec<Signal<Local, Bits<8>>>,
+    v2: Vec<Signal<Local, Bit>>,
+    k3: Vec<Signal<Local, Bits<32>>>,
+    i3: Vec<Signal<Local, Bits<8>>>,
+    v3: Vec<Signal<Local, Bit>>,
+    k4: Vec<Signal<Local, Bits<32>>>,
+    i4: Vec<Signal<Local, Bits<8>>>,
+    v4: Vec<Signal<Local, Bit>>,
+    k5: Vec<Signal<Local, Bits<32>>>,
+    i5: Vec<Signal<Local, Bits<8>>>,
+    v5: Vec<Signal<Local, Bit>>,
+    k6: Vec<Signal<Local, Bits<32>>>,
+    i6: Vec<Signal<Local, Bits<8>>>,
+    v6: Vec<Signal<Local, Bit>>,
+    k7: Vec<Signal<Local, Bits<32>>>,
+    i7: Vec<Signal<Local, Bits<8>>>,
+    v7: Vec<Signal<Local, Bit>>,
+    k8: Vec<Signal<Local, Bits<32>>>,
+    i8: Vec<Signal<Local, Bits<8>>>,
+    v8: Vec<Signal<Local, Bit>>,
+    sel: Signal<Local, Bits<8>>,
+    psel: Signal<Local, Bits<16>>,
+    c_e: Vec<Constant<Bits<8>>>,
+    c_sign: Constant<Bits<32>>,
+    c_sel_sh: Constant<Bits<16>>,
+    c_p_sh: Constant<Bits<16>>,
+    c_first: Constant<Bit>,
+    c_one: Constant<Bits<16>>,
+    _e: usize,
+    _n: [usize; 8],
+    _sz: [usize; 9],
+}
+
+impl<const AB: usize> TopkRound<AB> {
+    /// Round `round` (0-based) over `e_max` experts.
+    pub fn new(round: usize, e_max: usize) -> Self {
+        assert!((1..=E_LIMIT).contains(&e_max) && round < 8);
+        let mut sz = [0usize; 9];
+        sz[0] = e_max;
+        for l in 1..9 {
+            sz[l] = sz[l - 1].div_ceil(2);
+        }
+        let n: [usize; 8] = std::array::from_fn(|l| sz[l] / 2);
+        let k = |v: usize| Constant::new((v as u64).to_bits());
+        Self {
+            clock: Default::default(),
+            z: Default::default(),
+            aux: Default::default(),
+            mask: Default::default(),
+            meta: Default::default(),
+            valid: Default::default(),
+            z_o: Default::default(),
+            aux_o: Default::default(),
+            mask_o: Default::default(),
+            meta_o: Default::default(),
+            valid_o: Default::default(),
+            zr: Default::default(),
+            auxr: Default::default(),
+            maskr: Default::default(),
+            metar: Default::default(),
+            validr: Default::default(),
+            k0: locals(sz[0]),
+            i0: locals(sz[0]),
+            v0: locals(sz[0]),
+            k1: locals(sz[1]),
+            i1: locals(sz[1]),
+            v1: locals(sz[1]),
+            k2: locals(sz[2]),
+            i2: locals(sz[2]),
+            v2: locals(sz[2]),
+            k3: locals(sz[3]),
+            i3: locals(sz[3]),
+            v3: locals(sz[3]),
+            k4: locals(sz[4]),
+            i4: locals(sz[4]),
+            v4: locals(sz[4]),
+            k5: locals(sz[5]),
+            i5: locals(sz[5]),
+            v5: locals(sz[5]),
+            k6: locals(sz[6]),
+            i6: locals(sz[6]),
+            v6: locals(sz[6]),
+            k7: locals(sz[7]),
+            i7: locals(sz[7]),
+            v7: locals(sz[7]),
+            k8: locals(sz[8]),
+            i8: locals(sz[8]),
+            v8: locals(sz[8]),
+            sel: Default::default(),
+            psel: Default::default(),
+            c_e: (0..e_max).map(|e| Constant::new((e as u64).to_bits())).collect(),
+            c_sign: Constant::new((1u64 << 31).to_bits()),
+            c_sel_sh: k(8 * round),
+            c_p_sh: k(META_P + 16 * round),
+            c_first: Constant::new(round == 0),
+            c_one: k(1 << crate::numerics::EXP2_ONE_BITS),
+            _e: e_max,
+            _n: n,
+            _sz: sz,
+        }
+    }
+}
+
+impl<const AB: usize> Logic for TopkRound<AB> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(self, clock, zr, auxr, maskr, metar, validr);
+        // Leaves: logits with the sign bit flipped, so unsigned comparison orders them.
+        for e in 0..self._e {
+            self.k0[e].next = self.z.val().get_bits::<32>(e * 32) ^ self.c_sign.val();
+            self.i0[e].next = self.c_e[e].val();
+            self.v0[e].next = self.mask.val().get_bit(e);
+        }
+        // Each node keeps its left (lower-index) child unless the right one is strictly larger.
+        for i in 0..self._n[0] {
+            self.k1[i].next = self.k0[i * 2].val();
+            self.i1[i].next = self.i0[i * 2].val();
+            self.v1[i].next = self.v0[i * 2].val();
+            if self.v0[i * 2 + 1].val() & (!self.v0[i * 2].val() | (self.k0[i * 2 + 1].val() > self.k0[i * 2].val())) {
+                self.k1[i].next = self.k0[i * 2 + 1].val();
+                self.i1[i].next = self.i0[i * 2 + 1].val();
+                self.v1[i].next = self.v0[i * 2 + 1].val();
+            }
+        }
+        for i in self._n[0]..self._sz[1] {
+            self.k1[i].next = self.k0[i * 2].val();
+            self.i1[i].next = self.i0[i * 2].val();
+            self.v1[i].next = self.v0[i * 2].val();
+        }
+        for i in 0..self._n[1] {
+            self.k2[i].next = self.k1[i * 2].val();
+            self.i2[i].next = self.i1[i * 2].val();
+            self.v2[i].next = self.v1[i * 2].val();
+            if self.v1[i * 2 + 1].val() & (!self.v1[i * 2].val() | (self.k1[i * 2 + 1].val() > self.k1[i * 2].val())) {
+                self.k2[i].next = self.k1[i * 2 + 1].val();
+                self.i2[i].next = self.i1[i * 2 + 1].val();
+                self.v2[i].next = self.v1[i * 2 + 1].val();
+            }
+        }
+        for i in self._n[1]..self._sz[2] {
+            self.k2[i].next = self.k1[i * 2].val();
+            self.i2[i].next = self.i1[i * 2].val();
+            self.v2[i].next = self.v1[i * 2].val();
+        }
+        for i in 0..self._n[2] {
+            self.k3[i].next = self.k2[i * 2].val();
+            self.i3[i].next = self.i2[i * 2].val();
+            self.v3[i].next = self.v2[i * 2].val();
+            if self.v2[i * 2 + 1].val() & (!self.v2[i * 2].val() | (self.k2[i * 2 + 1].val() > self.k2[i * 2].val())) {
+                self.k3[i].next = self.k2[i * 2 + 1].val();
+                self.i3[i].next = self.i2[i * 2 + 1].val();
+                self.v3[i].next = self.v2[i * 2 + 1].val();
+            }
+        }
+        for i in self._n[2]..self._sz[3] {
+            self.k3[i].next = self.k2[i * 2].val();
+            self.i3[i].next = self.i2[i * 2].val();
+            self.v3[i].next = self.v2[i * 2].val();
+        }
+        for i in 0..self._n[3] {
+            self.k4[i].next = self.k3[i * 2].val();
+            self.i4[i].next = self.i3[i * 2].val();
+            self.v4[i].next = self.v3[i * 2].val();
+            if self.v3[i * 2 + 1].val() & (!self.v3[i * 2].val() | (self.k3[i * 2 + 1].val() > self.k3[i * 2].val())) {
+                self.k4[i].next = self.k3[i * 2 + 1].val();
+                self.i4[i].next = self.i3[i * 2 + 1].val();
+                self.v4[i].next = self.v3[i * 2 + 1].val();
+            }
+        }
+        for i in self._n[3]..self._sz[4] {
+            self.k4[i].next = self.k3[i * 2].val();
+            self.i4[i].next = self.i3[i * 2].val();
+            self.v4[i].next = self.v3[i * 2].val();
+        }
+        for i in 0..self._n[4] {
+            self.k5[i].next = self.k4[i * 2].val();
+            self.i5[i].next = self.i4[i * 2].val();
+            self.v5[i].next = self.v4[i * 2].val();
+            if self.v4[i * 2 + 1].val() & (!self.v4[i * 2].val() | (self.k4[i * 2 + 1].val() > self.k4[i * 2].val())) {
+                self.k5[i].next = self.k4[i * 2 + 1].val();
+                self.i5[i].next = self.i4[i * 2 + 1].val();
+                self.v5[i].next = self.v4[i * 2 + 1].val();
+            }
+        }
+        for i in self._n[4]..self._sz[5] {
+            self.k5[i].next = self.k4[i * 2].val();
+            self.i5[i].next = self.i4[i * 2].val();
+            self.v5[i].next = self.v4[i * 2].val();
+        }
+        for i in 0..self._n[5] {
+            self.k6[i].next = self.k5[i * 2].val();
+            self.i6[i].next = self.i5[i * 2].val();
+            self.v6[i].next = self.v5[i * 2].val();
+            if self.v5[i * 2 + 1].val() & (!self.v5[i * 2].val() | (self.k5[i * 2 + 1].val() > self.k5[i * 2].val())) {
+                self.k6[i].next = self.k5[i * 2 + 1].val();
+                self.i6[i].next = self.i5[i * 2 + 1].val();
+                self.v6[i].next = self.v5[i * 2 + 1].val();
+            }
+        }
+        for i in self._n[5]..self._sz[6] {
+            self.k6[i].next = self.k5[i * 2].val();
+            self.i6[i].next = self.i5[i * 2].val();
+            self.v6[i].next = self.v5[i * 2].val();
+        }
+        for i in 0..self._n[6] {
+            self.k7[i].next = self.k6[i * 2].val();
+            self.i7[i].next = self.i6[i * 2].val();
+            self.v7[i].next = self.v6[i * 2].val();
+            if self.v6[i * 2 + 1].val() & (!self.v6[i * 2].val() | (self.k6[i * 2 + 1].val() > self.k6[i * 2].val())) {
+                self.k7[i].next = self.k6[i * 2 + 1].val();
+                self.i7[i].next = self.i6[i * 2 + 1].val();
+                self.v7[i].next = self.v6[i * 2 + 1].val();
+            }
+        }
+        for i in self._n[6]..self._sz[7] {
+            self.k7[i].next = self.k6[i * 2].val();
+            self.i7[i].next = self.i6[i * 2].val();
+            self.v7[i].next = self.v6[i * 2].val();
+        }
+        for i in 0..self._n[7] {
+            self.k8[i].next = self.k7[i * 2].val();
+            self.i8[i].next = self.i7[i * 2].val();
+            self.v8[i].next = self.v7[i * 2].val();
+            if self.v7[i * 2 + 1].val() & (!self.v7[i * 2].val() | (self.k7[i * 2 + 1].val() > self.k7[i * 2].val())) {
+                self.k8[i].next = self.k7[i * 2 + 1].val();
+                self.i8[i].next = self.i7[i * 2 + 1].val();
+                self.v8[i].next = self.v7[i * 2 + 1].val();
+            }
+        }
+        for i in self._n[7]..self._sz[8] {
+            self.k8[i].next = self.k7[i * 2].val();
+            self.i8[i].next = self.i7[i * 2].val();
+            self.v8[i].next = self.v7[i * 2].val();
+        }
+        self.sel.next = self.i8[0].val();
+        self.psel.next = self.aux.val().get_bits::<16>(self.sel.val().index() * 16);
+        if self.c_first.val() {
+            self.psel.next = self.c_one.val();
+        }
+        self.zr.d.next = self.z.val();
+        self.auxr.d.next = self.aux.val();
+        self.maskr.d.next = self.mask.val() & !(bits::<E_LIMIT>(1) << self.sel.val());
+        self.metar.d.next = self.meta.val()
+            | (bit_cast::<MB, 8>(self.sel.val()) << self.c_sel_sh.val())
+            | (bit_cast::<MB, 16>(self.psel.val()) << self.c_p_sh.val());
+        self.validr.d.next = self.valid.val();
+        self.z_o.next = self.zr.q.val();
+        self.aux_o.next = self.auxr.q.val();
+        self.mask_o.next = self.maskr.q.val();
+        self.meta_o.next = self.metar.q.val();
+        self.valid_o.next = self.validr.q.val();
+    }
+}
+
+/// One step of the reciprocal `r = floor(2^40 / L)` (one pipeline stage):
+/// restoring division, one quotient bit per stage, 27 stages from `rem = 2^13`.
+#[derive(LogicBlock, Default)]
+pub struct DivStage {
+    pub clock: Signal<In, Clock>,
+    pub rem: Signal<In, Bits<32>>,
+    pub q: Signal<In, Bits<32>>,
+    pub l: Signal<In, Bits<32>>,
+    pub meta: Signal<In, Bits<MB>>,
+    pub valid: Signal<In, Bit>,
+    pub rem_o: Signal<Out, Bits<32>>,
+    pub q_o: Signal<Out, Bits<32>>,
+    pub l_o: Signal<Out, Bits<32>>,
+    pub meta_o: Signal<Out, Bits<MB>>,
+    pub valid_o: Signal<Out, Bit>,
+    r2: Signal<Local, Bits<32>>,
+    remr: DFF<Bits<32>>,
+    qr: DFF<Bits<32>>,
+    lr: DFF<Bits<32>>,
+    metar: DFF<Bits<MB>>,
+    validr: DFF<Bit>,
+}
+
+impl Logic for DivStage {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(self, clock, remr, qr, lr, metar, validr);
+        self.r2.next = self.rem.val() << 1;
+        self.remr.d.next = self.r2.val();
+        self.qr.d.next = self.q.val() << 1;
+        if self.r2.val() >= self.l.val() {
+            self.remr.d.next = self.r2.val() - self.l.val();
+            self.qr.d.next = (self.q.val() << 1) | 1;
+        }
+        self.lr.d.next = self.l.val();
+        self.metar.d.next = self.meta.val();
+        self.validr.d.next = self.valid.val();
+        self.rem_o.next = self.remr.q.val();
+        self.q_o.next = self.qr.q.val();
+        self.l_o.next = self.lr.q.val();
+        self.meta_o.next = self.metar.q.val();
+        self.valid_o.next = self.validr.q.val();
+    }
+}
+
+/// Choice `i` of a token (combinational): its Q0.16 weight, its slot from the
+/// expert's running load and the capacity, its load increment, and its fields
+/// placed in the route record.
+#[derive(LogicBlock)]
+pub struct Choice {
+    pub meta: Signal<In, Bits<MB>>,
+    pub r: Signal<In, Bits<32>>,
+    pub loads: Signal<In, Bits<ZB>>,
+    pub cap: Signal<In, Bits<32>>,
+    pub active: Signal<In, Bit>,
+    pub inc: Signal<Out, Bits<ZB>>,
+    pub drop: Signal<Out, Bit>,
+    pub rec: Signal<Out, Bits<RB>>,
+    sel: Signal<Local, Bits<8>>,
+    ld: Signal<Local, Bits<32>>,
+    slot: Signal<Local, Bits<32>>,
+    full: Signal<Local, Bit>,
+    wm: MulRoundSat16,
+    c_sel: Constant<Bits<16>>,
+    c_p: Constant<Bits<16>>,
+    c_id_sh: Constant<Bits<16>>,
+    c_w_sh: Constant<Bits<16>>,
+    c_s_sh: Constant<Bits<16>>,
+    c_neg1: Constant<Bits<32>>,
+}
+
+impl Choice {
+    pub fn new(i: usize) -> Self {
+        use super::config::{REC_IDS, REC_SLOTS, REC_WEIGHTS};
+        let k = |v: usize| Constant::new((v as u64).to_bits());
+        Self {
+            meta: Default::default(),
+            r: Default::default(),
+            loads: Default::default(),
+            cap: Default::default(),
+            active: Default::default(),
+            inc: Default::default(),
+            drop: Default::default(),
+            rec: Default::default(),
+            sel: Default::default(),
+            ld: Default::default(),
+            slot: Default::default(),
+            full: Default::default(),
+            wm: Default::default(),
+            c_sel: k(8 * i),
+            c_p: k(META_P + 16 * i),
+            c_id_sh: k(8 * (REC_IDS + i)),
+            c_w_sh: k(8 * (REC_WEIGHTS + 2 * i)),
+            c_s_sh: k(8 * (REC_SLOTS + 4 * i)),
+            c_neg1: Constant::new(u32::MAX.to_bits()),
+        }
+    }
+}
+
+impl Logic for Choice {
+    #[hdl_gen]
+    fn update(&mut self) {
+        self.sel.next = self.meta.val().get_bits::<8>(self.c_sel.val().index());
+        self.wm.p.next = self.meta.val().get_bits::<16>(self.c_p.val().index());
+        self.wm.r.next = self.r.val();
+        self.ld.next = self.loads.val().get_bits::<32>(self.sel.val().index() * 32);
+        self.full.next = self.ld.val() >= self.cap.val();
+        self.slot.next = self.ld.val();
+        if self.full.val() {
+            self.slot.next = self.c_neg1.val();
+        }
+        self.inc.next = 0.into();
+        self.drop.next = false;
+        self.rec.next = 0.into();
+        if self.active.val() {
+            self.inc.next = bits::<ZB>(1) << (bit_cast::<16, 8>(self.sel.val()) << 5);
+            self.drop.next = self.full.val();
+            self.rec.next = (bit_cast::<RB, 8>(self.sel.val()) << self.c_id_sh.val())
+                | (bit_cast::<RB, 16>(self.wm.w.val()) << self.c_w_sh.val())
+                | (bit_cast::<RB, 32>(self.slot.val()) << self.c_s_sh.val());
+        }
+    }
+}
