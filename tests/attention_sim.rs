@@ -1,32 +1,12 @@
 //! The simulated attention unit against the golden model, bit for bit.
-use ferrite::host::driver::{self, ControlPort, LaunchArgs, Poll};
-use ferrite::host::DeviceError;
-use ferrite::hw::attention::{attention, rtl, AttentionConfig, AttentionOutput, AttentionParams, AttentionProblem};
-use ferrite::hw::numerics::Requant;
-use ferrite::sim::{MemoryConfig, Simulation, VerilatorInstance, VerilatorModel};
+use ferrite::host::backend::cpu::{CpuDevice, CpuMode};
+use ferrite::host::backend::sim::{Engine, SimDevice};
+use ferrite::host::ops;
+use ferrite::hw::attention::{attention, AttentionConfig, AttentionOutput, AttentionParams, AttentionProblem};
+use ferrite::sim::MemoryConfig;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use rand::{Rng, SeedableRng};
-
-struct Port<'a>(&'a mut Simulation<VerilatorInstance>);
-
-impl ControlPort for Port<'_> {
-    fn read32(&mut self, offset: u32) -> Result<u32, DeviceError> {
-        self.0.read_reg(offset).map_err(|e| DeviceError::Argument(e.to_string()))
-    }
-    fn write32(&mut self, offset: u32, value: u32) -> Result<(), DeviceError> {
-        self.0.write_reg(offset, value).map_err(|e| DeviceError::Argument(e.to_string()))
-    }
-    fn wait(&mut self, ticks: u64) -> Result<(), DeviceError> {
-        self.0.step(ticks).map_err(|e| DeviceError::Argument(e.to_string()))
-    }
-    fn now(&self) -> u64 {
-        self.0.cycle()
-    }
-    fn tick_name(&self) -> &'static str {
-        "cycles"
-    }
-}
 
 fn verilator_or_skip() -> bool {
     if ferrite::sim::verilator_available() {
@@ -37,76 +17,11 @@ fn verilator_or_skip() -> bool {
     false
 }
 
-/// Run one problem on the simulated unit; returns the output and the cycle count.
+/// Run one problem on the simulated unit through the host runtime; returns the output and the cycle count.
 fn run(cfg: &AttentionConfig, mem: MemoryConfig, p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> (AttentionOutput, u64) {
-    let model = VerilatorModel::build(&rtl::verilog(cfg).unwrap(), &cfg.kernel_name(), cfg.port_bits, false).unwrap();
-    let mem = MemoryConfig { data_bits: cfg.port_bits, ..mem };
-    let mut sim = Simulation::new(model.instance(None).unwrap(), mem).unwrap();
-    sim.reset(16).unwrap();
-    let beat = cfg.port_bytes();
-    let pitch = |bytes: usize| bytes.div_ceil(beat) * beat;
-    let d = p.dim;
-    let elem = if p.params.out.is_some() { 1 } else { 4 };
-    let (qs, kvs, os) = (pitch(p.seq_q * d), pitch(p.seq_kv * d), pitch(p.seq_q * d * elem));
-    let nh = p.heads_total();
-    let pack = |src: &[i8], rows: usize, stride: usize| {
-        let mut out = vec![0u8; nh * stride];
-        for h in 0..nh {
-            for (i, &x) in src[h * rows * d..(h + 1) * rows * d].iter().enumerate() {
-                out[h * stride + i] = x as u8;
-            }
-        }
-        out
-    };
-    let m = sim.mem_mut();
-    let (qa, ka, va, oa, la) = (
-        m.alloc((nh * qs) as u64).unwrap(),
-        m.alloc((nh * kvs) as u64).unwrap(),
-        m.alloc((nh * kvs) as u64).unwrap(),
-        m.alloc((nh * os) as u64).unwrap(),
-        m.alloc(pitch(4 * p.batch) as u64).unwrap(),
-    );
-    m.write(qa, &pack(q, p.seq_q, qs)).unwrap();
-    m.write(ka, &pack(k, p.seq_kv, kvs)).unwrap();
-    m.write(va, &pack(v, p.seq_kv, kvs)).unwrap();
-    m.fill(oa, nh * os, 0xA5).unwrap();
-    if let Some(kv) = &p.kv_len {
-        let bytes: Vec<u8> = kv.iter().flat_map(|&l| (l as u32).to_le_bytes()).collect();
-        m.write(la, &bytes).unwrap();
-    }
-    let out_rq = p.params.out.unwrap_or(Requant { multiplier: 0, shift: 0 });
-    let args = LaunchArgs {
-        hwinfo: cfg.hwinfo(),
-        values: vec![
-            ("Q", qa),
-            ("K", ka),
-            ("V", va),
-            ("O", oa),
-            ("KVLEN", la),
-            ("HEADS", nh as u64),
-            ("HPB", p.heads as u64),
-            ("SEQ_Q", p.seq_q as u64),
-            ("SEQ_KV", p.seq_kv as u64),
-            ("Q_STRIDE", qs as u64),
-            ("KV_STRIDE", kvs as u64),
-            ("O_STRIDE", os as u64),
-            ("FLAGS", p.flags() as u64),
-            ("SMULT", p.params.score.multiplier as u32 as u64),
-            ("SSHIFT", p.params.score.shift as u64),
-            ("OMULT", out_rq.multiplier as u32 as u64),
-            ("OSHIFT", out_rq.shift as u64),
-        ],
-    };
-    let cycles = driver::launch(&mut Port(&mut sim), &cfg.register_map(), &args, Poll { interval: 64, limit: 20_000_000 }).unwrap();
-    let raw = sim.mem().read(oa, nh * os).unwrap();
-    let rows = (0..nh).flat_map(|h| raw[h * os..h * os + p.seq_q * d * elem].to_vec());
-    let out = if elem == 1 {
-        AttentionOutput::I8(rows.map(|b| b as i8).collect())
-    } else {
-        let bytes: Vec<u8> = rows.collect();
-        AttentionOutput::Fixed(bytes.chunks(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-    };
-    (out, cycles)
+    let mut dev = SimDevice::new(cfg.clone(), mem, Engine::Verilator, None).unwrap();
+    let (out, stats) = ops::attention(&mut dev, p, q, k, v).unwrap();
+    (out, stats.cycles.unwrap().cycles)
 }
 
 fn small() -> AttentionConfig {
@@ -230,5 +145,31 @@ fn utilization_default_unit() {
             cycles as f64 / cfg.clock_mhz,
             cfg.clock_mhz
         );
+    }
+}
+
+#[test]
+fn cpu_backend_runs_the_golden_model() {
+    let p = AttentionProblem { kv_len: Some(vec![3, 7]), ..problem(16, 2, 2, 5, 7, true, true) };
+    let gen = |n: usize, m: i32| -> Vec<i8> { (0..n).map(|i| (i as i32 * m % 255 - 127) as i8).collect() };
+    let (q, k, v) = (gen(4 * 5 * 16, 37), gen(4 * 7 * 16, 53), gen(4 * 7 * 16, 29));
+    let (got, _) = ops::attention(&mut CpuDevice::new(CpuMode::Golden), &p, &q, &k, &v).unwrap();
+    assert_eq!(got, attention(&p, &q, &k, &v).unwrap());
+}
+
+#[test]
+fn bad_attention_inputs_are_clear_errors() {
+    let mut dev = CpuDevice::new(CpuMode::Golden);
+    let p = problem(16, 1, 1, 2, 3, false, false);
+    let err = ops::attention(&mut dev, &p, &[0; 31], &[0; 48], &[0; 48]).unwrap_err();
+    assert!(err.to_string().contains("Q has 31 elements"), "{err}");
+    let err = ops::attention(&mut dev, &AttentionProblem { seq_kv: 0, ..p.clone() }, &[0; 32], &[], &[]).unwrap_err();
+    assert!(err.to_string().contains("≥ 1"), "{err}");
+    if verilator_or_skip() {
+        // A unit built for d = 16 refuses d = 32.
+        let mut sim = SimDevice::new(small(), MemoryConfig::default(), Engine::Verilator, None).unwrap();
+        let p32 = problem(32, 1, 1, 1, 1, false, false);
+        let err = ops::attention(&mut sim, &p32, &[0; 32], &[0; 32], &[0; 32]).unwrap_err();
+        assert!(err.to_string().contains("head_dim = 16"), "{err}");
     }
 }

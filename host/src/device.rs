@@ -7,6 +7,7 @@
 //! attention or MoE adds variants there and leaves the trait (and backends
 //! that do not run the new unit) untouched: they answer
 //! [`DeviceError::Unsupported`].
+use ferrite_hw::attention::{AttentionLayout, AttentionProblem};
 use ferrite_hw::gemm::{GemmLayout, GemmProblem};
 use ferrite_hw::HwError;
 use std::fmt;
@@ -74,10 +75,11 @@ impl Buffer {
 
 /// One call of a unit, before buffers exist: the device answers with the
 /// [`Layout`] it wants, after checking the problem fits the unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Problem {
     Gemm(GemmProblem),
+    Attention(AttentionProblem),
 }
 
 /// How a problem's operands must be laid out in this device's memory.
@@ -85,6 +87,7 @@ pub enum Problem {
 #[non_exhaustive]
 pub enum Layout {
     Gemm(GemmLayout),
+    Attention(AttentionLayout),
 }
 
 /// Arguments of one GEMM launch: buffers laid out as `layout` says.
@@ -99,11 +102,25 @@ pub struct GemmArgs {
     pub c: Buffer,
 }
 
+/// Arguments of one attention launch: buffers laid out as `layout` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttentionArgs {
+    pub problem: AttentionProblem,
+    pub layout: AttentionLayout,
+    pub q: Buffer,
+    pub k: Buffer,
+    pub v: Buffer,
+    pub o: Buffer,
+    /// int32 valid keys per batch entry; present exactly when `problem.kv_len` is.
+    pub kv_len: Option<Buffer>,
+}
+
 /// A unit launch with typed arguments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Launch {
     Gemm(GemmArgs),
+    Attention(AttentionArgs),
 }
 
 impl Launch {
@@ -111,6 +128,15 @@ impl Launch {
     pub fn useful_macs(&self) -> u64 {
         match self {
             Self::Gemm(g) => g.problem.macs(),
+            Self::Attention(a) => a.problem.macs(),
+        }
+    }
+
+    /// The unit's name, for errors.
+    pub fn unit(&self) -> &'static str {
+        match self {
+            Self::Gemm(_) => "gemm",
+            Self::Attention(_) => "attention",
         }
     }
 }

@@ -4,7 +4,9 @@
 //! backend (where the port is `xrtKernelReadRegister`/`WriteRegister`) execute
 //! the same steps against the same [`RegisterMap`]: identify, program
 //! arguments by name, start, poll for `ap_done`, read the cycle counter.
-use crate::device::{Buffer, DeviceError, GemmArgs};
+use crate::device::{AttentionArgs, Buffer, DeviceError, GemmArgs};
+use ferrite_hw::attention::AttentionConfig;
+use ferrite_hw::numerics::Requant;
 use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::regmap::{Register, RegisterMap, CTRL, CTRL_AP_DONE, CTRL_AP_IDLE, CTRL_AP_START};
 
@@ -160,6 +162,39 @@ pub fn gemm_args(
             ("FLAGS", p.flags() as u64),
             ("QMULT", qmult as u64),
             ("QSHIFT", qshift as u64),
+        ],
+    })
+}
+
+/// Register values of one attention launch, by register name.
+pub fn attention_args(
+    cfg: &AttentionConfig,
+    a: &AttentionArgs,
+    address: &dyn Fn(Buffer) -> Result<u64, DeviceError>,
+) -> Result<LaunchArgs, DeviceError> {
+    let p = &a.problem;
+    let out = p.params.out.unwrap_or(Requant { multiplier: 0, shift: 0 });
+    Ok(LaunchArgs {
+        hwinfo: cfg.hwinfo(),
+        values: vec![
+            ("Q", address(a.q)?),
+            ("K", address(a.k)?),
+            ("V", address(a.v)?),
+            ("O", address(a.o)?),
+            // Never read unless FLAGS.kvlen is set.
+            ("KVLEN", a.kv_len.map_or(Ok(0), address)?),
+            ("HEADS", p.heads_total() as u64),
+            ("HPB", p.heads as u64),
+            ("SEQ_Q", p.seq_q as u64),
+            ("SEQ_KV", p.seq_kv as u64),
+            ("Q_STRIDE", a.layout.q_stride),
+            ("KV_STRIDE", a.layout.kv_stride),
+            ("O_STRIDE", a.layout.o_stride),
+            ("FLAGS", p.flags() as u64),
+            ("SMULT", p.params.score.multiplier as u32 as u64),
+            ("SSHIFT", p.params.score.shift as u64),
+            ("OMULT", out.multiplier as u32 as u64),
+            ("OSHIFT", out.shift as u64),
         ],
     })
 }

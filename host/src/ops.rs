@@ -1,5 +1,7 @@
 //! Host-array convenience layer over [`Device`]: pack, launch, unpack.
-use crate::device::{Buffer, Device, DeviceError, GemmArgs, Launch, Layout, Problem, RunStats};
+use crate::device::{AttentionArgs, Buffer, Device, DeviceError, GemmArgs, Launch, Layout, Problem, RunStats};
+use ferrite_hw::attention::model::check_operands as check_attention;
+use ferrite_hw::attention::{AttentionLayout, AttentionOutput, AttentionProblem};
 use ferrite_hw::gemm::model::check_operands;
 use ferrite_hw::gemm::{GemmLayout, GemmOutput, GemmProblem};
 
@@ -17,7 +19,9 @@ pub fn gemm(
     bias: Option<&[i32]>,
 ) -> Result<(GemmOutput, RunStats), DeviceError> {
     check_operands(p, a, b, bias)?;
-    let Layout::Gemm(layout) = dev.layout(&Problem::Gemm(*p))?;
+    let Layout::Gemm(layout) = dev.layout(&Problem::Gemm(*p))? else {
+        return Err(DeviceError::Problem("device answered a GEMM problem with another layout".into()));
+    };
     let mut buffers = Vec::new();
     let result = run_gemm(dev, &mut buffers, p, layout, a, b, bias);
     let mut freed = Ok(());
@@ -79,6 +83,99 @@ fn run_gemm(
     let mut c = vec![0; ldc * p.m];
     dev.download(c_buf, 0, &mut c)?;
     Ok((unpack_output(&c, p, ldc), stats))
+}
+
+/// `O = attention(Q, K, V)` on `dev`, with host tensors dense
+/// `[batch·heads][seq][dim]`. Heads are laid out as the device asks, O is
+/// poisoned before the launch, and every buffer is freed afterwards.
+pub fn attention(
+    dev: &mut dyn Device,
+    p: &AttentionProblem,
+    q: &[i8],
+    k: &[i8],
+    v: &[i8],
+) -> Result<(AttentionOutput, RunStats), DeviceError> {
+    check_attention(p, q, k, v)?;
+    let Layout::Attention(layout) = dev.layout(&Problem::Attention(p.clone()))? else {
+        return Err(DeviceError::Problem("device answered an attention problem with another layout".into()));
+    };
+    let mut buffers = Vec::new();
+    let result = run_attention(dev, &mut buffers, p, layout, q, k, v);
+    let mut freed = Ok(());
+    for buf in buffers {
+        if let Err(e) = dev.free(buf) {
+            freed = freed.and(Err(e));
+        }
+    }
+    let out = result?;
+    freed.map(|()| out)
+}
+
+fn run_attention(
+    dev: &mut dyn Device,
+    buffers: &mut Vec<Buffer>,
+    p: &AttentionProblem,
+    l: AttentionLayout,
+    q: &[i8],
+    k: &[i8],
+    v: &[i8],
+) -> Result<(AttentionOutput, RunStats), DeviceError> {
+    let mut upload = |dev: &mut dyn Device, bytes: u64, data: &[u8]| -> Result<Buffer, DeviceError> {
+        let buf = dev.alloc(bytes)?;
+        buffers.push(buf);
+        dev.upload(buf, 0, data)?;
+        Ok(buf)
+    };
+    let (nh, d) = (p.heads_total(), p.dim);
+    let (qs, kvs, os) = (l.q_stride as usize, l.kv_stride as usize, l.o_stride as usize);
+    let q_buf = upload(dev, l.q_bytes, &pack_rows(&i8_bytes(q), nh, p.seq_q * d, qs))?;
+    let k_buf = upload(dev, l.kv_bytes, &pack_rows(&i8_bytes(k), nh, p.seq_kv * d, kvs))?;
+    let v_buf = upload(dev, l.kv_bytes, &pack_rows(&i8_bytes(v), nh, p.seq_kv * d, kvs))?;
+    let kv_len = match &p.kv_len {
+        Some(lens) => {
+            let mut bytes: Vec<u8> = lens.iter().flat_map(|&n| (n as u32).to_le_bytes()).collect();
+            bytes.resize(l.kv_len_bytes as usize, 0);
+            Some(upload(dev, l.kv_len_bytes, &bytes)?)
+        }
+        None => None,
+    };
+    let o_buf = upload(dev, l.o_bytes, &vec![POISON; l.o_bytes as usize])?;
+    let launch = Launch::Attention(AttentionArgs {
+        problem: p.clone(),
+        layout: l,
+        q: q_buf,
+        k: k_buf,
+        v: v_buf,
+        o: o_buf,
+        kv_len,
+    });
+    let stats = dev.launch(&launch)?;
+    let mut o = vec![0; os * nh];
+    dev.download(o_buf, 0, &mut o)?;
+    Ok((unpack_attention(&o, p, os), stats))
+}
+
+/// Read an attention output stored with head pitch `stride`.
+pub(crate) fn unpack_attention(bytes: &[u8], p: &AttentionProblem, stride: usize) -> AttentionOutput {
+    let elem = AttentionLayout::out_elem_bytes(p);
+    let dense = unpack_rows(bytes, p.heads_total(), p.seq_q * p.dim * elem, stride);
+    match p.params.out {
+        Some(_) => AttentionOutput::I8(dense.into_iter().map(|b| b as i8).collect()),
+        None => AttentionOutput::Fixed(
+            dense.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect(),
+        ),
+    }
+}
+
+/// Write an attention output into `dst` with head pitch `stride`.
+pub(crate) fn pack_attention(out: &AttentionOutput, p: &AttentionProblem, stride: usize, dst: &mut [u8]) {
+    let elem = AttentionLayout::out_elem_bytes(p);
+    let per_head = p.seq_q * p.dim;
+    for (h, head) in dst.chunks_exact_mut(stride).take(p.heads_total()).enumerate() {
+        for i in 0..per_head {
+            head[i * elem..(i + 1) * elem].copy_from_slice(&out.get(h * per_head + i).to_le_bytes()[..elem]);
+        }
+    }
 }
 
 fn i8_bytes(v: &[i8]) -> Vec<u8> {

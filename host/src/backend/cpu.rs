@@ -1,10 +1,9 @@
 //! The CPU device: the golden model itself, or a fast path through a tuned
 //! CPU GEMM that must stay bit-exact with it.
-use crate::device::{
-    check_gemm_buffers, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch,
-    Layout, Problem, RunStats,
-};
-use crate::ops::{pack_output, unpack_rows};
+use crate::device::{AttentionArgs, check_gemm_buffers, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch,
+    Layout, Problem, RunStats,};
+use crate::ops::{pack_attention, pack_output, unpack_rows};
+use ferrite_hw::attention::AttentionLayout;
 use ferrite_hw::gemm::model::check_operands;
 use ferrite_hw::gemm::{GemmLayout, GemmOutput, GemmProblem};
 use ferrite_hw::numerics::requantize;
@@ -60,6 +59,24 @@ impl CpuDevice {
             .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
         let range = span(buf, offset, len, data.len())?;
         Ok(&mut data[range])
+    }
+
+    /// The golden model in both modes: fixed-point attention has no faster
+    /// CPU library path that stays bit-exact.
+    fn run_attention(&mut self, a: &AttentionArgs) -> Result<(), DeviceError> {
+        let (p, l) = (&a.problem, &a.layout);
+        let (nh, d) = (p.heads_total(), p.dim);
+        let read = |dev: &Self, buf: Buffer, rows: usize, stride: u64| -> Result<Vec<i8>, DeviceError> {
+            let bytes = dev.buffer(buf, 0, (stride * nh as u64) as usize)?;
+            Ok(to_i8(unpack_rows(bytes, nh, rows * d, stride as usize)))
+        };
+        let q = read(self, a.q, p.seq_q, l.q_stride)?;
+        let k = read(self, a.k, p.seq_kv, l.kv_stride)?;
+        let v = read(self, a.v, p.seq_kv, l.kv_stride)?;
+        let out = ferrite_hw::attention::attention(p, &q, &k, &v)?;
+        let o = self.buffer_mut(a.o, 0, (l.o_stride * nh as u64) as usize)?;
+        pack_attention(&out, p, l.o_stride as usize, o);
+        Ok(())
     }
 
     fn run_gemm(&mut self, g: &GemmArgs) -> Result<(), DeviceError> {
@@ -142,6 +159,10 @@ impl Device for CpuDevice {
                 p.validate()?;
                 Ok(Layout::Gemm(dense_layout(p)))
             }
+            Problem::Attention(p) => {
+                p.validate()?;
+                Ok(Layout::Attention(AttentionLayout::new(p, 1)))
+            }
         }
     }
 
@@ -182,6 +203,7 @@ impl Device for CpuDevice {
         let start = Instant::now();
         match launch {
             Launch::Gemm(g) => self.run_gemm(g)?,
+            Launch::Attention(a) => self.run_attention(a)?,
         }
         Ok(RunStats {
             wall: start.elapsed(),

@@ -263,6 +263,7 @@ impl Device for OpenClDevice {
                     Flavor::Xclbin => GemmLayout::new(&self.cfg, p),
                 }))
             }
+            Problem::Attention(_) => Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
         }
     }
 
@@ -326,7 +327,9 @@ impl Device for OpenClDevice {
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
-        let Launch::Gemm(g) = launch;
+        let Launch::Gemm(g) = launch else {
+            return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" });
+        };
         check_gemm_buffers(g)?;
         self.fits(&g.problem)?;
         // Buffers are named by handle id here; 0 (no bias) binds the dummy buffer.

@@ -1,10 +1,11 @@
-//! The simulator device: the GEMM unit's RTL clocked cycle by cycle against
-//! an AXI memory model, driven through its registers exactly like a board.
+//! The simulator device: a unit's RTL clocked cycle by cycle against an AXI
+//! memory model, driven through its registers exactly like a board.
 use crate::device::{
-    check_gemm_buffers, Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs,
-    Launch, Layout, Problem, RunStats,
+    check_gemm_buffers, AttentionArgs, Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind,
+    GemmArgs, Launch, Layout, Problem, RunStats,
 };
 use crate::driver::{self, ControlPort, Poll};
+use ferrite_hw::attention::{self, AttentionConfig, AttentionLayout, AttentionProblem};
 use ferrite_hw::gemm::{rtl, GemmConfig, GemmLayout, GemmProblem};
 use ferrite_hw::regmap::RegisterMap;
 use ferrite_hw::vitis::{Inputs, Outputs, PinLevel};
@@ -104,9 +105,87 @@ impl PinLevel for Dut {
     }
 }
 
-/// A GEMM unit of configuration `cfg` in simulation; buffers live in its AXI memory.
+/// Which unit a [`SimDevice`] simulates, with its one config.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SimUnit {
+    Gemm(GemmConfig),
+    Attention(AttentionConfig),
+}
+
+impl From<GemmConfig> for SimUnit {
+    fn from(cfg: GemmConfig) -> Self {
+        Self::Gemm(cfg)
+    }
+}
+
+impl From<AttentionConfig> for SimUnit {
+    fn from(cfg: AttentionConfig) -> Self {
+        Self::Attention(cfg)
+    }
+}
+
+impl SimUnit {
+    fn validate(&self) -> Result<(), DeviceError> {
+        match self {
+            Self::Gemm(c) => c.validate()?,
+            Self::Attention(c) => c.validate()?,
+        }
+        Ok(())
+    }
+
+    fn verilog(&self) -> Result<String, DeviceError> {
+        Ok(match self {
+            Self::Gemm(c) => rtl::verilog(c)?,
+            Self::Attention(c) => attention::rtl::verilog(c)?,
+        })
+    }
+
+    fn hdl_model(&self) -> Result<Box<dyn PinLevel>, DeviceError> {
+        Ok(match self {
+            Self::Gemm(c) => rtl::hdl_model(c)?,
+            Self::Attention(c) => attention::rtl::hdl_model(c)?,
+        })
+    }
+
+    pub fn kernel_name(&self) -> String {
+        match self {
+            Self::Gemm(c) => c.kernel_name(),
+            Self::Attention(c) => c.kernel_name(),
+        }
+    }
+
+    fn port_bits(&self) -> usize {
+        match self {
+            Self::Gemm(c) => c.port_bits,
+            Self::Attention(c) => c.port_bits,
+        }
+    }
+
+    fn register_map(&self) -> RegisterMap {
+        match self {
+            Self::Gemm(c) => c.register_map(),
+            Self::Attention(c) => c.register_map(),
+        }
+    }
+
+    fn clock_mhz(&self) -> f64 {
+        match self {
+            Self::Gemm(c) => c.clock_mhz,
+            Self::Attention(c) => c.clock_mhz,
+        }
+    }
+
+    fn multipliers(&self) -> u64 {
+        match self {
+            Self::Gemm(c) => c.macs() as u64,
+            Self::Attention(c) => c.multipliers() as u64,
+        }
+    }
+}
+
+/// A unit in simulation; buffers live in its AXI memory.
 pub struct SimDevice {
-    cfg: GemmConfig,
+    unit: SimUnit,
     map: RegisterMap,
     engine: Engine,
     sim: Simulation<Dut>,
@@ -120,22 +199,23 @@ impl SimDevice {
     /// cached on disk) and reset it. `mem.data_bits` is set to the unit's port
     /// width. `vcd` writes a waveform of the whole session (Verilator only).
     pub fn new(
-        cfg: GemmConfig,
+        unit: impl Into<SimUnit>,
         mut mem: MemoryConfig,
         engine: Engine,
         vcd: Option<&Path>,
     ) -> Result<Self, DeviceError> {
-        cfg.validate()?;
+        let unit = unit.into();
+        unit.validate()?;
         let dut = match engine {
             Engine::Verilator => {
                 if !verilator_available() {
                     return Err(missing_verilator("not on PATH"));
                 }
-                let verilog = rtl::verilog(&cfg)?;
+                let verilog = unit.verilog()?;
                 let model = VerilatorModel::build(
                     &verilog,
-                    &cfg.kernel_name(),
-                    cfg.port_bits,
+                    &unit.kernel_name(),
+                    unit.port_bits(),
                     vcd.is_some(),
                 )
                 .map_err(sim_error)?;
@@ -147,23 +227,38 @@ impl SimDevice {
                         "VCD traces need the verilator engine".into(),
                     ));
                 }
-                Dut::RustHdl(rtl::hdl_model(&cfg)?)
+                Dut::RustHdl(unit.hdl_model()?)
             }
         };
-        mem.data_bits = cfg.port_bits;
+        mem.data_bits = unit.port_bits();
         let mut sim = Simulation::new(dut, mem).map_err(sim_error)?;
         sim.reset(RESET_CYCLES).map_err(sim_error)?;
         Ok(Self {
-            map: cfg.register_map(),
-            cfg,
+            map: unit.register_map(),
+            unit,
             engine,
             sim,
             buffers: HashMap::new(),
         })
     }
 
-    pub fn config(&self) -> &GemmConfig {
-        &self.cfg
+    pub fn unit(&self) -> &SimUnit {
+        &self.unit
+    }
+
+    /// The GEMM config, for errors and limits; `None` for other units.
+    fn gemm_cfg(&self, what: &'static str) -> Result<&GemmConfig, DeviceError> {
+        match &self.unit {
+            SimUnit::Gemm(c) => Ok(c),
+            _ => Err(DeviceError::Unsupported { device: self.unit.kernel_name(), unit: what }),
+        }
+    }
+
+    fn attention_cfg(&self) -> Result<&AttentionConfig, DeviceError> {
+        match &self.unit {
+            SimUnit::Attention(c) => Ok(c),
+            _ => Err(DeviceError::Unsupported { device: self.unit.kernel_name(), unit: "attention" }),
+        }
     }
 
     pub fn engine(&self) -> Engine {
@@ -188,25 +283,65 @@ impl SimDevice {
     /// A generous bound on a run's cycles: every beat of traffic (re-reading A
     /// once per column tile) and every MAC step, each stretched by the memory's
     /// latency and stall probabilities, times ten.
-    fn timeout_cycles(&self, p: &GemmProblem, l: &GemmLayout) -> u64 {
-        let mem = self.sim.mem().config();
+    fn timeout_cycles(&self, cfg: &GemmConfig, p: &GemmProblem, l: &GemmLayout) -> u64 {
         let (row_tiles, col_tiles) = (
-            p.m.div_ceil(self.cfg.rows) as u64,
-            p.n.div_ceil(self.cfg.cols) as u64,
+            p.m.div_ceil(cfg.rows) as u64,
+            p.n.div_ceil(cfg.cols) as u64,
         );
         let beats = (l.a_bytes * col_tiles + l.b_bytes * row_tiles + l.c_bytes + l.bias_bytes)
-            / self.cfg.port_bytes() as u64;
+            / cfg.port_bytes() as u64;
+        self.stretch(beats + p.macs() / cfg.macs() as u64, row_tiles * col_tiles)
+    }
+
+    /// `work` cycles plus `restarts` memory round trips, stretched by the
+    /// memory's stall probabilities, times ten: a bound no healthy run reaches.
+    fn stretch(&self, work: u64, restarts: u64) -> u64 {
+        let mem = self.sim.mem().config();
         let latency = (mem.read_latency + mem.write_latency) as u64;
-        let work =
-            beats + p.macs() / self.cfg.macs() as u64 + row_tiles * col_tiles * (latency + 64);
         let stall = (1.0 - mem.ready_stall_prob) * (1.0 - mem.valid_stall_prob);
-        (10.0 * work as f64 / stall) as u64 + 100_000
+        (10.0 * (work + restarts * (latency + 64)) as f64 / stall) as u64 + 100_000
+    }
+
+    fn known(&self, buf: Buffer) -> Result<u64, DeviceError> {
+        if self.buffers.contains_key(&buf.id()) {
+            Ok(buf.id())
+        } else {
+            Err(DeviceError::UnknownBuffer(buf.id()))
+        }
+    }
+
+    fn run_attention(&mut self, a: &AttentionArgs) -> Result<u64, DeviceError> {
+        let cfg = self.attention_cfg()?.clone();
+        self.fits_attention(&a.problem)?;
+        let p = &a.problem;
+        let beat = cfg.port_bytes() as u64;
+        for (name, stride) in [("Q", a.layout.q_stride), ("KV", a.layout.kv_stride), ("O", a.layout.o_stride)] {
+            if !stride.is_multiple_of(beat) {
+                return Err(DeviceError::Problem(format!("{name} head stride {stride} is not a multiple of the {beat}-byte beat")));
+            }
+        }
+        if p.kv_len.is_some() != a.kv_len.is_some() {
+            return Err(DeviceError::Problem("the key-length buffer must be given exactly when kv_len is".into()));
+        }
+        let args = driver::attention_args(&cfg, a, &|buf| self.known(buf))?;
+        // Keys stream at ≥ one per two cycles; every block also loads Q and writes O.
+        let blocks = (p.heads_total() * p.seq_q.div_ceil(cfg.lanes)) as u64;
+        let work = blocks * (2 * p.seq_kv as u64 + 4 * p.dim as u64 + 200);
+        let poll = Poll { interval: POLL_INTERVAL, limit: self.stretch(work, blocks) };
+        driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)
+    }
+
+    fn fits_attention(&self, p: &AttentionProblem) -> Result<(), DeviceError> {
+        let cfg = self.attention_cfg()?;
+        p.validate()?;
+        p.validate_for(cfg).map_err(|e| DeviceError::TooBig { device: cfg.kernel_name(), reason: e.to_string() })
     }
 
     fn run_gemm(&mut self, g: &GemmArgs) -> Result<u64, DeviceError> {
+        let cfg = self.gemm_cfg("gemm")?.clone();
         check_gemm_buffers(g)?;
         self.fits(&g.problem)?;
-        let beat = self.cfg.port_bytes() as u64;
+        let beat = cfg.port_bytes() as u64;
         for (name, ld) in [
             ("LDA", g.layout.lda),
             ("LDB", g.layout.ldb),
@@ -218,26 +353,20 @@ impl SimDevice {
                 )));
             }
         }
-        let known = |buf: Buffer| {
-            if self.buffers.contains_key(&buf.id()) {
-                Ok(buf.id())
-            } else {
-                Err(DeviceError::UnknownBuffer(buf.id()))
-            }
-        };
-        let args = driver::gemm_args(&self.cfg, g, &known)?;
+        let args = driver::gemm_args(&cfg, g, &|buf| self.known(buf))?;
         let poll = Poll {
             interval: POLL_INTERVAL,
-            limit: self.timeout_cycles(&g.problem, &g.layout),
+            limit: self.timeout_cycles(&cfg, &g.problem, &g.layout),
         };
         driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)
     }
 
     /// The problem is valid and fits this unit's buffers.
     fn fits(&self, p: &GemmProblem) -> Result<(), DeviceError> {
+        let cfg = self.gemm_cfg("gemm")?;
         p.validate()?;
-        p.validate_for(&self.cfg).map_err(|e| DeviceError::TooBig {
-            device: self.cfg.kernel_name(),
+        p.validate_for(cfg).map_err(|e| DeviceError::TooBig {
+            device: cfg.kernel_name(),
             reason: e.to_string(),
         })
     }
@@ -246,9 +375,9 @@ impl SimDevice {
 impl Device for SimDevice {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
-            name: format!("sim ({}, {})", self.engine, self.cfg.kernel_name()),
+            name: format!("sim ({}, {})", self.engine, self.unit.kernel_name()),
             kind: DeviceKind::Simulator,
-            clock_mhz: Some(self.cfg.clock_mhz),
+            clock_mhz: Some(self.unit.clock_mhz()),
         }
     }
 
@@ -257,7 +386,11 @@ impl Device for SimDevice {
         match problem {
             Problem::Gemm(p) => {
                 self.fits(p)?;
-                Ok(Layout::Gemm(GemmLayout::new(&self.cfg, p)))
+                Ok(Layout::Gemm(GemmLayout::new(self.gemm_cfg("gemm")?, p)))
+            }
+            Problem::Attention(p) => {
+                self.fits_attention(p)?;
+                Ok(Layout::Attention(AttentionLayout::new(p, self.attention_cfg()?.port_bytes() as u64)))
             }
         }
     }
@@ -290,14 +423,15 @@ impl Device for SimDevice {
         let start = Instant::now();
         let cycles = match launch {
             Launch::Gemm(g) => self.run_gemm(g)?,
+            Launch::Attention(a) => self.run_attention(a)?,
         };
         Ok(RunStats {
             wall: start.elapsed(),
             useful_macs: launch.useful_macs(),
             cycles: Some(CycleStats {
                 cycles,
-                clock_mhz: self.cfg.clock_mhz,
-                multipliers: self.cfg.macs() as u64,
+                clock_mhz: self.unit.clock_mhz(),
+                multipliers: self.unit.multipliers(),
             }),
         })
     }

@@ -220,3 +220,49 @@ impl AttentionProblem {
         2 * pairs * self.heads as u64 * self.dim as u64
     }
 }
+
+/// How a driver lays an attention problem out in device memory: each head's
+/// rows contiguous (`[seq][d]`), heads `*_stride` bytes apart, strides rounded
+/// up to `align` bytes (the memory beat for the unit, 1 for a dense host layout).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionLayout {
+    pub q_stride: u64,
+    pub kv_stride: u64,
+    pub o_stride: u64,
+    pub q_bytes: u64,
+    pub kv_bytes: u64,
+    pub o_bytes: u64,
+    /// Bytes of the int32 key-length buffer (one entry per batch entry).
+    pub kv_len_bytes: u64,
+}
+
+impl AttentionLayout {
+    pub fn new(p: &AttentionProblem, align: u64) -> Self {
+        let pitch = |bytes: u64| bytes.div_ceil(align) * align;
+        let elem = if p.params.out.is_some() { 1 } else { 4 };
+        let (q, kv, o) = (
+            pitch((p.seq_q * p.dim) as u64),
+            pitch((p.seq_kv * p.dim) as u64),
+            pitch((p.seq_q * p.dim * elem) as u64),
+        );
+        let heads = p.heads_total() as u64;
+        Self {
+            q_stride: q,
+            kv_stride: kv,
+            o_stride: o,
+            q_bytes: q * heads,
+            kv_bytes: kv * heads,
+            o_bytes: o * heads,
+            kv_len_bytes: pitch(4 * p.batch as u64),
+        }
+    }
+
+    /// Bytes per output element: 4 (Q16) or 1 (int8).
+    pub fn out_elem_bytes(p: &AttentionProblem) -> usize {
+        if p.params.out.is_some() {
+            1
+        } else {
+            4
+        }
+    }
+}

@@ -5,5 +5,5 @@ pub mod lane;
 pub mod model;
 pub mod rtl;
 
-pub use config::{AttentionConfig, AttentionParams, AttentionProblem};
+pub use config::{AttentionConfig, AttentionLayout, AttentionParams, AttentionProblem};
 pub use model::{attention, attention_f64, AttentionOutput};

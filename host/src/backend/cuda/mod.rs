@@ -275,6 +275,7 @@ impl Device for CudaDevice {
                 check_limits(p)?;
                 Ok(Layout::Gemm(cuda_layout(p)))
             }
+            Problem::Attention(_) => Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
         }
     }
 
@@ -348,6 +349,7 @@ impl Device for CudaDevice {
         let start = Instant::now();
         match launch {
             Launch::Gemm(g) => self.run_gemm(g)?,
+            Launch::Attention(_) => return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
         }
         Ok(RunStats {
             wall: start.elapsed(),
