@@ -1,0 +1,156 @@
+//! The simulated MoE router unit against the golden model, bit for bit: ids,
+//! weights, slots, loads, dropped count, capacity and the dispatch plan.
+use ferrite::host::driver::{self, ControlPort, LaunchArgs, Poll};
+use ferrite::host::DeviceError;
+use ferrite::hw::moe::config::RECORD_BYTES;
+use ferrite::hw::moe::{rtl, route, CapacityFactor, GateMode, MoeConfig, MoeLayout, MoeOutput, MoeProblem};
+use ferrite::sim::{MemoryConfig, Simulation, VerilatorInstance, VerilatorModel};
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+
+struct Port<'a>(&'a mut Simulation<VerilatorInstance>);
+
+impl ControlPort for Port<'_> {
+    fn read32(&mut self, offset: u32) -> Result<u32, DeviceError> {
+        self.0.read_reg(offset).map_err(|e| DeviceError::Argument(e.to_string()))
+    }
+    fn write32(&mut self, offset: u32, value: u32) -> Result<(), DeviceError> {
+        self.0.write_reg(offset, value).map_err(|e| DeviceError::Argument(e.to_string()))
+    }
+    fn wait(&mut self, ticks: u64) -> Result<(), DeviceError> {
+        self.0.step(ticks).map_err(|e| DeviceError::Argument(e.to_string()))
+    }
+    fn now(&self) -> u64 {
+        self.0.cycle()
+    }
+    fn tick_name(&self) -> &'static str {
+        "cycles"
+    }
+}
+
+fn verilator_or_skip() -> bool {
+    if ferrite::sim::verilator_available() {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing: run scripts/install-deps.sh");
+    eprintln!("skipped: Verilator is not installed (scripts/install-deps.sh installs it)");
+    false
+}
+
+/// What the simulated unit wrote, decoded, plus its STATUS and CYCLES.
+struct Run {
+    out: MoeOutput,
+    status: u32,
+    cycles: u64,
+}
+
+fn run(cfg: &MoeConfig, mem: MemoryConfig, p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Run {
+    let model = VerilatorModel::build(&rtl::verilog(cfg).unwrap(), &cfg.kernel_name(), cfg.port_bits, false).unwrap();
+    let mut sim = Simulation::new(model.instance(None).unwrap(), MemoryConfig { data_bits: cfg.port_bits, ..mem }).unwrap();
+    sim.reset(16).unwrap();
+    let l = MoeLayout::new(cfg, p);
+    let (t, h, e, k) = (p.tokens, p.hidden, p.experts, p.top_k);
+    let pack = |src: &[i8], rows: usize, pitch: u64| {
+        let mut out = vec![0u8; rows * pitch as usize];
+        for r in 0..rows {
+            for c in 0..h {
+                out[r * pitch as usize + c] = src[r * h + c] as u8;
+            }
+        }
+        out
+    };
+    let m = sim.mem_mut();
+    let xa = m.alloc(l.x_bytes).unwrap();
+    let wa = m.alloc(l.w_bytes).unwrap();
+    let ba = m.alloc(l.bias_bytes).unwrap();
+    let ra = m.alloc(l.route_bytes).unwrap();
+    let da = m.alloc(l.dispatch_bytes).unwrap();
+    let sa = m.alloc(l.stats_bytes).unwrap();
+    m.write(xa, &pack(x, t, l.ldx)).unwrap();
+    m.write(wa, &pack(w, e, l.ldw)).unwrap();
+    if let Some(b) = bias {
+        m.write(ba, &b.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    }
+    m.fill(ra, l.route_bytes as usize, 0xA5).unwrap();
+    m.fill(da, l.dispatch_bytes as usize, 0xA5).unwrap();
+    m.fill(sa, l.stats_bytes as usize, 0xA5).unwrap();
+    let args = LaunchArgs {
+        hwinfo: cfg.hwinfo(),
+        values: vec![
+            ("X", xa),
+            ("WG", wa),
+            ("BIAS", ba),
+            ("ROUTE", ra),
+            ("DISPATCH", da),
+            ("STATS", sa),
+            ("T", t as u64),
+            ("H", h as u64),
+            ("E", e as u64),
+            ("K", k as u64),
+            ("LDX", l.ldx),
+            ("LDW", l.ldw),
+            ("DPITCH", l.dpitch),
+            ("FLAGS", p.flags() as u64),
+            ("CF", p.capacity.map_or(0, |c| c.0) as u64),
+            ("SMULT", p.logit.multiplier as u32 as u64),
+            ("SSHIFT", p.logit.shift as u64),
+        ],
+    };
+    let map = cfg.register_map();
+    let cycles = driver::launch(&mut Port(&mut sim), &map, &args, Poll { interval: 64, limit: 50_000_000 }).unwrap();
+    let status = sim.read_reg(map.offset("STATUS")).unwrap();
+    let mem = sim.mem();
+    let (experts, weights, slots) = MoeOutput::parse_records(&mem.read(ra, t * RECORD_BYTES).unwrap(), t, k);
+    let words = |addr: u64, n: usize| -> Vec<u32> {
+        mem.read(addr, 4 * n).unwrap().chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    };
+    let stats = words(sa, e + 2);
+    let load = stats[2..].to_vec();
+    let capacity = stats[1];
+    let dispatch = (0..e)
+        .map(|x| {
+            let kept = (load[x].min(capacity)) as usize;
+            words(da + x as u64 * l.dpitch, kept)
+        })
+        .collect();
+    Run { out: MoeOutput { experts, weights, slots, load, dropped: stats[0], capacity, dispatch }, status, cycles }
+}
+
+fn problem(t: usize, h: usize, e: usize, k: usize, mode: GateMode) -> MoeProblem {
+    MoeProblem::new(t, h, e, k, mode, 1.0 / 16.0, 1.0 / 32.0).unwrap()
+}
+
+fn data(p: &MoeProblem, seed: u64) -> (Vec<i8>, Vec<i8>, Vec<i32>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let x = (0..p.tokens * p.hidden).map(|_| rng.gen()).collect();
+    let w = (0..p.experts * p.hidden).map(|_| rng.gen()).collect();
+    let b = (0..p.experts).map(|_| rng.gen_range(-5000..5000)).collect();
+    (x, w, b)
+}
+
+#[test]
+fn smoke() {
+    if !verilator_or_skip() {
+        return;
+    }
+    let cfg = MoeConfig::small();
+    for (t, h, e, k, mode, cap, bias) in [
+        (1, 16, 1, 1, GateMode::SoftmaxTopk, false, false),
+        (5, 20, 6, 2, GateMode::SoftmaxTopk, false, true),
+        (9, 64, 12, 8, GateMode::TopkSoftmax, true, false),
+        (17, 33, 5, 3, GateMode::SoftmaxTopk, true, true),
+    ] {
+        let p = MoeProblem {
+            capacity: cap.then_some(CapacityFactor::ONE),
+            bias,
+            ..problem(t, h, e, k, mode)
+        };
+        let (x, w, b) = data(&p, t as u64);
+        let bias = bias.then_some(b.as_slice());
+        let want = route(&p, &x, &w, bias).unwrap();
+        let got = run(&cfg, MemoryConfig::default(), &p, &x, &w, bias);
+        println!("T={t} H={h} E={e} k={k} {mode:?}: {} cycles", got.cycles);
+        assert_eq!(got.status, 0);
+        assert_eq!(got.out, want, "T={t} H={h} E={e} k={k} {mode:?}");
+    }
+}
