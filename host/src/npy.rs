@@ -1,7 +1,8 @@
 //! NumPy `.npy` input and output for the CLI: int8 operands, int32 bias,
 //! int32 or int8 results.
+use ferrite_hw::attention::AttentionOutput;
 use ferrite_hw::gemm::GemmOutput;
-use ndarray::{Array1, Array2};
+use ndarray::{Array1, Array2, ArrayD, IxDyn};
 use ndarray_npy::{read_npy, write_npy, ReadNpyError};
 use std::path::{Path, PathBuf};
 
@@ -20,12 +21,22 @@ pub enum NpyError {
         found: usize,
         expected: usize,
     },
+    /// Attention tensors are per head: `[batch, heads, seq, dim]`, or with
+    /// batch and heads flattened, `[batch·heads, seq, dim]`.
+    #[error("{path}: array has {found} dimensions, expected 4 ([batch, heads, seq, dim]) or 3 ([batch·heads, seq, dim])")]
+    HeadsRank { path: PathBuf, found: usize },
     #[error("{path}: {len} elements do not form a {m}×{n} matrix")]
     Shape {
         path: PathBuf,
         len: usize,
         m: usize,
         n: usize,
+    },
+    #[error("{path}: {len} elements do not form an array of shape {shape:?}")]
+    TensorShape {
+        path: PathBuf,
+        len: usize,
+        shape: Vec<usize>,
     },
     #[error("{path}: {source}")]
     Read {
@@ -41,6 +52,9 @@ pub enum NpyError {
     },
 }
 
+/// Read `path` as `T`, naming the file in every error. `rank` is the rank a
+/// fixed-rank `T` expects; a dynamic-rank `ArrayD` never fails on rank, so
+/// its callers pass 0 and check the rank themselves.
 fn read<T: ndarray_npy::ReadNpyExt>(
     path: &Path,
     dtype: &'static str,
@@ -72,6 +86,47 @@ pub fn read_i8_matrix(path: &Path) -> Result<Array2<i8>, NpyError> {
 /// An int32 vector (`numpy.int32`, 1-D), e.g. a bias.
 pub fn read_i32_vector(path: &Path) -> Result<Array1<i32>, NpyError> {
     read(path, "int32 ('<i4')", 1)
+}
+
+/// An int8 attention operand (`numpy.int8`) of shape `[batch, heads, seq, dim]`
+/// or `[batch·heads, seq, dim]`; read at any rank so that a wrong rank is
+/// reported with both accepted layouts.
+pub fn read_i8_heads(path: &Path) -> Result<ArrayD<i8>, NpyError> {
+    let array: ArrayD<i8> = read(path, "int8 ('|i1')", 0)?;
+    match array.ndim() {
+        3 | 4 => Ok(array),
+        found => Err(NpyError::HeadsRank {
+            path: path.into(),
+            found,
+        }),
+    }
+}
+
+/// Write an attention output (int32 Q16 or int8, whichever it is) with `shape`.
+pub fn write_attention(
+    path: &Path,
+    out: &AttentionOutput,
+    shape: &[usize],
+) -> Result<(), NpyError> {
+    let shape_err = |_| NpyError::TensorShape {
+        path: path.into(),
+        len: out.len(),
+        shape: shape.to_vec(),
+    };
+    let written = match out {
+        AttentionOutput::Fixed(v) => write_npy(
+            path,
+            &ArrayD::from_shape_vec(IxDyn(shape), v.clone()).map_err(shape_err)?,
+        ),
+        AttentionOutput::I8(v) => write_npy(
+            path,
+            &ArrayD::from_shape_vec(IxDyn(shape), v.clone()).map_err(shape_err)?,
+        ),
+    };
+    written.map_err(|source| NpyError::Write {
+        path: path.into(),
+        source,
+    })
 }
 
 /// Write an M×N output as int32 or int8, whichever it is.
