@@ -29,13 +29,19 @@ enum Phase {
     QReq,
     QWait,
     Stream,
-    Drain,
+    Next,
+    Finish,
+    Done,
+}
+
+/// The finalizer, which runs beside the next block's Q load and K/V prefetch.
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum Fin {
+    Idle,
     Div,
     Ser,
     WPrep,
     WSend,
-    Finish,
-    Done,
 }
 
 #[derive(LogicBlock)]
@@ -175,7 +181,14 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     v2: DFF<Bits<W>>,
     v3: DFF<Bits<W>>,
     last_pipe: DFF<Bits<5>>,
-    // Finalize and write.
+    // Finalize and write (block parameters handed over at the block's last step).
+    fin: DFF<Fin>,
+    p_q0: DFF<Bits<32>>,
+    p_lv: DFF<Bits<32>>,
+    p_oh: DFF<Bits<64>>,
+    f_q0: DFF<Bits<32>>,
+    f_lv: DFF<Bits<32>>,
+    f_oh: DFF<Bits<64>>,
     fx: DFF<Bits<16>>,
     wi: DFF<Bits<32>>,
     wb: DFF<Bits<16>>,
@@ -358,6 +371,13 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             v2: Default::default(),
             v3: Default::default(),
             last_pipe: Default::default(),
+            fin: Default::default(),
+            p_q0: Default::default(),
+            p_lv: Default::default(),
+            p_oh: Default::default(),
+            f_q0: Default::default(),
+            f_lv: Default::default(),
+            f_oh: Default::default(),
             fx: Default::default(),
             wi: Default::default(),
             wb: Default::default(),
@@ -405,7 +425,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             o_stride, causal, use_kvlen, out8, smult, sshift, omult, oshift, phase, status_err, cycles, h, hb, b,
             qh, kh, vh, oh, nkv, q0, lv, nk, qrow_base, q_total, qb, ar_valid, ar_addr, ar_len, rd_addr, rd_rem,
             kv_off, kv_rem, kv_turn, kv_last_len, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first,
-            st_j, k_row, v0, v1, v2, v3, last_pipe, fx, wi, wb, w_addr, w_beat, w_strb, aw_done, w_done,
+            st_j, k_row, v0, v1, v2, v3, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb, aw_done, w_done,
             wr_issued, wr_acked
         );
         // ---------------- Control slave ----------------
@@ -485,7 +505,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.q_rx.next = self.m_axi_gmem_rvalid.val()
             & ((self.phase.q.val() == Phase::QReq) | (self.phase.q.val() == Phase::QWait));
         self.kv_rx.next = self.m_axi_gmem_rvalid.val()
-            & ((self.phase.q.val() == Phase::Stream) | (self.phase.q.val() == Phase::Drain));
+            & (self.phase.q.val() == Phase::Stream);
         // K/V bursts: the same length for K and V, never crossing a page in either.
         self.k_addr.next = self.kh.q.val() + self.kv_off.q.val();
         self.v_addr.next = self.vh.q.val() + self.kv_off.q.val();
@@ -507,7 +527,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.v_issue.next = 0.into();
 
         self.is_last.next = self.j.q.val() + 1 == self.nk.q.val();
-        self.go.next = (self.phase.q.val() == Phase::Stream) & !self.kfifo.empty.val() & !self.vfifo.empty.val();
+        // Steps wait while the finalizer reads l and o (Div, Ser) and until the
+        // previous block's last step has reached it; a block's last step also
+        // waits for the previous block's rows to be written.
+        self.go.next = (self.phase.q.val() == Phase::Stream)
+            & !self.kfifo.empty.val()
+            & !self.vfifo.empty.val()
+            & (self.last_pipe.q.val() == 0)
+            & (self.fin.q.val() != Fin::Div)
+            & (self.fin.q.val() != Fin::Ser)
+            & (!self.is_last.val() | (self.fin.q.val() == Fin::Idle));
         // ---------------- Output rows ----------------
         self.rm32[0].next = self.lanes[0].row32.val();
         self.rm8[0].next = self.lanes[0].row8.val();
@@ -526,7 +555,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         if self.out8.q.val() {
             self.row_bytes_log.next = self.c_logd.val();
         }
-        self.row_byte.next = (self.q0.q.val() + self.wi.q.val()) << self.row_bytes_log.val();
+        self.row_byte.next = (self.f_q0.q.val() + self.wi.q.val()) << self.row_bytes_log.val();
         self.beats_per_row.next = 1.into();
         if self.row_bytes_log.val() > self.c_logp.val() {
             self.beats_per_row.next = bits::<16>(1) << (self.row_bytes_log.val() - self.c_logp.val());
@@ -696,31 +725,74 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     }
                 }
                 if self.go.val() & self.is_last.val() {
-                    self.phase.d.next = Phase::Drain;
+                    self.p_q0.d.next = self.q0.q.val();
+                    self.p_lv.d.next = self.lv.q.val();
+                    self.p_oh.d.next = self.oh.q.val();
+                    self.phase.d.next = Phase::Next;
                 }
             }
-            Phase::Drain => {
+            Phase::Next => {
+                // Next block, next head, or finish: the next Q load and K/V
+                // prefetch overlap this block's finalization.
+                self.q0.d.next = self.q0.q.val() + self.c_lanes.val();
+                self.phase.d.next = Phase::BlockInit;
+                if self.q0.q.val() + self.c_lanes.val() >= self.seq_q.q.val() {
+                    self.h.d.next = self.h.q.val() + 1;
+                    self.hb.d.next = self.hb.q.val() + 1;
+                    if self.hb.q.val() + 1 == self.hpb.q.val() {
+                        self.hb.d.next = 0.into();
+                        self.b.d.next = self.b.q.val() + 1;
+                    }
+                    self.phase.d.next = Phase::HeadInit;
+                    if self.h.q.val() + 1 == self.heads.q.val() {
+                        self.phase.d.next = Phase::Finish;
+                    }
+                }
+            }
+            Phase::Finish => {
+                if (self.fin.q.val() == Fin::Idle)
+                    & (self.last_pipe.q.val() == 0)
+                    & (self.wr_issued.q.val() == self.wr_acked.q.val())
+                {
+                    self.phase.d.next = Phase::Done;
+                }
+            }
+            Phase::Done => {
+                self.phase.d.next = Phase::Idle;
+            }
+            _ => {
+                self.phase.d.next = Phase::Idle;
+            }
+        }
+
+
+        // ---------------- Finalizer: divide, serialize, write the block's rows ----------------
+        match self.fin.q.val() {
+            Fin::Idle => {
                 if self.last_pipe.q.val().get_bit(4) {
-                    self.phase.d.next = Phase::Div;
+                    self.f_q0.d.next = self.p_q0.q.val();
+                    self.f_lv.d.next = self.p_lv.q.val();
+                    self.f_oh.d.next = self.p_oh.q.val();
+                    self.fin.d.next = Fin::Div;
                 }
             }
-            Phase::Div => {
+            Fin::Div => {
                 if !self.lanes[0].div_busy.val() {
                     self.fx.d.next = 0.into();
-                    self.phase.d.next = Phase::Ser;
+                    self.fin.d.next = Fin::Ser;
                 }
             }
-            Phase::Ser => {
+            Fin::Ser => {
                 self.fx.d.next = self.fx.q.val() + 1;
                 if self.fx.q.val() == self.c_d.val() + 2 {
                     self.wi.d.next = 0.into();
                     self.wb.d.next = 0.into();
-                    self.phase.d.next = Phase::WPrep;
+                    self.fin.d.next = Fin::WPrep;
                 }
             }
-            Phase::WPrep => {
-                // Row `q0 + wi` of this head, beat `wb` of it.
-                self.w_addr.d.next = self.oh.q.val()
+            Fin::WPrep => {
+                // Row `f_q0 + wi` of the block's head, beat `wb` of it.
+                self.w_addr.d.next = self.f_oh.q.val()
                     + (bit_cast::<64, 32>(self.row_byte.val()) & !self.c_pmask.val())
                     + (bit_cast::<64, 16>(self.wb.q.val()) << self.c_logp.val());
                 self.w_beat.d.next = self.beat32.val();
@@ -735,9 +807,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 }
                 self.aw_done.d.next = false;
                 self.w_done.d.next = false;
-                self.phase.d.next = Phase::WSend;
+                self.fin.d.next = Fin::WSend;
             }
-            Phase::WSend => {
+            Fin::WSend => {
                 if self.m_axi_gmem_awready.val() {
                     self.aw_done.d.next = true;
                 }
@@ -748,42 +820,20 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     & (self.w_done.q.val() | self.m_axi_gmem_wready.val())
                 {
                     self.wr_issued.d.next = self.wr_issued.q.val() + 1;
-                    self.phase.d.next = Phase::WPrep;
+                    self.fin.d.next = Fin::WPrep;
                     if self.wb.q.val() + 1 < self.beats_per_row.val() {
                         self.wb.d.next = self.wb.q.val() + 1;
                     } else {
                         self.wb.d.next = 0.into();
                         self.wi.d.next = self.wi.q.val() + 1;
-                        if self.wi.q.val() + 1 >= self.lv.q.val() {
-                            // Block written: next block, next head, or finish.
-                            self.q0.d.next = self.q0.q.val() + self.c_lanes.val();
-                            self.phase.d.next = Phase::BlockInit;
-                            if self.q0.q.val() + self.c_lanes.val() >= self.seq_q.q.val() {
-                                self.h.d.next = self.h.q.val() + 1;
-                                self.hb.d.next = self.hb.q.val() + 1;
-                                if self.hb.q.val() + 1 == self.hpb.q.val() {
-                                    self.hb.d.next = 0.into();
-                                    self.b.d.next = self.b.q.val() + 1;
-                                }
-                                self.phase.d.next = Phase::HeadInit;
-                                if self.h.q.val() + 1 == self.heads.q.val() {
-                                    self.phase.d.next = Phase::Finish;
-                                }
-                            }
+                        if self.wi.q.val() + 1 >= self.f_lv.q.val() {
+                            self.fin.d.next = Fin::Idle;
                         }
                     }
                 }
             }
-            Phase::Finish => {
-                if self.wr_issued.q.val() == self.wr_acked.q.val() {
-                    self.phase.d.next = Phase::Done;
-                }
-            }
-            Phase::Done => {
-                self.phase.d.next = Phase::Idle;
-            }
             _ => {
-                self.phase.d.next = Phase::Idle;
+                self.fin.d.next = Fin::Idle;
             }
         }
 
@@ -847,31 +897,32 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].v_row.next = self.v3.q.val();
             self.lanes[i].smult.next = self.smult.q.val();
             self.lanes[i].sshift.next = self.sshift.q.val();
-            self.lanes[i].div_start.next = (self.phase.q.val() == Phase::Drain) & self.last_pipe.q.val().get_bit(4);
+            self.lanes[i].div_start.next = (self.fin.q.val() == Fin::Idle) & self.last_pipe.q.val().get_bit(4);
             self.lanes[i].sel.next = self.fx.q.val().get_bits::<8>(0);
             self.lanes[i].omult.next = self.omult.q.val();
             self.lanes[i].oshift.next = self.oshift.q.val();
-            self.lanes[i].sh32.next = (self.phase.q.val() == Phase::Ser)
+            self.lanes[i].sh32.next = (self.fin.q.val() == Fin::Ser)
                 & (self.fx.q.val() >= 1)
                 & (self.fx.q.val() <= self.c_d.val());
-            self.lanes[i].sh8.next = (self.phase.q.val() == Phase::Ser)
+            self.lanes[i].sh8.next = (self.fin.q.val() == Fin::Ser)
                 & (self.fx.q.val() >= 3)
                 & (self.fx.q.val() <= self.c_d.val() + 2);
             self.lanes[i].out_sel.next = self.wi.q.val().index() == i;
         }
 
-        self.m_axi_gmem_awvalid.next = (self.phase.q.val() == Phase::WSend) & !self.aw_done.q.val();
+        self.m_axi_gmem_awvalid.next = (self.fin.q.val() == Fin::WSend) & !self.aw_done.q.val();
         self.m_axi_gmem_awaddr.next = self.w_addr.q.val();
         self.m_axi_gmem_awlen.next = 0.into();
         self.m_axi_gmem_awsize.next = self.c_logp.val().get_bits::<3>(0);
         self.m_axi_gmem_awburst.next = 1.into();
-        self.m_axi_gmem_wvalid.next = (self.phase.q.val() == Phase::WSend) & !self.w_done.q.val();
+        self.m_axi_gmem_wvalid.next = (self.fin.q.val() == Fin::WSend) & !self.w_done.q.val();
         self.m_axi_gmem_wdata.next = self.w_beat.q.val();
         self.m_axi_gmem_wstrb.next = self.w_strb.q.val();
         self.m_axi_gmem_wlast.next = true;
 
         if !self.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
+            self.fin.d.next = Fin::Idle;
             self.ar_valid.d.next = false;
             self.k_inflight.d.next = 0.into();
             self.v_inflight.d.next = 0.into();
