@@ -154,3 +154,129 @@ fn smoke() {
         assert_eq!(got.out, want, "T={t} H={h} E={e} k={k} {mode:?}");
     }
 }
+
+/// int8 values biased towards the edges of the range.
+fn int8s(len: usize) -> impl Strategy<Value = Vec<i8>> {
+    prop::collection::vec(prop_oneof![4 => any::<i8>(), 1 => Just(-128i8), 1 => Just(127i8), 1 => Just(0i8)], len)
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    p: MoeProblem,
+    x: Vec<i8>,
+    w: Vec<i8>,
+    bias: Option<Vec<i32>>,
+    mem: MemoryConfig,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let mems = (1u32..30, 0.0f64..0.4, any::<u64>()).prop_map(|(lat, stall, seed)| MemoryConfig {
+        read_latency: lat,
+        write_latency: lat / 2 + 1,
+        ready_stall_prob: stall,
+        valid_stall_prob: stall,
+        seed,
+        ..MemoryConfig::default()
+    });
+    let shape = (1usize..=24, 1usize..=64, 1usize..=12).prop_flat_map(|(t, h, e)| (Just(t), Just(h), Just(e), 1..=e.min(8)));
+    let caps = prop_oneof![2 => Just(None), 1 => Just(Some(CapacityFactor::ONE)), 2 => (1u32..=0x3_0000).prop_map(|c| Some(CapacityFactor(c)))];
+    // Ties: 0 random, 1 all-equal logits (zero x), 2 all-equal gate rows.
+    (shape, any::<bool>(), any::<bool>(), caps, any::<bool>(), 0u8..4, mems, 1i32..=i32::MAX, 0u32..=40)
+        .prop_flat_map(|((t, h, e, k), topk_softmax, renorm, capacity, bias, ties, mem, mult, shift)| {
+            let mode = if topk_softmax { GateMode::TopkSoftmax } else { GateMode::SoftmaxTopk };
+            let mut p = MoeProblem { renormalize: renorm, capacity, bias, ..problem(t, h, e, k, mode) };
+            // Half the cases draw a raw logit scale (kept inside the unit's 40-bit range).
+            if mult % 2 == 0 && (mult as f64) * 2f64.powi(31) / 2f64.powi(shift as i32) < 2f64.powi(38) {
+                p.logit = ferrite::hw::numerics::Requant { multiplier: mult, shift };
+            }
+            let x = if ties == 1 { Just(vec![0i8; t * h]).boxed() } else { int8s(t * h).boxed() };
+            let w = if ties == 2 { any::<i8>().prop_map(move |v| vec![v; e * h]).boxed() } else { int8s(e * h).boxed() };
+            let b = if bias { prop::collection::vec(prop_oneof![any::<i32>(), -100i32..100], e).prop_map(Some).boxed() } else { Just(None).boxed() };
+            (Just(p), x, w, b, Just(mem))
+        })
+        .prop_map(|(p, x, w, bias, mem)| Case { p, x, w, bias, mem })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+
+    /// T, E, k, H, both modes, renormalization, capacity on/off, bias, ties and
+    /// memory backpressure: every output bit equal.
+    #[test]
+    fn sim_equals_golden(c in case()) {
+        if !verilator_or_skip() {
+            return Ok(());
+        }
+        let want = route(&c.p, &c.x, &c.w, c.bias.as_deref()).unwrap();
+        let got = run(&MoeConfig::small(), c.mem.clone(), &c.p, &c.x, &c.w, c.bias.as_deref());
+        prop_assert_eq!(got.status, 0);
+        prop_assert_eq!(got.out, want, "{:?}", c.p);
+    }
+}
+
+#[test]
+fn bad_problems_are_refused_with_clear_errors() {
+    let cfg = MoeConfig::small();
+    let p = problem(4, 16, 6, 2, GateMode::SoftmaxTopk);
+    let err = |p: MoeProblem| p.validate_for(&cfg).unwrap_err().to_string();
+    assert!(err(MoeProblem { top_k: 7, ..p }).contains("top-k = 7 exceeds the 6 experts"));
+    assert!(err(MoeProblem { top_k: 0, ..p }).contains("k = 0"));
+    assert!(err(MoeProblem { experts: 13, ..p }).contains("e_max = 12"));
+    assert!(err(MoeProblem { capacity: Some(CapacityFactor(0)), ..p }).contains("capacity factor must be > 0"));
+    assert!(CapacityFactor::from_f64(-0.5).unwrap_err().to_string().contains("must be > 0"));
+    assert!(err(MoeProblem { tokens: 0, ..p }).contains("≥ 1"));
+}
+
+/// Register writes that skip the host checks: the unit refuses them (STATUS bit 0) and touches no memory.
+#[test]
+fn unit_refuses_bad_registers() {
+    if !verilator_or_skip() {
+        return;
+    }
+    let cfg = MoeConfig::small();
+    let p = problem(4, 16, 6, 2, GateMode::SoftmaxTopk);
+    let (x, w, _) = data(&p, 9);
+    for bad in [
+        MoeProblem { top_k: 7, ..p },
+        MoeProblem { top_k: 0, ..p },
+        MoeProblem { experts: 13, ..p },
+        MoeProblem { hidden: 65, ..p },
+        MoeProblem { capacity: Some(CapacityFactor(0)), ..p },
+    ] {
+        let (xs, ws) = (vec![0i8; bad.tokens * bad.hidden], vec![0i8; bad.experts * bad.hidden]);
+        let got = run(&cfg, MemoryConfig::default(), &bad, &xs, &ws, None);
+        assert_eq!(got.status & 1, 1, "{bad:?}");
+    }
+    // The unit still works afterwards.
+    let got = run(&cfg, MemoryConfig::default(), &p, &x, &w, None);
+    assert_eq!(got.out, route(&p, &x, &w, None).unwrap());
+}
+
+/// Cycles, cycles per token and gate multiplier utilization at T = 4096,
+/// H = 1024, E = 64, k = 8 on a 16-lane, 512-bit unit (1024 MACs):
+/// `cargo test --release --test moe_sim -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement: builds a 1024-MAC unit and simulates ~270k cycles (minutes)"]
+fn utilization_t4096_h1024_e64() {
+    if !verilator_or_skip() {
+        return;
+    }
+    let cfg = MoeConfig { h_max: 1024, ..MoeConfig::default() };
+    for (t, h, e, k) in [(4096usize, 1024usize, 64usize, 8usize), (4096, 64, 64, 8), (4096, 64, 16, 2)] {
+        let p = MoeProblem { capacity: Some(CapacityFactor::from_f64(1.25).unwrap()), ..problem(t, h, e, k, GateMode::SoftmaxTopk) };
+        let (x, w, _) = data(&p, 7);
+        let got = run(&cfg, MemoryConfig::default(), &p, &x, &w, None);
+        assert_eq!(got.out, route(&p, &x, &w, None).unwrap());
+        let util = p.macs() as f64 / (cfg.macs() as f64 * got.cycles as f64);
+        println!(
+            "moe T={t} H={h} E={e} k={k} on {} lanes × {} B: {} cycles, {:.2} cycles/token, gate utilization {:.1}%, {:.1} µs at {} MHz",
+            cfg.lanes,
+            cfg.port_bytes(),
+            got.cycles,
+            got.cycles as f64 / t as f64,
+            100.0 * util,
+            got.cycles as f64 / cfg.clock_mhz,
+            cfg.clock_mhz
+        );
+    }
+}

@@ -467,3 +467,42 @@ always @(*) w = (q > 48'd65535) ? 16'hffff : q[15:0];"
         )
     }
 }
+
+/// `numerics::exp2_fixed(u)` for a log2-domain `u ≤ 0` (combinational): the
+/// Q1.14 LUT on the 8 fraction bits, right shift by `ceil(−u / 2^8)`, zero past
+/// 31. One block with continuous assignments, so a parent that drives `u` and
+/// reads `p` in one always block forms no combinational loop for Verilator.
+#[derive(LogicBlock, Default)]
+pub struct Exp2Fixed {
+    pub u: Signal<In, Signed<40>>,
+    pub p: Signal<Out, Bits<16>>,
+}
+
+impl Logic for Exp2Fixed {
+    fn update(&mut self) {
+        let u = to_i64(self.u.val()).min(0);
+        self.p.next = (crate::numerics::exp2_fixed(&crate::numerics::exp2_lut(), u) as u64).to_bits();
+    }
+    fn connect(&mut self) {
+        self.p.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let cases: String = crate::numerics::exp2_lut()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("      8'd{i}: lut = 16'd{v};\n"))
+            .collect();
+        Verilog::Custom(format!(
+            "\
+function [15:0] lut(input [7:0] a);
+   case (a)
+{cases}      default: lut = 16'd0;
+   endcase
+endfunction
+wire [39:0] nu = 40'd0 - u;
+wire [39:0] sh = u[39] ? ((nu + 40'd255) >> 8) : 40'd0;
+wire [15:0] raw = lut(u[7:0]);
+always @(*) p = (sh > 40'd31) ? 16'd0 : (raw >> sh[4:0]);"
+        ))
+    }
+}

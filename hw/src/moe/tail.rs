@@ -8,7 +8,7 @@
 //! (32-bit logits, 40-bit log2-domain values, 16-bit exponentials); only the
 //! first `e_max` lanes of each are driven, synthesis removes the rest.
 use super::config::E_LIMIT;
-use crate::blocks::{Exp2Rom, MulRoundSat16, ScaleRound, SyncRam};
+use crate::blocks::{Exp2Fixed, MulRoundSat16, ScaleRound, SyncRam};
 use rust_hdl::prelude::*;
 
 /// Packed int32 logits, one per expert.
@@ -251,13 +251,8 @@ pub struct ExpUnit {
     pub experts: Signal<In, Bits<16>>,
     pub p32: Signal<Out, Bits<32>>,
     pub placed: Signal<Out, Bits<PB>>,
-    tv: Signal<Local, Signed<40>>,
-    u: Signal<Local, Signed<40>>,
-    nu: Signal<Local, Signed<40>>,
-    ub: Signal<Local, Bits<40>>,
-    psh: Signal<Local, Bits<40>>,
     p: Signal<Local, Bits<16>>,
-    rom: Exp2Rom,
+    exp: Exp2Fixed,
     c_e: Constant<Bits<16>>,
     c_t: Constant<Bits<16>>,
     c_p: Constant<Bits<16>>,
@@ -272,13 +267,8 @@ impl ExpUnit {
             experts: Default::default(),
             p32: Default::default(),
             placed: Default::default(),
-            tv: Default::default(),
-            u: Default::default(),
-            nu: Default::default(),
-            ub: Default::default(),
-            psh: Default::default(),
             p: Default::default(),
-            rom: Default::default(),
+            exp: Default::default(),
             c_e: k(e),
             c_t: k(40 * e),
             c_p: k(16 * e),
@@ -289,19 +279,10 @@ impl ExpUnit {
 impl Logic for ExpUnit {
     #[hdl_gen]
     fn update(&mut self) {
-        self.tv.next = signed_cast(self.t.val().get_bits::<40>(self.c_t.val().index()));
-        self.u.next = self.tv.val() - self.tmax.val();
-        self.nu.next = signed_cast(bits::<40>(0)) - self.u.val();
-        self.ub.next = unsigned_cast(self.u.val());
-        // exp2_fixed: LUT on the 8 fraction bits, shift by ceil(−u / 2^8) (u ≤ 0).
-        self.psh.next = 0.into();
-        if self.u.val().get_bit(39) {
-            self.psh.next = (unsigned_cast(self.nu.val()) + 255) >> 8;
-        }
-        self.rom.addr.next = self.ub.val().get_bits::<8>(0);
+        self.exp.u.next = signed_cast(self.t.val().get_bits::<40>(self.c_t.val().index())) - self.tmax.val();
         self.p.next = 0.into();
-        if (self.c_e.val() < self.experts.val()) & (self.psh.val() < 32) {
-            self.p.next = self.rom.data.val() >> self.psh.val().get_bits::<5>(0);
+        if self.c_e.val() < self.experts.val() {
+            self.p.next = self.exp.p.val();
         }
         self.p32.next = bit_cast::<32, 16>(self.p.val());
         self.placed.next = bit_cast::<PB, 16>(self.p.val()) << self.c_p.val();
