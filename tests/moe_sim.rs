@@ -3,7 +3,7 @@
 use ferrite::host::driver::{self, ControlPort, LaunchArgs, Poll};
 use ferrite::host::DeviceError;
 use ferrite::hw::moe::config::RECORD_BYTES;
-use ferrite::hw::moe::{rtl, route, CapacityFactor, GateMode, MoeConfig, MoeLayout, MoeOutput, MoeProblem};
+use ferrite::hw::moe::{route, rtl, CapacityFactor, GateMode, MoeConfig, MoeLayout, MoeOutput, MoeProblem};
 use ferrite::sim::{MemoryConfig, Simulation, VerilatorInstance, VerilatorModel};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -44,9 +44,18 @@ struct Run {
     cycles: u64,
 }
 
-fn run(cfg: &MoeConfig, mem: MemoryConfig, p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Run {
+/// Run one problem on the simulated unit; a refused run is the driver's `Fault` error.
+fn run(
+    cfg: &MoeConfig,
+    mem: MemoryConfig,
+    p: &MoeProblem,
+    x: &[i8],
+    w: &[i8],
+    bias: Option<&[i32]>,
+) -> Result<Run, DeviceError> {
     let model = VerilatorModel::build(&rtl::verilog(cfg).unwrap(), &cfg.kernel_name(), cfg.port_bits, false).unwrap();
-    let mut sim = Simulation::new(model.instance(None).unwrap(), MemoryConfig { data_bits: cfg.port_bits, ..mem }).unwrap();
+    let mut sim =
+        Simulation::new(model.instance(None).unwrap(), MemoryConfig { data_bits: cfg.port_bits, ..mem }).unwrap();
     sim.reset(16).unwrap();
     let l = MoeLayout::new(cfg, p);
     let (t, h, e, k) = (p.tokens, p.hidden, p.experts, p.top_k);
@@ -97,7 +106,7 @@ fn run(cfg: &MoeConfig, mem: MemoryConfig, p: &MoeProblem, x: &[i8], w: &[i8], b
         ],
     };
     let map = cfg.register_map();
-    let cycles = driver::launch(&mut Port(&mut sim), &map, &args, Poll { interval: 64, limit: 50_000_000 }).unwrap();
+    let cycles = driver::launch(&mut Port(&mut sim), &map, &args, Poll { interval: 64, limit: 50_000_000 })?;
     let status = sim.read_reg(map.offset("STATUS")).unwrap();
     let mem = sim.mem();
     let (experts, weights, slots) = MoeOutput::parse_records(&mem.read(ra, t * RECORD_BYTES).unwrap(), t, k);
@@ -113,7 +122,7 @@ fn run(cfg: &MoeConfig, mem: MemoryConfig, p: &MoeProblem, x: &[i8], w: &[i8], b
             words(da + x as u64 * l.dpitch, kept)
         })
         .collect();
-    Run { out: MoeOutput { experts, weights, slots, load, dropped: stats[0], capacity, dispatch }, status, cycles }
+    Ok(Run { out: MoeOutput { experts, weights, slots, load, dropped: stats[0], capacity, dispatch }, status, cycles })
 }
 
 fn problem(t: usize, h: usize, e: usize, k: usize, mode: GateMode) -> MoeProblem {
@@ -140,15 +149,11 @@ fn smoke() {
         (9, 64, 12, 8, GateMode::TopkSoftmax, true, false),
         (17, 33, 5, 3, GateMode::SoftmaxTopk, true, true),
     ] {
-        let p = MoeProblem {
-            capacity: cap.then_some(CapacityFactor::ONE),
-            bias,
-            ..problem(t, h, e, k, mode)
-        };
+        let p = MoeProblem { capacity: cap.then_some(CapacityFactor::ONE), bias, ..problem(t, h, e, k, mode) };
         let (x, w, b) = data(&p, t as u64);
         let bias = bias.then_some(b.as_slice());
         let want = route(&p, &x, &w, bias).unwrap();
-        let got = run(&cfg, MemoryConfig::default(), &p, &x, &w, bias);
+        let got = run(&cfg, MemoryConfig::default(), &p, &x, &w, bias).unwrap();
         println!("T={t} H={h} E={e} k={k} {mode:?}: {} cycles", got.cycles);
         assert_eq!(got.status, 0);
         assert_eq!(got.out, want, "T={t} H={h} E={e} k={k} {mode:?}");
@@ -178,7 +183,8 @@ fn case() -> impl Strategy<Value = Case> {
         seed,
         ..MemoryConfig::default()
     });
-    let shape = (1usize..=24, 1usize..=64, 1usize..=12).prop_flat_map(|(t, h, e)| (Just(t), Just(h), Just(e), 1..=e.min(8)));
+    let shape =
+        (1usize..=24, 1usize..=64, 1usize..=12).prop_flat_map(|(t, h, e)| (Just(t), Just(h), Just(e), 1..=e.min(8)));
     let caps = prop_oneof![2 => Just(None), 1 => Just(Some(CapacityFactor::ONE)), 2 => (1u32..=0x3_0000).prop_map(|c| Some(CapacityFactor(c)))];
     // Ties: 0 random, 1 all-equal logits (zero x), 2 all-equal gate rows.
     (shape, any::<bool>(), any::<bool>(), caps, any::<bool>(), 0u8..4, mems, 1i32..=i32::MAX, 0u32..=40)
@@ -190,8 +196,13 @@ fn case() -> impl Strategy<Value = Case> {
                 p.logit = ferrite::hw::numerics::Requant { multiplier: mult, shift };
             }
             let x = if ties == 1 { Just(vec![0i8; t * h]).boxed() } else { int8s(t * h).boxed() };
-            let w = if ties == 2 { any::<i8>().prop_map(move |v| vec![v; e * h]).boxed() } else { int8s(e * h).boxed() };
-            let b = if bias { prop::collection::vec(prop_oneof![any::<i32>(), -100i32..100], e).prop_map(Some).boxed() } else { Just(None).boxed() };
+            let w =
+                if ties == 2 { any::<i8>().prop_map(move |v| vec![v; e * h]).boxed() } else { int8s(e * h).boxed() };
+            let b = if bias {
+                prop::collection::vec(prop_oneof![any::<i32>(), -100i32..100], e).prop_map(Some).boxed()
+            } else {
+                Just(None).boxed()
+            };
             (Just(p), x, w, b, Just(mem))
         })
         .prop_map(|(p, x, w, bias, mem)| Case { p, x, w, bias, mem })
@@ -208,7 +219,7 @@ proptest! {
             return Ok(());
         }
         let want = route(&c.p, &c.x, &c.w, c.bias.as_deref()).unwrap();
-        let got = run(&MoeConfig::small(), c.mem.clone(), &c.p, &c.x, &c.w, c.bias.as_deref());
+        let got = run(&MoeConfig::small(), c.mem.clone(), &c.p, &c.x, &c.w, c.bias.as_deref()).unwrap();
         prop_assert_eq!(got.status, 0);
         prop_assert_eq!(got.out, want, "{:?}", c.p);
     }
@@ -244,11 +255,11 @@ fn unit_refuses_bad_registers() {
         MoeProblem { capacity: Some(CapacityFactor(0)), ..p },
     ] {
         let (xs, ws) = (vec![0i8; bad.tokens * bad.hidden], vec![0i8; bad.experts * bad.hidden]);
-        let got = run(&cfg, MemoryConfig::default(), &bad, &xs, &ws, None);
-        assert_eq!(got.status & 1, 1, "{bad:?}");
+        let err = run(&cfg, MemoryConfig::default(), &bad, &xs, &ws, None).err();
+        assert!(matches!(err, Some(DeviceError::Fault { status: 1 })), "{bad:?}: {err:?}");
     }
     // The unit still works afterwards.
-    let got = run(&cfg, MemoryConfig::default(), &p, &x, &w, None);
+    let got = run(&cfg, MemoryConfig::default(), &p, &x, &w, None).unwrap();
     assert_eq!(got.out, route(&p, &x, &w, None).unwrap());
 }
 
@@ -263,9 +274,12 @@ fn utilization_t4096_h1024_e64() {
     }
     let cfg = MoeConfig { h_max: 1024, ..MoeConfig::default() };
     for (t, h, e, k) in [(4096usize, 1024usize, 64usize, 8usize), (4096, 64, 64, 8), (4096, 64, 16, 2)] {
-        let p = MoeProblem { capacity: Some(CapacityFactor::from_f64(1.25).unwrap()), ..problem(t, h, e, k, GateMode::SoftmaxTopk) };
+        let p = MoeProblem {
+            capacity: Some(CapacityFactor::from_f64(1.25).unwrap()),
+            ..problem(t, h, e, k, GateMode::SoftmaxTopk)
+        };
         let (x, w, _) = data(&p, 7);
-        let got = run(&cfg, MemoryConfig::default(), &p, &x, &w, None);
+        let got = run(&cfg, MemoryConfig::default(), &p, &x, &w, None).unwrap();
         assert_eq!(got.out, route(&p, &x, &w, None).unwrap());
         let util = p.macs() as f64 / (cfg.macs() as f64 * got.cycles as f64);
         println!(

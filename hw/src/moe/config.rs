@@ -96,7 +96,10 @@ impl MoeConfig {
             return bad(format!("h_max = {} must be a power-of-two multiple of the {p}-byte beat", self.h_max));
         }
         if self.groups() * self.row_beats() > 1 << 16 {
-            return bad(format!("e_max/lanes × h_max/beat = {} gate-RAM words per lane (at most 65536)", self.groups() * self.row_beats()));
+            return bad(format!(
+                "e_max/lanes × h_max/beat = {} gate-RAM words per lane (at most 65536)",
+                self.groups() * self.row_beats()
+            ));
         }
         if !(self.clock_mhz.is_finite() && self.clock_mhz > 0.0) {
             return bad(format!("clock_mhz = {}", self.clock_mhz));
@@ -106,7 +109,11 @@ impl MoeConfig {
 
     /// `HWINFO`: e_max−1 | lanes<<8 | log2(port_bits)<<16 | k_max<<20 | unit id<<24.
     pub fn hwinfo(&self) -> u32 {
-        (self.e_max as u32 - 1) | (self.lanes as u32) << 8 | self.port_bits.trailing_zeros() << 16 | (self.k_max as u32) << 20 | UNIT_ID << 24
+        (self.e_max as u32 - 1)
+            | (self.lanes as u32) << 8
+            | self.port_bits.trailing_zeros() << 16
+            | (self.k_max as u32) << 20
+            | UNIT_ID << 24
     }
 
     pub fn kernel_name(&self) -> String {
@@ -118,10 +125,28 @@ impl MoeConfig {
         use {Access::*, ArgKind::*};
         let mut map = RegisterMap::new(&self.kernel_name(), self.port_bits as u32);
         map.push("X", 64, ReadWrite, Buffer, "int8 tokens, T×H row-major, row pitch LDX bytes")
-            .push("WG", 64, ReadWrite, Buffer, "int8 gate weights, E×H row-major (nn.Linear layout), row pitch LDW bytes")
+            .push(
+                "WG",
+                64,
+                ReadWrite,
+                Buffer,
+                "int8 gate weights, E×H row-major (nn.Linear layout), row pitch LDW bytes",
+            )
             .push("BIAS", 64, ReadWrite, Buffer, "int32 gate bias, E entries (read when FLAGS.bias)")
-            .push("ROUTE", 64, ReadWrite, Buffer, "per token a 64-byte record: u8 ids[8] @0, u16 weights[8] @8 (Q0.16), i32 slots[8] @32")
-            .push("DISPATCH", 64, ReadWrite, Buffer, "per expert a row of DPITCH bytes: int32 token indices, in slot order")
+            .push(
+                "ROUTE",
+                64,
+                ReadWrite,
+                Buffer,
+                "per token a 64-byte record: u8 ids[8] @0, u16 weights[8] @8 (Q0.16), i32 slots[8] @32",
+            )
+            .push(
+                "DISPATCH",
+                64,
+                ReadWrite,
+                Buffer,
+                "per expert a row of DPITCH bytes: int32 token indices, in slot order",
+            )
             .push("STATS", 64, ReadWrite, Buffer, "int32 dropped, capacity, load[E] (tokens routed to each expert)")
             .push("T", 32, ReadWrite, Scalar, "tokens (1..=2^24)")
             .push("H", 32, ReadWrite, Scalar, "hidden size (1..=h_max)")
@@ -130,13 +155,25 @@ impl MoeConfig {
             .push("LDX", 32, ReadWrite, Scalar, "X row pitch in bytes (multiple of the beat)")
             .push("LDW", 32, ReadWrite, Scalar, "WG row pitch in bytes (multiple of the beat)")
             .push("DPITCH", 32, ReadWrite, Scalar, "DISPATCH row pitch in bytes (≥ 4·capacity)")
-            .push("FLAGS", 32, ReadWrite, Scalar, "bit0 bias, bit1 top-k then softmax, bit2 renormalize, bit3 capacity limit")
+            .push(
+                "FLAGS",
+                32,
+                ReadWrite,
+                Scalar,
+                "bit0 bias, bit1 top-k then softmax, bit2 renormalize, bit3 capacity limit",
+            )
             .push("CF", 32, ReadWrite, Scalar, "capacity factor, unsigned Q16.16 (> 0 when FLAGS.capacity)")
             .push("SMULT", 32, ReadWrite, Scalar, "logit → log2-domain multiplier (> 0)")
             .push("SSHIFT", 32, ReadWrite, Scalar, "logit → log2-domain shift (0..=62)")
             .push("CYCLES", 64, ReadOnly, Status, "clock cycles from ap_start to ap_done of the last run")
             .push("HWINFO", 32, ReadOnly, Status, "e_max−1 | lanes<<8 | log2(port_bits)<<16 | k_max<<20 | unit id<<24")
-            .push("STATUS", 32, ReadOnly, Status, "bit0: the last run was refused (bad arguments) or saw an AXI error response");
+            .push(
+                "STATUS",
+                32,
+                ReadOnly,
+                Status,
+                "bit0: the last run was refused (bad arguments) or saw an AXI error response",
+            );
         map
     }
 }
@@ -211,9 +248,18 @@ pub struct MoeProblem {
 
 impl MoeProblem {
     /// A problem with the logit scale of int8 inputs of scales `sx`, `sw`.
-    pub fn new(tokens: usize, hidden: usize, experts: usize, top_k: usize, mode: GateMode, sx: f64, sw: f64) -> Result<Self, HwError> {
+    pub fn new(
+        tokens: usize,
+        hidden: usize,
+        experts: usize,
+        top_k: usize,
+        mode: GateMode,
+        sx: f64,
+        sw: f64,
+    ) -> Result<Self, HwError> {
         let t = sx * sw * std::f64::consts::LOG2_E * (1u32 << crate::numerics::EXP2_FRAC_BITS) as f64;
-        let logit = Requant::from_scale(t).ok_or_else(|| HwError::Problem(format!("logit scale {t} not representable")))?;
+        let logit =
+            Requant::from_scale(t).ok_or_else(|| HwError::Problem(format!("logit scale {t} not representable")))?;
         Ok(Self { tokens, hidden, experts, top_k, mode, renormalize: false, capacity: None, bias: false, logit })
     }
 
@@ -221,7 +267,10 @@ impl MoeProblem {
     pub fn validate(&self) -> Result<(), HwError> {
         let p = |m: String| Err(HwError::Problem(m));
         if self.tokens == 0 || self.hidden == 0 || self.experts == 0 {
-            return p(format!("tokens, hidden and experts must be ≥ 1 (got T={}, H={}, E={})", self.tokens, self.hidden, self.experts));
+            return p(format!(
+                "tokens, hidden and experts must be ≥ 1 (got T={}, H={}, E={})",
+                self.tokens, self.hidden, self.experts
+            ));
         }
         if self.tokens > T_LIMIT {
             return p(format!("T = {} exceeds {T_LIMIT} tokens per run", self.tokens));
@@ -247,7 +296,10 @@ impl MoeProblem {
         }
         // |z| ≤ 2^31, so |t| < 2^38 keeps t and t − t_max inside the unit's 40-bit registers.
         if (rq.multiplier as f64) * 2f64.powi(31) / 2f64.powi(rq.shift as i32) >= 2f64.powi(38) {
-            return p(format!("logit multiplier too large: mult/2^shift = {:.3e} ≥ 2^7", rq.multiplier as f64 / 2f64.powi(rq.shift as i32)));
+            return p(format!(
+                "logit multiplier too large: mult/2^shift = {:.3e} ≥ 2^7",
+                rq.multiplier as f64 / 2f64.powi(rq.shift as i32)
+            ));
         }
         Ok(())
     }
@@ -262,12 +314,17 @@ impl MoeProblem {
             return Err(HwError::Problem(format!("top-k = {} exceeds this unit's k_max = {}", self.top_k, cfg.k_max)));
         }
         if self.hidden > cfg.h_max {
-            return Err(HwError::Problem(format!("H = {} exceeds this unit's h_max = {} (on-chip gate weights)", self.hidden, cfg.h_max)));
+            return Err(HwError::Problem(format!(
+                "H = {} exceeds this unit's h_max = {} (on-chip gate weights)",
+                self.hidden, cfg.h_max
+            )));
         }
         let l = MoeLayout::new(cfg, self);
         for (name, bytes) in [("X", l.x_bytes), ("DISPATCH", l.dispatch_bytes), ("ROUTE", l.route_bytes)] {
             if bytes > u32::MAX as u64 {
-                return Err(HwError::Problem(format!("{name} needs {bytes} bytes, over the unit's 32-bit offset range")));
+                return Err(HwError::Problem(format!(
+                    "{name} needs {bytes} bytes, over the unit's 32-bit offset range"
+                )));
             }
         }
         Ok(())

@@ -6,5 +6,5 @@ pub mod model;
 pub mod rtl;
 pub mod tail;
 
-pub use config::{CapacityFactor, GateMode, MoeConfig, MoeProblem, MoeLayout};
+pub use config::{CapacityFactor, GateMode, MoeConfig, MoeLayout, MoeProblem};
 pub use model::{route, route_f64, MoeOutput, RouterF64};

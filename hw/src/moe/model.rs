@@ -178,7 +178,8 @@ pub fn route_f64(p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Re
         let zmax = z.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let e2: Vec<f64> = z.iter().map(|&v| (v - zmax).exp2()).collect();
         let sum: f64 = e2.iter().sum();
-        let keys: Vec<f64> = if p.mode == GateMode::SoftmaxTopk { e2.iter().map(|v| v / sum).collect() } else { z.clone() };
+        let keys: Vec<f64> =
+            if p.mode == GateMode::SoftmaxTopk { e2.iter().map(|v| v / sum).collect() } else { z.clone() };
         let mut order: Vec<usize> = (0..p.experts).collect();
         order.sort_by(|&a, &b| keys[b].total_cmp(&keys[a]));
         order.truncate(p.top_k);
@@ -217,8 +218,11 @@ mod tests {
 
     #[test]
     fn agrees_with_float64_router() {
-        for (mode, renorm) in [(GateMode::SoftmaxTopk, false), (GateMode::SoftmaxTopk, true), (GateMode::TopkSoftmax, false)] {
-            for (t, h, e, k, seed) in [(64, 256, 64, 8, 1), (64, 64, 8, 2, 2), (32, 1024, 256, 4, 3), (16, 16, 1, 1, 4)] {
+        for (mode, renorm) in
+            [(GateMode::SoftmaxTopk, false), (GateMode::SoftmaxTopk, true), (GateMode::TopkSoftmax, false)]
+        {
+            for (t, h, e, k, seed) in [(64, 256, 64, 8, 1), (64, 64, 8, 2, 2), (32, 1024, 256, 4, 3), (16, 16, 1, 1, 4)]
+            {
                 let p = MoeProblem { renormalize: renorm, ..problem(t, h, e, k, mode) };
                 let (x, w) = data(&p, seed);
                 let fixed = route(&p, &x, &w, None).unwrap();
@@ -236,7 +240,10 @@ mod tests {
                         let kth = keys[theirs[k - 1]];
                         let outside = ours.iter().filter(|e| !theirs.contains(e)).map(|&e| keys[e]);
                         for v in outside {
-                            assert!((kth - v).abs() <= 1e-12 * kth.abs().max(1e-300), "token {tok}: not a near-tie: {kth} vs {v}");
+                            assert!(
+                                (kth - v).abs() <= 1e-12 * kth.abs().max(1e-300),
+                                "token {tok}: not a near-tie: {kth} vs {v}"
+                            );
                         }
                         near_ties += 1;
                         continue;
@@ -246,7 +253,12 @@ mod tests {
                         let j = theirs.iter().position(|&x| x == ours[i]).unwrap();
                         let wf = real.weights[tok * k + j];
                         let err = (fixed.weights[tok * k + i] as f64 - wf * 65536.0).abs();
-                        assert!(err <= weight_tol(wf, terms), "token {tok} choice {i}: {} vs {}", fixed.weights[tok * k + i], wf * 65536.0);
+                        assert!(
+                            err <= weight_tol(wf, terms),
+                            "token {tok} choice {i}: {} vs {}",
+                            fixed.weights[tok * k + i],
+                            wf * 65536.0
+                        );
                         worst = worst.max(err);
                     }
                 }
@@ -278,7 +290,11 @@ mod tests {
     #[test]
     fn capacity_fills_in_token_order() {
         // Every token prefers expert 2 (largest bias): capacity ceil(1·5·1/4) = 2.
-        let p = MoeProblem { bias: true, capacity: Some(CapacityFactor::ONE), ..problem(5, 2, 4, 1, GateMode::TopkSoftmax) };
+        let p = MoeProblem {
+            bias: true,
+            capacity: Some(CapacityFactor::ONE),
+            ..problem(5, 2, 4, 1, GateMode::TopkSoftmax)
+        };
         let out = route(&p, &[1; 10], &[0; 8], Some(&[0, 0, 100, 0])).unwrap();
         assert_eq!(out.capacity, 2);
         assert_eq!(out.slots, vec![0, 1, -1, -1, -1]);

@@ -541,12 +541,12 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         dff_setup!(
             self, ap_clk, x_base, w_base, route_base, disp_base, stats_base, t, e, k, ldx, ldw, dpitch, cf, smult,
             sshift, use_sk, capon, beats, groups, emask, phase, status_err, cycles, row_addr, rd_addr, rd_rem, rd_row,
-            ar_valid, ar_addr, ar_len, recv_cnt, recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem,
-            cap_q, cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid, s1_first, s1_last, s1_g, s1_goff,
-            s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok,
-            s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok, p_valid, p_z, p_p, p_mask,
-            p_meta, d_valid, d_l, d_meta, loads, dropped, o_valid, o_rec, o_tok, tokens_out, wstate, w_rec, w_beats,
-            w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, aw_done, w_done, wr_issued, wr_acked
+            ar_valid, ar_addr, ar_len, recv_cnt, recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q,
+            cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, s4_valid,
+            s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok, p_valid, p_z, p_p, p_mask, p_meta,
+            d_valid, d_l, d_meta, loads, dropped, o_valid, o_rec, o_tok, tokens_out, wstate, w_rec, w_beats, w_tok,
+            w_addr, w_word, w_stats, rb, di, si, stats_done, aw_done, w_done, wr_issued, wr_acked
         );
         // ---------------- Control slave ----------------
         self.done_pulse.next = self.phase.q.val() == Phase::Done;
@@ -590,8 +590,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             self.ar_valid.d.next = false;
         }
         // Beats to the next 4 KiB page: AXI bursts must not cross one.
-        self.to_page.next = (bits::<16>(4096) - bit_cast::<16, 12>(self.rd_addr.q.val().get_bits::<12>(0)))
-            >> self.c_logp.val();
+        self.to_page.next =
+            (bits::<16>(4096) - bit_cast::<16, 12>(self.rd_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val();
         self.burst.next = self.rd_rem.q.val();
         if self.to_page.val() < self.rd_rem.q.val() {
             self.burst.next = self.to_page.val();
@@ -658,9 +658,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                     self.cf.d.next = self.ctrl.args[20].val();
                     self.smult.d.next = self.ctrl.args[21].val();
                     self.sshift.d.next = self.ctrl.args[22].val().get_bits::<6>(0);
-                    self.beats.d.next = bit_cast::<16, 32>(
-                        (self.ctrl.args[13].val() + self.c_pmask32.val()) >> self.c_logp.val(),
-                    );
+                    self.beats.d.next =
+                        bit_cast::<16, 32>((self.ctrl.args[13].val() + self.c_pmask32.val()) >> self.c_logp.val());
                     self.groups.d.next = self.groups_of.val();
                     self.emask.d.next = (bits::<E_LIMIT>(1) << bit_cast::<16, 32>(self.ctrl.args[14].val())) - 1;
                     self.bias_bus.d.next = 0.into();
@@ -677,9 +676,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                         | (bit_cast::<64, 32>(self.ctrl.args[3].val()) << 32);
                     self.rd_addr.d.next = bit_cast::<64, 32>(self.ctrl.args[2].val())
                         | (bit_cast::<64, 32>(self.ctrl.args[3].val()) << 32);
-                    self.rd_rem.d.next = bit_cast::<16, 32>(
-                        (self.ctrl.args[13].val() + self.c_pmask32.val()) >> self.c_logp.val(),
-                    );
+                    self.rd_rem.d.next =
+                        bit_cast::<16, 32>((self.ctrl.args[13].val() + self.c_pmask32.val()) >> self.c_logp.val());
                     self.phase.d.next = Phase::WReq;
                     if self.ctrl.args[19].val().get_bit(0) {
                         // Bias first: ceil(4E / beat) beats into the bias bus.
@@ -790,7 +788,10 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             }
             Phase::Run => {
                 // x rows into the double buffer: row r may load once token r − 2 is issued.
-                if self.slot_free.val() & (self.rd_row.q.val() < self.t.q.val()) & (self.rd_row.q.val() < self.ct.q.val() + 2) {
+                if self.slot_free.val()
+                    & (self.rd_row.q.val() < self.t.q.val())
+                    & (self.rd_row.q.val() < self.ct.q.val() + 2)
+                {
                     self.ar_valid.d.next = true;
                     self.ar_addr.d.next = self.rd_addr.q.val();
                     self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
@@ -838,7 +839,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         self.row_end.next = self.recv_cnt.q.val() == self.beats.q.val() - 1;
         if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
             self.bias_bus.d.next = self.bias_bus.q.val()
-                | (bit_cast::<ZB, W>(self.m_axi_gmem_rdata.val()) << (bit_cast::<16, 16>(self.recv_cnt.q.val()) << self.c_logw.val()));
+                | (bit_cast::<ZB, W>(self.m_axi_gmem_rdata.val())
+                    << (bit_cast::<16, 16>(self.recv_cnt.q.val()) << self.c_logw.val()));
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
         if self.rx.val() & ((self.phase.q.val() == Phase::WReq) | (self.phase.q.val() == Phase::WWait)) {
@@ -868,8 +870,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         }
         self.xbuf.clock.next = self.ap_clk.val();
         self.xbuf.we.next = self.rx.val() & (self.phase.q.val() == Phase::Run);
-        self.xbuf.waddr.next = (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val())
-            + self.recv_cnt.q.val();
+        self.xbuf.waddr.next =
+            (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.recv_cnt.q.val();
         self.xbuf.wdata.next = self.m_axi_gmem_rdata.val();
         if self.rx.val() & (self.phase.q.val() == Phase::Run) {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
@@ -886,7 +888,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             & (self.ct.q.val() < self.t.q.val())
             & (self.recv_rows.q.val() > self.ct.q.val())
             & (!self.tok_start.val() | ((self.ofifo.count.val() + self.inflight.q.val()) < self.c_depth.val()));
-        self.xbuf.raddr.next = (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.cc.q.val();
+        self.xbuf.raddr.next =
+            (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.cc.q.val();
         self.s1_valid.d.next = self.go.val();
         self.s1_first.d.next = self.cc.q.val() == 0;
         self.s1_last.d.next = self.cc.q.val() == self.beats.q.val() - 1;
@@ -1080,7 +1083,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         self.ofifo.clock.next = self.ap_clk.val();
         self.ofifo.reset.next = !self.ap_rst_n.val();
         self.ofifo.push.next = self.o_valid.q.val();
-        self.ofifo.din.next = bit_cast::<OB, RB>(self.o_rec.q.val()) | (bit_cast::<OB, 32>(self.o_tok.q.val()) << self.c_rb.val());
+        self.ofifo.din.next =
+            bit_cast::<OB, RB>(self.o_rec.q.val()) | (bit_cast::<OB, 32>(self.o_tok.q.val()) << self.c_rb.val());
         if self.o_valid.q.val() {
             self.tokens_out.d.next = self.tokens_out.q.val() + 1;
         }
@@ -1119,8 +1123,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                     self.w_rec.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
                     self.w_beats.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
                     self.w_tok.d.next = self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index());
-                    self.w_addr.d.next =
-                        self.route_base.q.val() + (bit_cast::<64, 32>(self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index())) << 6);
+                    self.w_addr.d.next = self.route_base.q.val()
+                        + (bit_cast::<64, 32>(self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index())) << 6);
                     self.rb.d.next = 0.into();
                     self.aw_done.d.next = false;
                     self.w_done.d.next = false;
@@ -1147,8 +1151,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                     }
                 }
                 if (self.aw_done.q.val() | self.m_axi_gmem_awready.val())
-                    & (self.w_done.q.val()
-                        | (self.m_axi_gmem_wready.val() & (self.rb.q.val() == self.c_nb.val() - 1)))
+                    & (self.w_done.q.val() | (self.m_axi_gmem_wready.val() & (self.rb.q.val() == self.c_nb.val() - 1)))
                 {
                     self.wr_issued.d.next = self.wr_issued.q.val() + 1;
                     self.di.d.next = 0.into();
@@ -1162,9 +1165,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                 } else if self.d_slot.val().get_bit(31) {
                     self.di.d.next = self.di.q.val() + 1;
                 } else {
-                    self.w_addr.d.next = self.disp_base.q.val()
-                        + self.mul_b.p.val()
-                        + (bit_cast::<64, 32>(self.d_slot.val()) << 2);
+                    self.w_addr.d.next =
+                        self.disp_base.q.val() + self.mul_b.p.val() + (bit_cast::<64, 32>(self.d_slot.val()) << 2);
                     self.w_word.d.next = self.w_tok.q.val();
                     self.w_stats.d.next = false;
                     self.aw_done.d.next = false;
