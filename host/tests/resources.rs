@@ -16,13 +16,26 @@ fn yosys_counts_cache_and_extrapolate() {
     // Only this test in this binary reads FERRITE_CACHE.
     std::env::set_var("FERRITE_CACHE", cache.path());
     // The CLI's defaults for the flags it is not given (FIFO depth 64), so it hits the cache.
-    let cfg = GemmConfig { read_fifo_depth: 64, ..GemmConfig::small(2, 2) };
+    let cfg = GemmConfig {
+        read_fifo_depth: 64,
+        ..GemmConfig::small(2, 2)
+    };
     let a = synthesize(&cfg, "xcup").unwrap();
-    eprintln!("{}: {:?} in {:.1} s", cfg.kernel_name(), a.counts, a.seconds);
+    eprintln!(
+        "{}: {:?} in {:.1} s",
+        cfg.kernel_name(),
+        a.counts,
+        a.seconds
+    );
     assert!(!a.cached);
     assert!(a.counts.lut > 0 && a.counts.ff > 0, "{:?}", a.counts);
     let b = synthesize(&companion(&cfg), "xcup").unwrap();
-    eprintln!("{}: {:?} in {:.1} s", companion(&cfg).kernel_name(), b.counts, b.seconds);
+    eprintln!(
+        "{}: {:?} in {:.1} s",
+        companion(&cfg).kernel_name(),
+        b.counts,
+        b.seconds
+    );
     let again = synthesize(&cfg, "xcup").unwrap();
     assert!(again.cached);
     assert_eq!(again.counts, a.counts);
@@ -34,12 +47,33 @@ fn yosys_counts_cache_and_extrapolate() {
     // The CLI reads the same cache, so this is quick.
     let out = Command::cargo_bin("ferrite")
         .unwrap()
-        .args(["resources", "--unit", "gemm", "--rows", "2", "--cols", "2", "--port-bits", "128", "--k-max", "256", "--n-max", "256"])
+        .args([
+            "resources",
+            "--unit",
+            "gemm",
+            "--rows",
+            "2",
+            "--cols",
+            "2",
+            "--port-bits",
+            "128",
+            "--k-max",
+            "256",
+            "--n-max",
+            "256",
+        ])
         .env("FERRITE_CACHE", cache.path())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("cached") && text.contains("EXTRAPOLATED") && text.contains("PYNQ-Z2"), "{text}");
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("cached") && text.contains("EXTRAPOLATED") && text.contains("PYNQ-Z2"),
+        "{text}"
+    );
     println!("{text}");
 }

@@ -263,7 +263,10 @@ impl Device for OpenClDevice {
                     Flavor::Xclbin => GemmLayout::new(&self.cfg, p),
                 }))
             }
-            Problem::Attention(_) => Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
+            Problem::Attention(_) => Err(DeviceError::Unsupported {
+                device: self.info().name,
+                unit: "attention",
+            }),
         }
     }
 
@@ -328,7 +331,10 @@ impl Device for OpenClDevice {
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
         let Launch::Gemm(g) = launch else {
-            return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" });
+            return Err(DeviceError::Unsupported {
+                device: self.info().name,
+                unit: "attention",
+            });
         };
         check_gemm_buffers(g)?;
         self.fits(&g.problem)?;

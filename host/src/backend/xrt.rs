@@ -280,7 +280,10 @@ impl Device for XrtDevice {
                 self.fits(p)?;
                 Ok(Layout::Gemm(GemmLayout::new(&self.cfg, p)))
             }
-            Problem::Attention(_) => Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
+            Problem::Attention(_) => Err(DeviceError::Unsupported {
+                device: self.info().name,
+                unit: "attention",
+            }),
         }
     }
 
@@ -391,7 +394,10 @@ impl Device for XrtDevice {
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
         let Launch::Gemm(g) = launch else {
-            return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" });
+            return Err(DeviceError::Unsupported {
+                device: self.info().name,
+                unit: "attention",
+            });
         };
         check_gemm_buffers(g)?;
         self.fits(&g.problem)?;
