@@ -79,14 +79,20 @@ pub struct Lane<const W: usize> {
     rem: DFF<Bits<40>>,
     quo: DFF<Bits<40>>,
     rem_sh: Signal<Local, Bits<40>>,
-    omux: Vec<Signal<Local, Signed<48>>>,
+    omux_e: Vec<Signal<Local, Signed<48>>>,
+    omux_o: Vec<Signal<Local, Signed<48>>>,
     mulr: MulRound16,
+    mulr_o: MulRound16,
     rq: Requantizer,
+    rq_o: Requantizer,
     r32: DFF<Bits<ROW32_BITS>>,
     r8: DFF<Bits<ROW8_BITS>>,
     c_top32: Constant<Bits<16>>,
     c_top8: Constant<Bits<16>>,
+    c_top32o: Constant<Bits<16>>,
+    c_top8o: Constant<Bits<16>>,
     _d: usize,
+    _half: usize,
     _n: [usize; 7],
     _pass: [usize; 7],
 }
@@ -159,14 +165,20 @@ impl<const W: usize> Lane<W> {
             rem: Default::default(),
             quo: Default::default(),
             rem_sh: Default::default(),
-            omux: (0..d).map(|_| Default::default()).collect(),
+            omux_e: (0..d / 2).map(|_| Default::default()).collect(),
+            omux_o: (0..d / 2).map(|_| Default::default()).collect(),
             mulr: Default::default(),
+            mulr_o: Default::default(),
             rq: Default::default(),
+            rq_o: Default::default(),
             r32: Default::default(),
             r8: Default::default(),
-            c_top32: Constant::new(((32 * (d - 1)) as u64).to_bits()),
-            c_top8: Constant::new(((8 * (d - 1)) as u64).to_bits()),
+            c_top32: Constant::new(((32 * (d - 2)) as u64).to_bits()),
+            c_top8: Constant::new(((8 * (d - 2)) as u64).to_bits()),
+            c_top32o: Constant::new(((32 * (d - 1)) as u64).to_bits()),
+            c_top8o: Constant::new(((8 * (d - 1)) as u64).to_bits()),
             _d: d,
+            _half: d / 2,
             _n: n,
             _pass: pass,
         }
@@ -183,7 +195,9 @@ impl<const W: usize> Logic for Lane<W> {
         }
         self.scale.clock.next = self.clock.val();
         self.mulr.clock.next = self.clock.val();
+        self.mulr_o.clock.next = self.clock.val();
         self.rq.clock.next = self.clock.val();
+        self.rq_o.clock.next = self.clock.val();
         if self.q_we.val() {
             self.q.d.next = self.q_row.val();
         }
@@ -324,28 +338,42 @@ impl<const W: usize> Logic for Lane<W> {
                 self.quo.d.next = (self.quo.q.val() << 1) | 1;
             }
         }
-        // Serializer: element `sel` → Q16 (one cycle) → int8 (two more cycles).
-        self.omux[0].next = self.o[0].q.val();
-        for x in 1..self._d {
-            self.omux[x].next = self.omux[x - 1].val();
+        // Serializer, two elements per cycle: pair `sel` → Q16 (one cycle) → int8 (two more).
+        self.omux_e[0].next = self.o[0].q.val();
+        self.omux_o[0].next = self.o[1].q.val();
+        for x in 1..self._half {
+            self.omux_e[x].next = self.omux_e[x - 1].val();
+            self.omux_o[x].next = self.omux_o[x - 1].val();
             if self.sel.val().index() == x {
-                self.omux[x].next = self.o[x].q.val();
+                self.omux_e[x].next = self.o[x * 2].q.val();
+                self.omux_o[x].next = self.o[x * 2 + 1].q.val();
             }
         }
-        for last in (self._d - 1)..self._d {
-            self.mulr.o.next = self.omux[last].val();
+        for last in (self._half - 1)..self._half {
+            self.mulr.o.next = self.omux_e[last].val();
+            self.mulr_o.o.next = self.omux_o[last].val();
         }
         self.mulr.r.next = self.quo.q.val().get_bits::<32>(0);
+        self.mulr_o.r.next = self.quo.q.val().get_bits::<32>(0);
         self.rq.x.next = self.mulr.y.val();
+        self.rq_o.x.next = self.mulr_o.y.val();
         self.rq.mult.next = self.omult.val();
+        self.rq_o.mult.next = self.omult.val();
         self.rq.shift.next = self.oshift.val();
+        self.rq_o.shift.next = self.oshift.val();
         self.rq.en_mul.next = true;
+        self.rq_o.en_mul.next = true;
         self.rq.en_round.next = true;
+        self.rq_o.en_round.next = true;
         if self.sh32.val() {
-            self.r32.d.next = (self.r32.q.val() >> 32) | (bit_cast::<ROW32_BITS, 32>(self.mulr.y.val()) << self.c_top32.val());
+            self.r32.d.next = (self.r32.q.val() >> 64)
+                | (bit_cast::<ROW32_BITS, 32>(self.mulr.y.val()) << self.c_top32.val())
+                | (bit_cast::<ROW32_BITS, 32>(self.mulr_o.y.val()) << self.c_top32o.val());
         }
         if self.sh8.val() {
-            self.r8.d.next = (self.r8.q.val() >> 8) | (bit_cast::<ROW8_BITS, 8>(self.rq.y.val()) << self.c_top8.val());
+            self.r8.d.next = (self.r8.q.val() >> 16)
+                | (bit_cast::<ROW8_BITS, 8>(self.rq.y.val()) << self.c_top8.val())
+                | (bit_cast::<ROW8_BITS, 8>(self.rq_o.y.val()) << self.c_top8o.val());
         }
         self.row32.next = 0.into();
         self.row8.next = 0.into();

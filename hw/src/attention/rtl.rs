@@ -216,7 +216,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_logd8: Constant<Bits<16>>,
     c_rpb: Constant<Bits<16>>,
     c_lanes: Constant<Bits<32>>,
-    c_d: Constant<Bits<16>>,
+    c_half: Constant<Bits<16>>,
     c_chunk: Constant<Bits<16>>,
     c_fifo: Constant<Bits<16>>,
     c_hwinfo: Constant<Bits<32>>,
@@ -404,7 +404,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_logd8: Constant::new(k(logd + 3)),
             c_rpb: Constant::new(k(p / d)),
             c_lanes: Constant::new(k(l as u64)),
-            c_d: Constant::new(k(d)),
+            c_half: Constant::new(k(d / 2)),
             c_chunk: Constant::new(k(CHUNK)),
             c_fifo: Constant::new(k(cfg.read_fifo_depth as u64)),
             c_hwinfo: Constant::new(k(cfg.hwinfo() as u64)),
@@ -784,7 +784,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Fin::Ser => {
                 self.fx.d.next = self.fx.q.val() + 1;
-                if self.fx.q.val() == self.c_d.val() + 2 {
+                if self.fx.q.val() == self.c_half.val() + 2 {
                     self.wi.d.next = 0.into();
                     self.wb.d.next = 0.into();
                     self.fin.d.next = Fin::WPrep;
@@ -903,10 +903,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].oshift.next = self.oshift.q.val();
             self.lanes[i].sh32.next = (self.fin.q.val() == Fin::Ser)
                 & (self.fx.q.val() >= 1)
-                & (self.fx.q.val() <= self.c_d.val());
+                & (self.fx.q.val() <= self.c_half.val());
             self.lanes[i].sh8.next = (self.fin.q.val() == Fin::Ser)
                 & (self.fx.q.val() >= 3)
-                & (self.fx.q.val() <= self.c_d.val() + 2);
+                & (self.fx.q.val() <= self.c_half.val() + 2);
             self.lanes[i].out_sel.next = self.wi.q.val().index() == i;
         }
 
