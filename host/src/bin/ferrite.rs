@@ -357,9 +357,9 @@ fn engine(arg: EngineArg) -> Result<Engine> {
 }
 
 /// Why the demo has no sim rows without Verilator.
-const NO_VERILATOR: &str = "verilator not found; rust-hdl's own simulator overflows its stack or \
-    runs out of memory on these units, so the demo does not fall back to it: install Verilator \
-    with scripts/install-deps.sh, or force rust-hdl with --engine rust-hdl";
+const NO_VERILATOR: &str = "verilator not found, and the demo does not fall back to rust-hdl's \
+    own simulator, which overflows its stack or runs out of memory on the 16×16 GEMM unit: install \
+    Verilator with scripts/install-deps.sh, or force rust-hdl with --engine rust-hdl";
 
 /// The engine of the demo's sim rows, or `None` to skip them: with `auto` and
 /// no Verilator, the demo skips simulation (saying why, see [`NO_VERILATOR`])

@@ -446,11 +446,11 @@ pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
     let p = &ops.problem;
     let golden = attention(p, &ops.q, &ops.k, &ops.v)?;
     let mut devices: Vec<Box<dyn Device>> = vec![Box::new(CpuDevice::new(CpuMode::Golden))];
+    println!();
     match engine {
         Some(engine) => devices.push(Box::new(sim_device(cfg.clone(), sim, engine, 0, None)?)),
         None => println!("sim: skipped ({NO_VERILATOR})"),
     }
-    println!();
     println!(
         "attention {} on a small {} unit ({} lanes, {}-bit port: a quick Verilator build; the default unit is d=64, 8 lanes, 1024-bit) at {} MHz",
         describe(p),
