@@ -173,3 +173,46 @@ fn bad_attention_inputs_are_clear_errors() {
         assert!(err.to_string().contains("head_dim = 16"), "{err}");
     }
 }
+
+/// Storage bits declared in generated Verilog: every `reg` (and memory) width × depth.
+fn state_bits(verilog: &str) -> u64 {
+    let mut bits = 0u64;
+    for line in verilog.lines().map(str::trim) {
+        let Some(rest) = line.strip_prefix("reg ").or_else(|| line.strip_prefix("output reg ")) else { continue };
+        let rest = rest.trim_start_matches("signed").trim();
+        let width = match rest.strip_prefix('[').and_then(|r| r.split_once(':')) {
+            Some((msb, _)) => msb.trim().parse::<u64>().map_or(1, |m| m + 1),
+            None => 1,
+        };
+        let depth = rest.split_once("[0:").and_then(|(_, d)| d.split(']').next()).and_then(|d| d.parse::<u64>().ok()).map_or(1, |d| d + 1);
+        bits += width * depth;
+    }
+    bits
+}
+
+/// The design is generated without N, and one build runs sequences far longer
+/// than its FIFOs hold: on-chip state is O(lanes·d), never O(N) or O(N²).
+#[test]
+fn on_chip_state_does_not_grow_with_n() {
+    let cfg = small();
+    let verilog = ferrite::hw::attention::rtl::verilog(&cfg).unwrap();
+    let bits = state_bits(&verilog);
+    let kv_fifo_keys = 2 * cfg.read_fifo_depth * cfg.port_bytes() / cfg.head_dim;
+    println!("attention d={} lanes={}: {bits} bits of registers and memories; K/V FIFOs hold {kv_fifo_keys} keys", cfg.head_dim, cfg.lanes);
+    // An N×N int32 score matrix for the longest run below alone would need more.
+    let n = 600;
+    assert!(bits < (n * n * 32) as u64, "{bits}");
+    assert!(n > kv_fifo_keys);
+    if !verilator_or_skip() {
+        return;
+    }
+    let mut dev = SimDevice::new(cfg.clone(), MemoryConfig::default(), Engine::Verilator, None).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    for keys in [3, n] {
+        let p = problem(16, 1, 1, 5, keys, false, false);
+        let mut t = |len: usize| -> Vec<i8> { (0..len).map(|_| rng.gen()).collect() };
+        let (q, k, v) = (t(5 * 16), t(keys * 16), t(keys * 16));
+        let (got, _) = ops::attention(&mut dev, &p, &q, &k, &v).unwrap();
+        assert_eq!(got, attention(&p, &q, &k, &v).unwrap(), "N = {keys}");
+    }
+}
