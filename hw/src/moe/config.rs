@@ -92,7 +92,7 @@ impl MoeConfig {
             return bad(format!("lanes = {} (supported: 1..=32 and ≤ e_max)", self.lanes));
         }
         let p = self.port_bytes();
-        if self.h_max == 0 || self.h_max % p != 0 || !(self.h_max / p).is_power_of_two() {
+        if self.h_max == 0 || !self.h_max.is_multiple_of(p) || !(self.h_max / p).is_power_of_two() {
             return bad(format!("h_max = {} must be a power-of-two multiple of the {p}-byte beat", self.h_max));
         }
         if self.groups() * self.row_beats() > 1 << 16 {
@@ -210,7 +210,7 @@ impl CapacityFactor {
     /// The nearest Q16.16 value; refuses factors that are not positive or do not fit.
     pub fn from_f64(cf: f64) -> Result<Self, HwError> {
         let q = (cf * 65536.0).round();
-        if !(cf > 0.0) || !q.is_finite() || q < 1.0 || q > u32::MAX as f64 {
+        if cf.is_nan() || cf <= 0.0 || !q.is_finite() || q < 1.0 || q > u32::MAX as f64 {
             return Err(HwError::Problem(format!("capacity factor {cf} must be > 0 and < 65536 (Q16.16)")));
         }
         Ok(Self(q as u32))

@@ -249,8 +249,8 @@ mod tests {
                         continue;
                     }
                     let terms = if over_chosen(&p) { k } else { e };
-                    for i in 0..k {
-                        let j = theirs.iter().position(|&x| x == ours[i]).unwrap();
+                    for (i, chosen) in ours.iter().enumerate() {
+                        let j = theirs.iter().position(|x| x == chosen).unwrap();
                         let wf = real.weights[tok * k + j];
                         let err = (fixed.weights[tok * k + i] as f64 - wf * 65536.0).abs();
                         assert!(
