@@ -384,31 +384,6 @@ always @(posedge clock) y <= q[39:0];"
     }
 }
 
-/// The exp2 LUT as a ROM: `2^(addr / 256)` in Q1.14 (see `numerics::exp2_lut`).
-#[derive(LogicBlock, Default)]
-pub struct Exp2Rom {
-    pub addr: Signal<In, Bits<8>>,
-    pub data: Signal<Out, Bits<16>>,
-}
-
-impl Logic for Exp2Rom {
-    fn update(&mut self) {
-        let lut = crate::numerics::exp2_lut();
-        self.data.next = (lut[to_u64(self.addr.val()) as usize] as u64).to_bits();
-    }
-    fn connect(&mut self) {
-        self.data.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        let cases: String = crate::numerics::exp2_lut()
-            .iter()
-            .enumerate()
-            .map(|(i, v)| format!("      8'd{i}: data = 16'd{v};\n"))
-            .collect();
-        Verilog::Custom(format!("always @(*) begin\n   case (addr)\n{cases}      default: data = 16'd0;\n   endcase\nend"))
-    }
-}
-
 /// Registered `round(o · r / 2^16)` for a 48-bit signed `o` and unsigned `r`:
 /// the attention output `o / l` in Q16 once `r = floor(2^32 / l)`.
 #[derive(LogicBlock, Default)]

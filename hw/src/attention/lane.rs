@@ -5,7 +5,7 @@
 //! s = q·k; S2 (end of c+1) latches t = round(s·Ms/2^Ss); S3 (end of c+2)
 //! latches p, δ and updates m; S4 (end of c+3) updates l and o with the V row
 //! the top presents in cycle c+3.
-use crate::blocks::{Exp2Rom, MulRound16, Requantizer, RoundShift, ScaleRound};
+use crate::blocks::{Exp2Fixed, MulRound16, Requantizer, RoundShift, ScaleRound};
 use rust_hdl::prelude::*;
 
 /// Widest output row: 128 Q16 values.
@@ -41,7 +41,7 @@ pub struct Lane<const W: usize> {
     pub row32: Signal<Out, Bits<ROW32_BITS>>,
     /// The int8 output row while `out_sel`, else zero.
     pub row8: Signal<Out, Bits<ROW8_BITS>>,
-    q: DFF<Bits<W>>,
+    qrow: DFF<Bits<W>>,
     prod: Vec<Signal<Local, Signed<32>>>,
     lv1: Vec<Signal<Local, Signed<32>>>,
     lv2: Vec<Signal<Local, Signed<32>>>,
@@ -61,11 +61,8 @@ pub struct Lane<const W: usize> {
     delta: Signal<Local, Signed<32>>,
     m40: Signal<Local, Signed<40>>,
     u: Signal<Local, Signed<40>>,
-    nu: Signal<Local, Signed<40>>,
-    u_bits: Signal<Local, Bits<40>>,
     delta_bits: Signal<Local, Bits<32>>,
-    psh: Signal<Local, Bits<40>>,
-    rom: Exp2Rom,
+    exp2: Exp2Fixed,
     p3: DFF<Bits<16>>,
     d3: DFF<Bits<6>>,
     upd3: DFF<Bit>,
@@ -127,7 +124,7 @@ impl<const W: usize> Lane<W> {
             out_sel: Default::default(),
             row32: Default::default(),
             row8: Default::default(),
-            q: Default::default(),
+            qrow: Default::default(),
             prod: sig(0),
             lv1: sig(1),
             lv2: sig(2),
@@ -147,11 +144,8 @@ impl<const W: usize> Lane<W> {
             delta: Default::default(),
             m40: Default::default(),
             u: Default::default(),
-            nu: Default::default(),
-            u_bits: Default::default(),
             delta_bits: Default::default(),
-            psh: Default::default(),
-            rom: Default::default(),
+            exp2: Default::default(),
             p3: Default::default(),
             d3: Default::default(),
             upd3: Default::default(),
@@ -188,7 +182,7 @@ impl<const W: usize> Lane<W> {
 impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, q, s1, f1, f2, m, p3, d3, upd3, first3, l, div_cnt, rem, quo, r32, r8);
+        dff_setup!(self, clock, qrow, s1, f1, f2, m, p3, d3, upd3, first3, l, div_cnt, rem, quo, r32, r8);
         for x in 0..self._d {
             self.o[x].clock.next = self.clock.val();
             self.o[x].d.next = self.o[x].q.val();
@@ -199,12 +193,12 @@ impl<const W: usize> Logic for Lane<W> {
         self.rq.clock.next = self.clock.val();
         self.rq_o.clock.next = self.clock.val();
         if self.q_we.val() {
-            self.q.d.next = self.q_row.val();
+            self.qrow.d.next = self.q_row.val();
         }
 
         // S1: s = q · k over d int8 pairs, by an adder tree.
         for x in 0..self._d {
-            self.prod[x].next = signed_bit_cast::<16, 8>(signed_cast(self.q.q.val().get_bits::<8>(x * 8)))
+            self.prod[x].next = signed_bit_cast::<16, 8>(signed_cast(self.qrow.q.val().get_bits::<8>(x * 8)))
                 * signed_bit_cast::<16, 8>(signed_cast(self.k_row.val().get_bits::<8>(x * 8)));
         }
         for i in 0..self._n[0] {
@@ -272,19 +266,10 @@ impl<const W: usize> Logic for Lane<W> {
         // Widen through a signed 40-bit local: Verilog sign-extends only signed operands.
         self.m40.next = signed_bit_cast::<40, 32>(self.m_new.val());
         self.u.next = self.scale.y.val() - signed_cast(unsigned_cast(self.m40.val()) << 8);
-        self.nu.next = signed_cast(bits::<40>(0)) - self.u.val();
-        self.psh.next = 0.into();
-        if self.u.val().get_bit(39) {
-            self.psh.next = (unsigned_cast(self.nu.val()) + 255) >> 8;
-        }
-        self.u_bits.next = unsigned_cast(self.u.val());
-        self.rom.addr.next = self.u_bits.val().get_bits::<8>(0);
+        self.exp2.u.next = self.u.val();
         self.upd3.d.next = self.f2.q.val().get_bit(0) & !self.f2.q.val().get_bit(2);
         self.first3.d.next = self.f2.q.val().get_bit(1);
-        self.p3.d.next = self.rom.data.val() >> self.psh.val();
-        if self.psh.val() > 31 {
-            self.p3.d.next = 0.into();
-        }
+        self.p3.d.next = self.exp2.p.val();
         self.delta_bits.next = unsigned_cast(self.delta.val());
         self.d3.d.next = self.delta_bits.val().get_bits::<6>(0);
         if self.delta.val() > signed_cast(bits::<32>(62)) {
