@@ -32,11 +32,7 @@ fn operands(p: &AttentionProblem, seed: u64) -> (Vec<i8>, Vec<i8>, Vec<i8>) {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut t = |len: usize| -> Vec<i8> { (0..len).map(|_| rng.gen_range(-64..=64)).collect() };
     let nh = p.heads_total();
-    (
-        t(nh * p.seq_q * p.dim),
-        t(nh * p.seq_kv * p.dim),
-        t(nh * p.seq_kv * p.dim),
-    )
+    (t(nh * p.seq_q * p.dim), t(nh * p.seq_kv * p.dim), t(nh * p.seq_kv * p.dim))
 }
 
 fn golden(c: &mut Criterion) {
@@ -45,9 +41,7 @@ fn golden(c: &mut Criterion) {
     let p = problem(1, 1024, 1024, 64);
     let (q, k, v) = operands(&p, 1);
     g.throughput(Throughput::Elements(p.macs()));
-    g.bench_function(BenchmarkId::new("N1024-d64", "self"), |b| {
-        b.iter(|| attention(&p, &q, &k, &v).unwrap())
-    });
+    g.bench_function(BenchmarkId::new("N1024-d64", "self"), |b| b.iter(|| attention(&p, &q, &k, &v).unwrap()));
     g.finish();
 }
 
@@ -55,10 +49,7 @@ fn golden(c: &mut Criterion) {
 /// 128-bit port), then the full-size measurements.
 fn sim(c: &mut Criterion) {
     if !ferrite::sim::verilator_available() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but Verilator is missing"
-        );
+        assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing");
         eprintln!("attention-sim skipped: Verilator is not installed (scripts/install-deps.sh)");
         return;
     }
@@ -70,54 +61,25 @@ fn sim(c: &mut Criterion) {
         read_fifo_depth: 32,
         ..AttentionConfig::default()
     };
-    let mut dev = SimDevice::new(
-        small.clone(),
-        MemoryConfig::default(),
-        Engine::Verilator,
-        None,
-    )
-    .unwrap();
+    let mut dev = SimDevice::new(small.clone(), MemoryConfig::default(), Engine::Verilator, None).unwrap();
     let p = problem(2, 64, 256, 16);
     let (q, k, v) = operands(&p, 2);
-    let cycles = ops::attention(&mut dev, &p, &q, &k, &v)
-        .unwrap()
-        .1
-        .cycles
-        .unwrap()
-        .cycles;
+    let cycles = ops::attention(&mut dev, &p, &q, &k, &v).unwrap().1.cycles.unwrap().cycles;
     let mut g = c.benchmark_group("attention-sim");
     g.sample_size(10);
     g.throughput(Throughput::Elements(cycles));
-    g.bench_function(
-        BenchmarkId::new("verilator-cycles", small.kernel_name()),
-        |b| b.iter(|| ops::attention(&mut dev, &p, &q, &k, &v).unwrap()),
-    );
+    g.bench_function(BenchmarkId::new("verilator-cycles", small.kernel_name()), |b| {
+        b.iter(|| ops::attention(&mut dev, &p, &q, &k, &v).unwrap())
+    });
     g.finish();
 
-    let d128 = AttentionConfig {
-        head_dim: 128,
-        dot_par: 128,
-        lanes: 8,
-        port_bits: 1024,
-        ..AttentionConfig::default()
-    };
+    let d128 = AttentionConfig { head_dim: 128, dot_par: 128, lanes: 8, port_bits: 1024, ..AttentionConfig::default() };
     for (cfg, n) in [(AttentionConfig::default(), 1024usize), (d128, 4096)] {
         let p = problem(1, 64, n, cfg.head_dim);
         let (q, k, v) = operands(&p, 3);
-        let mut dev = SimDevice::new(
-            cfg.clone(),
-            MemoryConfig::default(),
-            Engine::Verilator,
-            None,
-        )
-        .unwrap();
+        let mut dev = SimDevice::new(cfg.clone(), MemoryConfig::default(), Engine::Verilator, None).unwrap();
         let (out, stats) = ops::attention(&mut dev, &p, &q, &k, &v).unwrap();
-        assert_eq!(
-            out,
-            attention(&p, &q, &k, &v).unwrap(),
-            "{} is not bit-exact",
-            cfg.kernel_name()
-        );
+        assert_eq!(out, attention(&p, &q, &k, &v).unwrap(), "{} is not bit-exact", cfg.kernel_name());
         let cyc = stats.cycles.unwrap();
         eprintln!(
             "attention N={n} d={} seq_q=64 on {} (default memory model): {} cycles, utilization {:.1}%, projected {:.2} µs at {} MHz",

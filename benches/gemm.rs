@@ -25,7 +25,9 @@ fn cpu(c: &mut Criterion) {
         g.throughput(Throughput::Elements(p.macs()));
         g.bench_function(BenchmarkId::new("golden", s), |bch| bch.iter(|| gemm(&p, &a, &b, None).unwrap()));
         let mut dev = CpuDevice::new(CpuMode::Fast);
-        g.bench_function(BenchmarkId::new("cpu-fast", s), |bch| bch.iter(|| ops::gemm(&mut dev, &p, &a, &b, None).unwrap()));
+        g.bench_function(BenchmarkId::new("cpu-fast", s), |bch| {
+            bch.iter(|| ops::gemm(&mut dev, &p, &a, &b, None).unwrap())
+        });
     }
     g.finish();
 }

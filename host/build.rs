@@ -27,9 +27,7 @@ mod xrt {
             candidates.push((root.join("include"), Some(root.join("lib"))));
         }
         candidates.push((PathBuf::from("/usr/include/xrt"), None));
-        let Some((include, lib)) = candidates
-            .into_iter()
-            .find(|(inc, _)| inc.join("xrt/xrt_device.h").is_file())
+        let Some((include, lib)) = candidates.into_iter().find(|(inc, _)| inc.join("xrt/xrt_device.h").is_file())
         else {
             panic!(
                 "feature `xrt`: XRT's C headers (xrt/xrt_device.h) are in neither $XILINX_XRT/include \
@@ -55,10 +53,7 @@ mod xrt {
             .unwrap_or_else(|e| {
                 panic!("feature `xrt`: bindgen failed on {WRAPPER} with -I{}: {e} (is libclang installed? Debian: libclang-dev)", include.display())
             });
-        let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"))
-            .join("xrt_bindings.rs");
-        bindings
-            .write_to_file(&out)
-            .unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
+        let out = Path::new(&std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("xrt_bindings.rs");
+        bindings.write_to_file(&out).unwrap_or_else(|e| panic!("writing {}: {e}", out.display()));
     }
 }

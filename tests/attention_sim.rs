@@ -18,7 +18,14 @@ fn verilator_or_skip() -> bool {
 }
 
 /// Run one problem on the simulated unit through the host runtime; returns the output and the cycle count.
-fn run(cfg: &AttentionConfig, mem: MemoryConfig, p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> (AttentionOutput, u64) {
+fn run(
+    cfg: &AttentionConfig,
+    mem: MemoryConfig,
+    p: &AttentionProblem,
+    q: &[i8],
+    k: &[i8],
+    v: &[i8],
+) -> (AttentionOutput, u64) {
     let mut dev = SimDevice::new(cfg.clone(), mem, Engine::Verilator, None).unwrap();
     let (out, stats) = ops::attention(&mut dev, p, q, k, v).unwrap();
     (out, stats.cycles.unwrap().cycles)
@@ -184,7 +191,11 @@ fn state_bits(verilog: &str) -> u64 {
             Some((msb, _)) => msb.trim().parse::<u64>().map_or(1, |m| m + 1),
             None => 1,
         };
-        let depth = rest.split_once("[0:").and_then(|(_, d)| d.split(']').next()).and_then(|d| d.parse::<u64>().ok()).map_or(1, |d| d + 1);
+        let depth = rest
+            .split_once("[0:")
+            .and_then(|(_, d)| d.split(']').next())
+            .and_then(|d| d.parse::<u64>().ok())
+            .map_or(1, |d| d + 1);
         bits += width * depth;
     }
     bits
@@ -198,7 +209,10 @@ fn on_chip_state_does_not_grow_with_n() {
     let verilog = ferrite::hw::attention::rtl::verilog(&cfg).unwrap();
     let bits = state_bits(&verilog);
     let kv_fifo_keys = 2 * cfg.read_fifo_depth * cfg.port_bytes() / cfg.head_dim;
-    println!("attention d={} lanes={}: {bits} bits of registers and memories; K/V FIFOs hold {kv_fifo_keys} keys", cfg.head_dim, cfg.lanes);
+    println!(
+        "attention d={} lanes={}: {bits} bits of registers and memories; K/V FIFOs hold {kv_fifo_keys} keys",
+        cfg.head_dim, cfg.lanes
+    );
     // An N×N int32 score matrix for the longest run below alone would need more.
     let n = 600;
     assert!(bits < (n * n * 32) as u64, "{bits}");

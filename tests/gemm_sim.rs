@@ -43,7 +43,16 @@ fn case() -> impl Strategy<Value = Case> {
         seed,
         ..MemoryConfig::default()
     });
-    (cfgs, mems, 1usize..=12, 1usize..=12, 1usize..=12, any::<bool>(), any::<bool>(), prop::option::of((1i32..=i32::MAX, 0u32..=40)))
+    (
+        cfgs,
+        mems,
+        1usize..=12,
+        1usize..=12,
+        1usize..=12,
+        any::<bool>(),
+        any::<bool>(),
+        prop::option::of((1i32..=i32::MAX, 0u32..=40)),
+    )
         .prop_flat_map(|(cfg, mem, m, n, k, bias, relu, rq)| {
             let p = GemmProblem {
                 bias,
@@ -51,7 +60,11 @@ fn case() -> impl Strategy<Value = Case> {
                 requant: rq.map(|(multiplier, shift)| Requant { multiplier, shift }),
                 ..GemmProblem::new(m, n, k)
             };
-            let bias_s = if bias { prop::option::of(prop::collection::vec(any::<i32>(), n)).boxed() } else { Just(None).boxed() };
+            let bias_s = if bias {
+                prop::option::of(prop::collection::vec(any::<i32>(), n)).boxed()
+            } else {
+                Just(None).boxed()
+            };
             (Just(cfg), Just(p), int8s(m * k), int8s(k * n), bias_s, Just(mem))
         })
         .prop_filter("bias flag and vector agree", |(_, p, _, _, bias, _)| p.bias == bias.is_some())

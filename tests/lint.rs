@@ -24,7 +24,10 @@ fn lint_all(unit: &str, designs: impl IntoIterator<Item = (String, String)>) {
     for (top, verilog) in designs {
         let file = dir.join(format!("{top}.v"));
         std::fs::write(&file, verilog).unwrap();
-        let out = Command::new("verilator").args(ferrite::hw::vitis::lint_args(file.to_str().unwrap(), &top)).output().unwrap();
+        let out = Command::new("verilator")
+            .args(ferrite::hw::vitis::lint_args(file.to_str().unwrap(), &top))
+            .output()
+            .unwrap();
         assert!(out.status.success(), "lint of {top} failed:\n{}", String::from_utf8_lossy(&out.stderr));
     }
     std::fs::remove_dir_all(&dir).ok();
@@ -32,13 +35,15 @@ fn lint_all(unit: &str, designs: impl IntoIterator<Item = (String, String)>) {
 
 #[test]
 fn gemm_exports_lint_clean() {
-    let cfgs = [GemmConfig::small(4, 4), GemmConfig::small(3, 2), GemmConfig { rows: 2, cols: 16, ..GemmConfig::default() }];
+    let cfgs =
+        [GemmConfig::small(4, 4), GemmConfig::small(3, 2), GemmConfig { rows: 2, cols: 16, ..GemmConfig::default() }];
     lint_all("gemm", cfgs.iter().map(|c| (c.kernel_name(), gemm_rtl::verilog(c).unwrap())));
 }
 
 #[test]
 fn attention_exports_lint_clean() {
-    let small = AttentionConfig { head_dim: 16, lanes: 4, dot_par: 16, port_bits: 128, read_fifo_depth: 32, clock_mhz: 300.0 };
+    let small =
+        AttentionConfig { head_dim: 16, lanes: 4, dot_par: 16, port_bits: 128, read_fifo_depth: 32, clock_mhz: 300.0 };
     let cfgs = [small.clone(), AttentionConfig { lanes: 1, head_dim: 32, dot_par: 32, port_bits: 256, ..small }];
     lint_all("attention", cfgs.iter().map(|c| (c.kernel_name(), attention_rtl::verilog(c).unwrap())));
 }

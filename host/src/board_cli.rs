@@ -118,9 +118,7 @@ pub struct ResourcesArgs {
 impl BoardCmd {
     pub fn run(&self) -> Result<()> {
         match self {
-            Self::Bitstream {
-                cmd: BitstreamCmd::Build(a),
-            } => bitstream_build(a),
+            Self::Bitstream { cmd: BitstreamCmd::Build(a) } => bitstream_build(a),
             Self::Deploy(a) => deploy(a),
             Self::Devices(a) => devices(a),
             Self::Resources(a) => resources(a),
@@ -140,20 +138,14 @@ fn bitstream_build(a: &BuildArgs) -> Result<()> {
         run_vendor_tools: true,
     })?;
     println!("{report}");
-    ensure!(
-        report.success(),
-        "the build of {} for {} failed (see above)",
-        a.out.display(),
-        a.board
-    );
+    ensure!(report.success(), "the build of {} for {} failed (see above)", a.out.display(), a.board);
     Ok(())
 }
 
 fn deploy(a: &DeployArgs) -> Result<()> {
     let cases = crate::deploy::deploy(&a.manifest, a.device.as_deref())?;
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_header(["M×N×K", "epilogue", "cycles", "bit-exact"]);
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(["M×N×K", "epilogue", "cycles", "bit-exact"]);
     for c in &cases {
         let p = &c.problem;
         t.add_row([
@@ -179,8 +171,7 @@ fn devices(a: &DevicesArgs) -> Result<()> {
         return Ok(());
     }
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_header(["kind", "name", "detail"]);
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(["kind", "name", "detail"]);
     for e in entries {
         t.add_row([e.kind, e.name, e.detail]);
     }
@@ -195,18 +186,12 @@ fn resources(a: &ResourcesArgs) -> Result<()> {
     let other = companion(&cfg);
     let mut measured: Vec<Measured> = Vec::new();
     for c in [&cfg, &other] {
-        eprintln!(
-            "synthesizing {} with yosys synth_xilinx -family {family} ...",
-            c.kernel_name()
-        );
+        eprintln!("synthesizing {} with yosys synth_xilinx -family {family} ...", c.kernel_name());
         measured.push(synthesize(c, family)?);
     }
     let model = Model::fit(&measured[0], &measured[1])?;
     let boards: Vec<Board> = a.board.map_or_else(|| Board::ALL.to_vec(), |b| vec![b]);
-    let fits: Vec<_> = boards
-        .iter()
-        .map(|&b| largest_fit(&model, b, cfg.port_bits))
-        .collect();
+    let fits: Vec<_> = boards.iter().map(|&b| largest_fit(&model, b, cfg.port_bits)).collect();
     if a.json {
         let v = serde_json::json!({
             "family": family,
@@ -237,11 +222,7 @@ fn resources(a: &ResourcesArgs) -> Result<()> {
             c.dsp.to_string(),
             format!("{:.1}", c.bram36),
             c.uram.to_string(),
-            if m.cached {
-                format!("cached ({:.0} s)", m.seconds)
-            } else {
-                format!("{:.0} s", m.seconds)
-            },
+            if m.cached { format!("cached ({:.0} s)", m.seconds) } else { format!("{:.0} s", m.seconds) },
         ]);
     }
     println!("measured (yosys synth_xilinx -flatten -family {family}):\n{t}");
@@ -258,13 +239,8 @@ fn resources(a: &ResourcesArgs) -> Result<()> {
         let util = measured[0].counts.utilization(&spec.capacity);
         t.add_row([
             format!("{} ({})", spec.name, spec.part),
-            util.iter()
-                .map(|(_, u)| format!("{:.1}%", 100.0 * u))
-                .collect::<Vec<_>>()
-                .join(" / "),
-            f.rows.map_or("none fits".into(), |r| {
-                format!("{r}×{} ({} MACs)", f.cols, r * f.cols)
-            }),
+            util.iter().map(|(_, u)| format!("{:.1}%", 100.0 * u)).collect::<Vec<_>>().join(" / "),
+            f.rows.map_or("none fits".into(), |r| format!("{r}×{} ({} MACs)", f.cols, r * f.cols)),
             f.limit.clone(),
             spec.capacity_source.to_string(),
         ]);
@@ -277,9 +253,7 @@ fn resources(a: &ResourcesArgs) -> Result<()> {
         cfg.port_bits
     );
     if a.board.is_none() {
-        println!(
-            "Counts are for the xcup family; pass --board pynq-z2 for a 7-series (xc7) synthesis."
-        );
+        println!("Counts are for the xcup family; pass --board pynq-z2 for a 7-series (xc7) synthesis.");
     }
     if measured.iter().any(|m| m.counts.lut == 0) {
         bail!("yosys reported no LUTs: the synthesis result is not usable");

@@ -31,23 +31,14 @@ pub fn self_test_problems(cfg: &GemmConfig) -> Vec<GemmProblem> {
     let rq = Requant::from_scale(1.0 / 700.0);
     vec![
         GemmProblem::new(1, 1, 1),
-        GemmProblem {
-            bias: true,
-            ..GemmProblem::new(cfg.rows + 1, cfg.cols + 3, 7)
-        },
+        GemmProblem { bias: true, ..GemmProblem::new(cfg.rows + 1, cfg.cols + 3, 7) },
         GemmProblem {
             bias: true,
             relu: true,
             requant: rq,
             ..GemmProblem::new(2 * cfg.rows + 3, 3 * cfg.cols + 1, 129.min(cfg.k_max))
         },
-        GemmProblem {
-            requant: Some(Requant {
-                multiplier: i32::MAX,
-                shift: 24,
-            }),
-            ..GemmProblem::new(5, 5, cfg.k_max)
-        },
+        GemmProblem { requant: Some(Requant { multiplier: i32::MAX, shift: 24 }), ..GemmProblem::new(5, 5, cfg.k_max) },
     ]
 }
 
@@ -61,53 +52,35 @@ pub fn self_test(dev: &mut dyn Device, cfg: &GemmConfig) -> Vec<SelfTestCase> {
             let (a, b): (Vec<i8>, Vec<i8>) = if i == 1 {
                 (vec![-128; p.m * p.k], vec![-128; p.k * p.n])
             } else {
-                (
-                    (0..p.m * p.k).map(|_| rng.gen()).collect(),
-                    (0..p.k * p.n).map(|_| rng.gen()).collect(),
-                )
+                ((0..p.m * p.k).map(|_| rng.gen()).collect(), (0..p.k * p.n).map(|_| rng.gen()).collect())
             };
-            let bias: Option<Vec<i32>> = p.bias.then(|| {
-                (0..p.n)
-                    .map(|j| if j == 0 { i32::MAX } else { rng.gen() })
-                    .collect()
-            });
+            let bias: Option<Vec<i32>> =
+                p.bias.then(|| (0..p.n).map(|j| if j == 0 { i32::MAX } else { rng.gen() }).collect());
             let run = ops::gemm(dev, &p, &a, &b, bias.as_deref());
             let golden = gemm(&p, &a, &b, bias.as_deref());
             let (failure, cycles) = match (run, golden) {
                 (Ok((out, stats)), Ok(want)) => (
-                    out.first_mismatch(&want)
-                        .map(|(i, got, exp)| format!("element {i}: got {got}, golden {exp}")),
+                    out.first_mismatch(&want).map(|(i, got, exp)| format!("element {i}: got {got}, golden {exp}")),
                     stats.cycles.map(|c| c.cycles),
                 ),
                 (Err(e), _) => (Some(e.to_string()), None),
                 (_, Err(e)) => (Some(format!("golden model: {e}")), None),
             };
-            SelfTestCase {
-                problem: p,
-                failure,
-                cycles,
-            }
+            SelfTestCase { problem: p, failure, cycles }
         })
         .collect()
 }
 
 /// Load the manifest, open its board, run the self-test; `Err` unless every case is bit-exact.
 pub fn deploy(manifest: &Path, device: Option<&str>) -> Result<Vec<SelfTestCase>> {
-    let loaded =
-        Manifest::load(manifest).with_context(|| format!("loading {}", manifest.display()))?;
+    let loaded = Manifest::load(manifest).with_context(|| format!("loading {}", manifest.display()))?;
     let UnitConfig::Gemm(cfg) = &loaded.manifest.unit;
     let mut dev = open(&loaded, device)?;
     let cases = self_test(dev.as_mut(), cfg);
     let failed = cases.iter().filter(|c| c.failure.is_some()).count();
     if failed > 0 {
-        let first = cases
-            .iter()
-            .find_map(|c| c.failure.clone())
-            .unwrap_or_default();
-        bail!(
-            "self-test: {failed} of {} cases differ from the golden model (first: {first})",
-            cases.len()
-        );
+        let first = cases.iter().find_map(|c| c.failure.clone()).unwrap_or_default();
+        bail!("self-test: {failed} of {} cases differ from the golden model (first: {first})", cases.len());
     }
     Ok(cases)
 }
@@ -127,10 +100,7 @@ fn open(loaded: &LoadedManifest, device: Option<&str>) -> Result<Box<dyn Device>
 #[cfg(feature = "xrt")]
 fn open_alveo(loaded: &LoadedManifest, device: Option<&str>) -> Result<Box<dyn Device>> {
     use crate::backend::xrt::{XrtDevice, XrtTarget};
-    let target: XrtTarget = device
-        .unwrap_or("0")
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!(e))?;
+    let target: XrtTarget = device.unwrap_or("0").parse().map_err(|e: String| anyhow::anyhow!(e))?;
     Ok(Box::new(XrtDevice::open(&target, loaded)?))
 }
 
@@ -138,10 +108,7 @@ fn open_alveo(loaded: &LoadedManifest, device: Option<&str>) -> Result<Box<dyn D
 fn open_alveo(loaded: &LoadedManifest, _device: Option<&str>) -> Result<Box<dyn Device>> {
     Err(DeviceError::MissingTool {
         tool: "the xrt backend",
-        hint: format!(
-            "the {} image loads through XRT; rebuild ferrite with `--features xrt`",
-            loaded.manifest.board
-        ),
+        hint: format!("the {} image loads through XRT; rebuild ferrite with `--features xrt`", loaded.manifest.board),
     }
     .into())
 }
@@ -160,21 +127,9 @@ pub fn check_pynq_platform(root: &Path) -> Result<(), DeviceError> {
             })
         }
     };
-    need(
-        "sys/class/fpga_manager/fpga0",
-        "FPGA manager",
-        "not a Zynq board, or its kernel lacks FPGA manager support",
-    )?;
-    need(
-        "sys/class/uio",
-        "UIO",
-        "load the uio_pdrv_genirq driver with a device-tree node for the unit",
-    )?;
-    need(
-        "dev/udmabuf0",
-        "udmabuf DMA buffer",
-        "load the u-dma-buf module (PYNQ images ship it)",
-    )
+    need("sys/class/fpga_manager/fpga0", "FPGA manager", "not a Zynq board, or its kernel lacks FPGA manager support")?;
+    need("sys/class/uio", "UIO", "load the uio_pdrv_genirq driver with a device-tree node for the unit")?;
+    need("dev/udmabuf0", "udmabuf DMA buffer", "load the u-dma-buf module (PYNQ images ship it)")
 }
 
 #[cfg(test)]

@@ -165,8 +165,7 @@ pub struct CycleStats {
 impl RunStats {
     /// Time the launch takes on hardware at the device clock: cycles / clock.
     pub fn projected(&self) -> Option<Duration> {
-        self.cycles
-            .map(|c| Duration::from_secs_f64(c.cycles as f64 / (c.clock_mhz * 1e6)))
+        self.cycles.map(|c| Duration::from_secs_f64(c.cycles as f64 / (c.clock_mhz * 1e6)))
     }
 
     /// Useful MACs / (multipliers · cycles), in 0..=1.
@@ -196,12 +195,7 @@ pub enum DeviceError {
     #[error("unknown buffer handle {0}")]
     UnknownBuffer(u64),
     #[error("access of {len} bytes at offset {offset} is outside buffer {id} of {size} bytes")]
-    OutOfBounds {
-        id: u64,
-        offset: u64,
-        len: u64,
-        size: u64,
-    },
+    OutOfBounds { id: u64, offset: u64, len: u64, size: u64 },
     #[error("out of device memory: {requested} bytes requested, {available} available")]
     OutOfMemory { requested: u64, available: u64 },
     /// A tool or library the backend needs is not installed.
@@ -217,11 +211,7 @@ pub enum DeviceError {
     Argument(String),
     /// The unit never raised ap_done.
     #[error("timeout: no ap_done after {elapsed} {unit} (limit {limit})")]
-    Timeout {
-        elapsed: u64,
-        limit: u64,
-        unit: &'static str,
-    },
+    Timeout { elapsed: u64, limit: u64, unit: &'static str },
     /// The unit finished but flagged the run as refused or failed.
     #[error("unit reported a failed run: STATUS = {status:#x} (arguments refused or AXI error response)")]
     Fault { status: u32 },
@@ -274,19 +264,14 @@ pub(crate) fn check_gemm_buffers(args: &GemmArgs) -> Result<(), DeviceError> {
     let p = &args.problem;
     let need = |name: &str, buf: Buffer, bytes: u64| {
         if buf.len() < bytes {
-            Err(DeviceError::Problem(format!(
-                "buffer {name} has {} bytes, the layout needs {bytes}",
-                buf.len()
-            )))
+            Err(DeviceError::Problem(format!("buffer {name} has {} bytes, the layout needs {bytes}", buf.len())))
         } else {
             Ok(())
         }
     };
     let rows = |ld: u64, row_bytes: usize, name: &str| {
         if ld < row_bytes as u64 {
-            Err(DeviceError::Problem(format!(
-                "{name} pitch {ld} is below its row of {row_bytes} bytes"
-            )))
+            Err(DeviceError::Problem(format!("{name} pitch {ld} is below its row of {row_bytes} bytes")))
         } else {
             Ok(())
         }
@@ -299,12 +284,8 @@ pub(crate) fn check_gemm_buffers(args: &GemmArgs) -> Result<(), DeviceError> {
     need("C", args.c, l.ldc * p.m as u64)?;
     match (p.bias, args.bias) {
         (true, Some(b)) => need("bias", b, 4 * p.n as u64),
-        (true, None) => Err(DeviceError::Problem(
-            "bias enabled but no bias buffer given".into(),
-        )),
-        (false, Some(_)) => Err(DeviceError::Problem(
-            "bias buffer given but the bias flag is off".into(),
-        )),
+        (true, None) => Err(DeviceError::Problem("bias enabled but no bias buffer given".into())),
+        (false, Some(_)) => Err(DeviceError::Problem("bias buffer given but the bias flag is off".into())),
         (false, None) => Ok(()),
     }
 }

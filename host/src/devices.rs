@@ -16,11 +16,7 @@ pub struct Entry {
 }
 
 fn entry(kind: &str, name: impl Into<String>, detail: impl Into<String>) -> Entry {
-    Entry {
-        kind: kind.into(),
-        name: name.into(),
-        detail: detail.into(),
-    }
+    Entry { kind: kind.into(), name: name.into(), detail: detail.into() }
 }
 
 /// Every row: CPU, CUDA, OpenCL, XRT, tools.
@@ -44,11 +40,7 @@ fn cpu() -> Entry {
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    entry(
-        "cpu",
-        model,
-        format!("{cores} threads; features: {}", cpu_features().join(" ")),
-    )
+    entry("cpu", model, format!("{cores} threads; features: {}", cpu_features().join(" ")))
 }
 
 /// SIMD features the fast CPU paths can use.
@@ -116,9 +108,7 @@ fn cuda_devices() -> Result<Vec<Entry>, String> {
         let lib = libloading::Library::new("libcuda.so.1")
             .map_err(|_| "libcuda.so.1 not found (no NVIDIA driver)".to_string())?;
         let sym = |n: &[u8]| -> Result<*const (), String> {
-            lib.get::<*const ()>(n)
-                .map(|s| *s)
-                .map_err(|e| format!("libcuda: {e}"))
+            lib.get::<*const ()>(n).map(|s| *s).map_err(|e| format!("libcuda: {e}"))
         };
         let init: Init = std::mem::transmute(sym(b"cuInit\0")?);
         let count: Count = std::mem::transmute(sym(b"cuDeviceGetCount\0")?);
@@ -128,9 +118,7 @@ fn cuda_devices() -> Result<Vec<Entry>, String> {
         let attr: Attr = std::mem::transmute(sym(b"cuDeviceGetAttribute\0")?);
         let rc = init(0);
         if rc != 0 {
-            return Err(format!(
-                "cuInit failed (CUresult {rc}): driver present, no usable GPU"
-            ));
+            return Err(format!("cuInit failed (CUresult {rc}): driver present, no usable GPU"));
         }
         let mut n = 0;
         if count(&mut n) != 0 {
@@ -144,9 +132,7 @@ fn cuda_devices() -> Result<Vec<Entry>, String> {
             }
             let mut buf = [0 as std::ffi::c_char; 256];
             name(buf.as_mut_ptr(), buf.len() as i32, dev);
-            let gpu = std::ffi::CStr::from_ptr(buf.as_ptr())
-                .to_string_lossy()
-                .into_owned();
+            let gpu = std::ffi::CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
             let (mut bytes, mut sms, mut major, mut minor) = (0usize, 0, 0, 0);
             mem(&mut bytes, dev);
             attr(&mut sms, SMS, dev);
@@ -155,10 +141,7 @@ fn cuda_devices() -> Result<Vec<Entry>, String> {
             out.push(entry(
                 "cuda",
                 format!("{i}: {gpu}"),
-                format!(
-                    "{sms} SMs, compute capability {major}.{minor}, {:.1} GiB",
-                    bytes as f64 / (1u64 << 30) as f64
-                ),
+                format!("{sms} SMs, compute capability {major}.{minor}, {:.1} GiB", bytes as f64 / (1u64 << 30) as f64),
             ));
         }
         Ok(out)
@@ -168,11 +151,7 @@ fn cuda_devices() -> Result<Vec<Entry>, String> {
 #[cfg(feature = "opencl")]
 fn opencl() -> Vec<Entry> {
     match crate::backend::opencl::list() {
-        Ok(v) if v.is_empty() => vec![entry(
-            "opencl",
-            "none",
-            "no platform (Debian: pocl-opencl-icd for the CPU)",
-        )],
+        Ok(v) if v.is_empty() => vec![entry("opencl", "none", "no platform (Debian: pocl-opencl-icd for the CPU)")],
         Ok(v) => v
             .into_iter()
             .map(|d| {
@@ -195,63 +174,34 @@ fn opencl() -> Vec<Entry> {
 
 #[cfg(not(feature = "opencl"))]
 fn opencl() -> Vec<Entry> {
-    vec![entry(
-        "opencl",
-        "not built",
-        "rebuild with `--features opencl` to list OpenCL devices",
-    )]
+    vec![entry("opencl", "not built", "rebuild with `--features opencl` to list OpenCL devices")]
 }
 
 #[cfg(feature = "xrt")]
 fn xrt() -> Vec<Entry> {
     use crate::backend::xrt::{check_runtime, sysfs_cards};
-    let runtime = match check_runtime(
-        std::env::var_os("XILINX_XRT")
-            .as_deref()
-            .map(std::path::Path::new),
-    ) {
+    let runtime = match check_runtime(std::env::var_os("XILINX_XRT").as_deref().map(std::path::Path::new)) {
         Ok(shim) => format!("XRT runtime {}", shim.display()),
         Err(e) => e.to_string(),
     };
     let cards = sysfs_cards();
     if cards.is_empty() {
-        return vec![entry(
-            "xrt",
-            "none",
-            format!("no PCIe function bound to xocl; {runtime}"),
-        )];
+        return vec![entry("xrt", "none", format!("no PCIe function bound to xocl; {runtime}"))];
     }
-    cards
-        .into_iter()
-        .enumerate()
-        .map(|(i, bdf)| entry("xrt", format!("{i}: {bdf}"), runtime.clone()))
-        .collect()
+    cards.into_iter().enumerate().map(|(i, bdf)| entry("xrt", format!("{i}: {bdf}"), runtime.clone())).collect()
 }
 
 #[cfg(not(feature = "xrt"))]
 fn xrt() -> Vec<Entry> {
-    vec![entry(
-        "xrt",
-        "not built",
-        "rebuild with `--features xrt` to use Alveo cards",
-    )]
+    vec![entry("xrt", "not built", "rebuild with `--features xrt` to use Alveo cards")]
 }
 
 /// First line of `tool args`' output, or why there is none.
 fn version(tool: &str, args: &[&str]) -> String {
     match Command::new(tool).args(args).output() {
         Ok(o) => {
-            let text = if o.stdout.is_empty() {
-                o.stderr
-            } else {
-                o.stdout
-            };
-            String::from_utf8_lossy(&text)
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string()
+            let text = if o.stdout.is_empty() { o.stderr } else { o.stdout };
+            String::from_utf8_lossy(&text).lines().next().unwrap_or("").trim().to_string()
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => "not found".into(),
         Err(e) => e.to_string(),
@@ -265,11 +215,7 @@ fn tools() -> Vec<Entry> {
     ];
     for t in ["tclsh", "vivado", "v++"] {
         let found = crate::bitstream::on_path(t);
-        v.push(entry(
-            "tool",
-            t,
-            if found { "on PATH" } else { "not found" },
-        ));
+        v.push(entry("tool", t, if found { "on PATH" } else { "not found" }));
     }
     v
 }

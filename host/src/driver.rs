@@ -6,8 +6,8 @@
 //! arguments by name, start, poll for `ap_done`, read the cycle counter.
 use crate::device::{AttentionArgs, Buffer, DeviceError, GemmArgs};
 use ferrite_hw::attention::AttentionConfig;
-use ferrite_hw::numerics::Requant;
 use ferrite_hw::gemm::GemmConfig;
+use ferrite_hw::numerics::Requant;
 use ferrite_hw::regmap::{Register, RegisterMap, CTRL, CTRL_AP_DONE, CTRL_AP_IDLE, CTRL_AP_START};
 
 /// A unit's AXI4-Lite control window, and a way to let time pass.
@@ -48,18 +48,13 @@ pub fn launch(
     poll: Poll,
 ) -> Result<u64, DeviceError> {
     let status = |name: &str| {
-        map.get(name).ok_or_else(|| {
-            DeviceError::Argument(format!("register {name} is not in the {} map", map.kernel))
-        })
+        map.get(name).ok_or_else(|| DeviceError::Argument(format!("register {name} is not in the {} map", map.kernel)))
     };
     let (hwinfo_reg, cycles_reg) = (status("HWINFO")?, status("CYCLES")?);
 
     let found = port.read32(hwinfo_reg.offset)?;
     if found != args.hwinfo {
-        return Err(DeviceError::HwInfoMismatch {
-            expected: args.hwinfo,
-            found,
-        });
+        return Err(DeviceError::HwInfoMismatch { expected: args.hwinfo, found });
     }
     let ctrl = port.read32(CTRL)?;
     if ctrl & CTRL_AP_IDLE == 0 {
@@ -68,10 +63,7 @@ pub fn launch(
 
     for (name, _) in &args.values {
         if map.arguments().all(|r| r.name != *name) {
-            return Err(DeviceError::Argument(format!(
-                "{name} is not an argument of {}",
-                map.kernel
-            )));
+            return Err(DeviceError::Argument(format!("{name} is not an argument of {}", map.kernel)));
         }
     }
     for reg in map.arguments() {
@@ -90,11 +82,7 @@ pub fn launch(
     while port.read32(CTRL)? & CTRL_AP_DONE == 0 {
         let elapsed = port.now().saturating_sub(start);
         if elapsed >= poll.limit {
-            return Err(DeviceError::Timeout {
-                elapsed,
-                limit: poll.limit,
-                unit: port.tick_name(),
-            });
+            return Err(DeviceError::Timeout { elapsed, limit: poll.limit, unit: port.tick_name() });
         }
         port.wait(poll.interval)?;
     }
@@ -112,10 +100,7 @@ fn write_arg(port: &mut dyn ControlPort, reg: &Register, value: u64) -> Result<(
     match reg.bits {
         32 => {
             let v = u32::try_from(value).map_err(|_| {
-                DeviceError::Argument(format!(
-                    "{} = {value} does not fit its 32-bit register",
-                    reg.name
-                ))
+                DeviceError::Argument(format!("{} = {value} does not fit its 32-bit register", reg.name))
             })?;
             port.write32(reg.offset, v)
         }
@@ -142,9 +127,7 @@ pub fn gemm_args(
     address: &dyn Fn(Buffer) -> Result<u64, DeviceError>,
 ) -> Result<LaunchArgs, DeviceError> {
     let p = &g.problem;
-    let (qmult, qshift) = p
-        .requant
-        .map_or((0, 0), |rq| (rq.multiplier as u32, rq.shift));
+    let (qmult, qshift) = p.requant.map_or((0, 0), |rq| (rq.multiplier as u32, rq.shift));
     Ok(LaunchArgs {
         hwinfo: cfg.hwinfo(),
         values: vec![

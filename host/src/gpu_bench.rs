@@ -54,9 +54,7 @@ struct Case {
 
 fn rng() -> ChaCha8Rng {
     // Fresh inputs on every run: seeded from the clock, printed for replay.
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     println!("input seed {seed}");
     ChaCha8Rng::seed_from_u64(seed)
 }
@@ -75,20 +73,11 @@ fn time_ms(gpu: &Gpu, iters: usize, mut f: impl FnMut() -> Result<(), DeviceErro
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let mut times = Vec::with_capacity(iters);
     for _ in 0..iters.max(1) {
-        let start = gpu
-            .ctx
-            .new_event(flags)
-            .map_err(driver("creating an event"))?;
-        let end = gpu
-            .ctx
-            .new_event(flags)
-            .map_err(driver("creating an event"))?;
-        start
-            .record(&gpu.stream)
-            .map_err(driver("recording an event"))?;
+        let start = gpu.ctx.new_event(flags).map_err(driver("creating an event"))?;
+        let end = gpu.ctx.new_event(flags).map_err(driver("creating an event"))?;
+        start.record(&gpu.stream).map_err(driver("recording an event"))?;
         f()?;
-        end.record(&gpu.stream)
-            .map_err(driver("recording an event"))?;
+        end.record(&gpu.stream).map_err(driver("recording an event"))?;
         times.push(start.elapsed_ms(&end).map_err(driver("timing"))? as f64);
     }
     times.sort_by(f64::total_cmp);
@@ -99,10 +88,7 @@ fn upload<T: cudarc::driver::DeviceRepr>(gpu: &Gpu, x: &[T]) -> Result<CudaSlice
     Ok(gpu.stream.clone_htod(x).map_err(driver("uploading"))?)
 }
 
-fn download<T: cudarc::driver::DeviceRepr + Default + Clone>(
-    gpu: &Gpu,
-    x: &CudaSlice<T>,
-) -> Result<Vec<T>> {
+fn download<T: cudarc::driver::DeviceRepr + Default + Clone>(gpu: &Gpu, x: &CudaSlice<T>) -> Result<Vec<T>> {
     Ok(gpu.stream.clone_dtoh(x).map_err(driver("downloading"))?)
 }
 
@@ -130,18 +116,10 @@ fn bench_gemm(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, s: usize) -> Result
     let rows: Vec<usize> = (0..16).map(|i| i * (s - 1) / 15).collect();
     let (mut got, mut want) = (Vec::new(), Vec::new());
     for &r in &rows {
-        let ar: Vec<f64> = a[r * s..(r + 1) * s]
-            .iter()
-            .map(|&x| from_bf16(x) as f64)
-            .collect();
+        let ar: Vec<f64> = a[r * s..(r + 1) * s].iter().map(|&x| from_bf16(x) as f64).collect();
         for j in 0..s {
             let br = &b[j * s..(j + 1) * s];
-            want.push(
-                ar.iter()
-                    .zip(br)
-                    .map(|(x, &y)| x * from_bf16(y) as f64)
-                    .sum(),
-            );
+            want.push(ar.iter().zip(br).map(|(x, &y)| x * from_bf16(y) as f64).sum());
             got.push(from_bf16(c[r * s + j]) as f64);
         }
     }
@@ -156,13 +134,7 @@ fn bench_gemm(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, s: usize) -> Result
     })
 }
 
-fn bench_attention(
-    gpu: &Gpu,
-    rng: &mut ChaCha8Rng,
-    iters: usize,
-    d: usize,
-    causal: bool,
-) -> Result<Case> {
+fn bench_attention(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, d: usize, causal: bool) -> Result<Case> {
     let (bsz, heads, n) = (4usize, 16usize, 4096usize);
     let bh = bsz * heads;
     let len = bh * n * d;
@@ -183,45 +155,27 @@ fn bench_attention(
             let qi = &q[base + i * d..base + (i + 1) * d];
             let s: Vec<f64> = (0..keys)
                 .map(|j| {
-                    qi.iter()
-                        .zip(&k[base + j * d..base + (j + 1) * d])
-                        .map(|(&a, &b)| f(a) * f(b))
-                        .sum::<f64>()
-                        * scale
+                    qi.iter().zip(&k[base + j * d..base + (j + 1) * d]).map(|(&a, &b)| f(a) * f(b)).sum::<f64>() * scale
                 })
                 .collect();
             let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let w: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
             let sum: f64 = w.iter().sum();
             for x in 0..d {
-                want.push(
-                    (0..keys)
-                        .map(|j| w[j] * f(v[base + j * d + x]))
-                        .sum::<f64>()
-                        / sum,
-                );
+                want.push((0..keys).map(|j| w[j] * f(v[base + j * d + x])).sum::<f64>() / sum);
                 got.push(f(out[base + i * d + x]));
             }
         }
     }
-    let ours_ms = time_ms(gpu, iters, || {
-        flash_attention(gpu, &dq, &dk, &dv, &mut dout, bh, n, d, causal)
-    })?;
+    let ours_ms = time_ms(gpu, iters, || flash_attention(gpu, &dq, &dk, &dv, &mut dout, bh, n, d, causal))?;
     let name = format!("attn_d{d}_{}", if causal { "causal" } else { "full" });
-    let pairs = if causal {
-        (n * (n + 1) / 2) as f64
-    } else {
-        (n * n) as f64
-    };
+    let pairs = if causal { (n * (n + 1) / 2) as f64 } else { (n * n) as f64 };
     Ok(Case {
         flops: 4.0 * bh as f64 * pairs * d as f64,
         ours_ms,
         rel_err: rel_err(&got, &want),
         tol: 1e-2,
-        refs: vec![
-            ("sdpa_flash", format!("{name}_flash")),
-            ("sdpa_cudnn", format!("{name}_cudnn")),
-        ],
+        refs: vec![("sdpa_flash", format!("{name}_flash")), ("sdpa_cudnn", format!("{name}_cudnn"))],
         name,
     })
 }
@@ -237,10 +191,7 @@ fn bench_moe(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, e: usize, k: usize) 
     let (w, idx) = (download(gpu, &dw)?, download(gpu, &di)?);
     let (mut got, mut want, mut wrong_index) = (Vec::new(), Vec::new(), 0usize);
     for tok in 0..t {
-        let x: Vec<f64> = logits[tok * e..(tok + 1) * e]
-            .iter()
-            .map(|&v| v as f64)
-            .collect();
+        let x: Vec<f64> = logits[tok * e..(tok + 1) * e].iter().map(|&v| v as f64).collect();
         let mx = x.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let p: Vec<f64> = x.iter().map(|v| (v - mx).exp()).collect();
         let mut order: Vec<usize> = (0..e).collect();
@@ -255,20 +206,14 @@ fn bench_moe(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, e: usize, k: usize) 
             got.push(w[tok * k + slot] as f64);
         }
     }
-    let ours_ms = time_ms(gpu, iters, || {
-        moe_gate(gpu, &dl, &mut dw, &mut di, (t, e, k))
-    })?;
+    let ours_ms = time_ms(gpu, iters, || moe_gate(gpu, &dl, &mut dw, &mut di, (t, e, k)))?;
     Ok(Case {
         name: format!("moe_gate_e{e}_k{k}"),
         // Bytes moved (logits in, weights and indices out) stand in for FLOPs.
         flops: (t * e * 4 + t * k * 8) as f64,
         ours_ms,
         // A wrong expert is a wrong answer whatever the weights say.
-        rel_err: if wrong_index > 0 {
-            f64::INFINITY
-        } else {
-            rel_err(&got, &want)
-        },
+        rel_err: if wrong_index > 0 { f64::INFINITY } else { rel_err(&got, &want) },
         tol: 1e-5,
         refs: vec![("softmax_topk", format!("moe_gate_e{e}_k{k}"))],
     })
@@ -276,15 +221,9 @@ fn bench_moe(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, e: usize, k: usize) 
 
 fn torch_reference(args: &BenchGpuArgs) -> Result<Value> {
     let text = match &args.torch {
-        Some(path) => {
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
-        }
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
         None => {
-            println!(
-                "running {} {} (PyTorch reference)",
-                args.python,
-                args.script.display()
-            );
+            println!("running {} {} (PyTorch reference)", args.python, args.script.display());
             let out = Command::new(&args.python)
                 .arg(&args.script)
                 .output()
@@ -293,10 +232,7 @@ fn torch_reference(args: &BenchGpuArgs) -> Result<Value> {
                 bail!(
                     "{} failed: {}",
                     args.script.display(),
-                    String::from_utf8_lossy(&out.stderr)
-                        .lines()
-                        .last()
-                        .unwrap_or("")
+                    String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
                 );
             }
             String::from_utf8(out.stdout).context("reference output is not UTF-8")?
@@ -327,11 +263,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
         "case", "ours ms", "rate", "rel err", "reference", "ref ms", "ratio"
     );
     for c in &cases {
-        let unit = if c.name.starts_with("moe") {
-            ("GB/s", 1e9)
-        } else {
-            ("TFLOP/s", 1e12)
-        };
+        let unit = if c.name.starts_with("moe") { ("GB/s", 1e9) } else { ("TFLOP/s", 1e12) };
         let rate = c.flops / (c.ours_ms * 1e-3) / unit.1;
         let mut refs = serde_json::Map::new();
         for (label, key) in &c.refs {
@@ -349,10 +281,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
                 ms.map_or("n/a".into(), |m| format!("{m:.4}")),
                 ratio.map_or("n/a".into(), |r| format!("{r:.2}×"))
             );
-            refs.insert(
-                label.to_string(),
-                json!({ "ms": ms, "ratio": ratio, "key": key }),
-            );
+            refs.insert(label.to_string(), json!({ "ms": ms, "ratio": ratio, "key": key }));
         }
         rows.push(json!({
             "name": c.name, "ours_ms": c.ours_ms, "rate": rate, "rate_unit": unit.0,
@@ -371,11 +300,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }
-    let failed: Vec<&str> = cases
-        .iter()
-        .filter(|c| c.rel_err > c.tol)
-        .map(|c| c.name.as_str())
-        .collect();
+    let failed: Vec<&str> = cases.iter().filter(|c| c.rel_err > c.tol).map(|c| c.name.as_str()).collect();
     if !failed.is_empty() {
         bail!("outputs outside tolerance: {}", failed.join(", "));
     }

@@ -6,8 +6,8 @@ pub mod backend;
 pub mod bitstream;
 pub mod board_cli;
 pub mod deploy;
-pub mod devices;
 pub mod device;
+pub mod devices;
 pub mod driver;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
@@ -16,6 +16,4 @@ pub mod npy;
 pub mod ops;
 pub mod resources;
 
-pub use device::{
-    Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats,
-};
+pub use device::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats};

@@ -98,12 +98,10 @@ pub enum ManifestError {
     },
     #[error("{path}: {reason}")]
     Invalid { path: PathBuf, reason: String },
-    #[error("{file}: checksum mismatch (manifest sha256 {expected}, file has {found}): the file changed after the build")]
-    Checksum {
-        file: PathBuf,
-        expected: String,
-        found: String,
-    },
+    #[error(
+        "{file}: checksum mismatch (manifest sha256 {expected}, file has {found}): the file changed after the build"
+    )]
+    Checksum { file: PathBuf, expected: String, found: String },
     #[error("{file}: image does not match the manifest: {reason}")]
     Image { file: PathBuf, reason: String },
 }
@@ -124,17 +122,11 @@ impl LoadedManifest {
 
 /// sha256 of `bytes` as lowercase hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, ManifestError> {
-    std::fs::read(path).map_err(|source| ManifestError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read(path).map_err(|source| ManifestError::Io { path: path.to_path_buf(), source })
 }
 
 impl Manifest {
@@ -172,10 +164,7 @@ impl Manifest {
     /// Write to `dir/manifest.json`.
     pub fn write(&self, dir: &Path) -> Result<PathBuf, ManifestError> {
         let path = dir.join(MANIFEST_FILE);
-        std::fs::write(&path, self.to_json()).map_err(|source| ManifestError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        std::fs::write(&path, self.to_json()).map_err(|source| ManifestError::Io { path: path.clone(), source })?;
         Ok(path)
     }
 
@@ -185,25 +174,13 @@ impl Manifest {
     /// file for the board and holds this kernel.
     pub fn load(path: &Path) -> Result<LoadedManifest, ManifestError> {
         let bytes = read(path)?;
-        let manifest: Manifest =
-            serde_json::from_slice(&bytes).map_err(|source| ManifestError::Json {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        let invalid = |reason: String| ManifestError::Invalid {
-            path: path.to_path_buf(),
-            reason,
-        };
+        let manifest: Manifest = serde_json::from_slice(&bytes)
+            .map_err(|source| ManifestError::Json { path: path.to_path_buf(), source })?;
+        let invalid = |reason: String| ManifestError::Invalid { path: path.to_path_buf(), reason };
         if manifest.format != FORMAT {
-            return Err(invalid(format!(
-                "manifest format {} (this ferrite reads format {FORMAT})",
-                manifest.format
-            )));
+            return Err(invalid(format!("manifest format {} (this ferrite reads format {FORMAT})", manifest.format)));
         }
-        manifest
-            .unit
-            .validate()
-            .map_err(|e| invalid(format!("configuration: {e}")))?;
+        manifest.unit.validate().map_err(|e| invalid(format!("configuration: {e}")))?;
         if manifest.kernel != manifest.unit.kernel_name() {
             return Err(invalid(format!(
                 "kernel `{}` is not the configuration's `{}`",
@@ -211,54 +188,35 @@ impl Manifest {
                 manifest.unit.kernel_name()
             )));
         }
-        manifest
-            .register_map
-            .check()
-            .map_err(|e| invalid(e.to_string()))?;
+        manifest.register_map.check().map_err(|e| invalid(e.to_string()))?;
         if manifest.register_map != manifest.unit.register_map() {
-            return Err(invalid(
-                "the register map differs from the one its configuration generates".into(),
-            ));
+            return Err(invalid("the register map differs from the one its configuration generates".into()));
         }
         if !(manifest.clock_mhz.is_finite() && manifest.clock_mhz > 0.0) {
             return Err(invalid(format!("clock_mhz = {}", manifest.clock_mhz)));
         }
-        let dir = path
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let dir = path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         for (file, expected) in &manifest.files {
             let rel = Path::new(file);
             if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
-                return Err(invalid(format!(
-                    "file `{file}` is not a plain relative path"
-                )));
+                return Err(invalid(format!("file `{file}` is not a plain relative path")));
             }
             let full = dir.join(rel);
             let found = sha256_hex(&read(&full)?);
             if &found != expected {
-                return Err(ManifestError::Checksum {
-                    file: full,
-                    expected: expected.clone(),
-                    found,
-                });
+                return Err(ManifestError::Checksum { file: full, expected: expected.clone(), found });
             }
         }
         if let Some(image) = &manifest.image {
             if !manifest.files.contains_key(image) {
-                return Err(invalid(format!(
-                    "image `{image}` has no checksum in `files`"
-                )));
+                return Err(invalid(format!("image `{image}` has no checksum in `files`")));
             }
             let full = dir.join(image);
-            check_image(&read(&full)?, &manifest)
-                .map_err(|reason| ManifestError::Image { file: full, reason })?;
+            check_image(&read(&full)?, &manifest).map_err(|reason| ManifestError::Image { file: full, reason })?;
         }
         if let Some(o) = &manifest.overlay {
             if !manifest.files.contains_key(&o.hwh) && manifest.image.is_some() {
-                return Err(invalid(format!(
-                    "overlay metadata `{}` has no checksum in `files`",
-                    o.hwh
-                )));
+                return Err(invalid(format!("overlay metadata `{}` has no checksum in `files`", o.hwh)));
             }
         }
         Ok(LoadedManifest { manifest, dir })
@@ -266,9 +224,7 @@ impl Manifest {
 }
 
 /// Leading bytes of every Xilinx `.bit` file (the sync header of its first field).
-const BIT_MAGIC: [u8; 13] = [
-    0x00, 0x09, 0x0f, 0xf0, 0x0f, 0xf0, 0x0f, 0xf0, 0x0f, 0xf0, 0x00, 0x00, 0x01,
-];
+const BIT_MAGIC: [u8; 13] = [0x00, 0x09, 0x0f, 0xf0, 0x0f, 0xf0, 0x0f, 0xf0, 0x0f, 0xf0, 0x00, 0x00, 0x01];
 /// Leading bytes of every xclbin (`struct axlf`'s `m_magic`).
 const XCLBIN_MAGIC: &[u8; 8] = b"xclbin2\0";
 
@@ -290,16 +246,9 @@ fn check_image(bytes: &[u8], m: &Manifest) -> Result<(), String> {
                 return Err("not a Xilinx .bit bitstream (bad header)".into());
             }
             let part = m.board.spec().part;
-            let device = part
-                .trim_start_matches("xc")
-                .split('-')
-                .next()
-                .unwrap_or(part);
+            let device = part.trim_start_matches("xc").split('-').next().unwrap_or(part);
             if !contains(device.as_bytes()) {
-                return Err(format!(
-                    "the bitstream header does not name the {} part ({device})",
-                    m.board
-                ));
+                return Err(format!("the bitstream header does not name the {} part ({device})", m.board));
             }
         }
     }

@@ -10,34 +10,19 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum NpyError {
     #[error("{path}: dtype is {found}, expected {expected}")]
-    Dtype {
-        path: PathBuf,
-        found: String,
-        expected: &'static str,
-    },
+    Dtype { path: PathBuf, found: String, expected: &'static str },
     #[error("{path}: array has {found} dimensions, expected {expected}")]
-    Rank {
-        path: PathBuf,
-        found: usize,
-        expected: usize,
-    },
+    Rank { path: PathBuf, found: usize, expected: usize },
     /// Attention tensors are per head: `[batch, heads, seq, dim]`, or with
     /// batch and heads flattened, `[batch·heads, seq, dim]`.
-    #[error("{path}: array has {found} dimensions, expected 4 ([batch, heads, seq, dim]) or 3 ([batch·heads, seq, dim])")]
+    #[error(
+        "{path}: array has {found} dimensions, expected 4 ([batch, heads, seq, dim]) or 3 ([batch·heads, seq, dim])"
+    )]
     HeadsRank { path: PathBuf, found: usize },
     #[error("{path}: {len} elements do not form a {m}×{n} matrix")]
-    Shape {
-        path: PathBuf,
-        len: usize,
-        m: usize,
-        n: usize,
-    },
+    Shape { path: PathBuf, len: usize, m: usize, n: usize },
     #[error("{path}: {len} elements do not form an array of shape {shape:?}")]
-    TensorShape {
-        path: PathBuf,
-        len: usize,
-        shape: Vec<usize>,
-    },
+    TensorShape { path: PathBuf, len: usize, shape: Vec<usize> },
     #[error("{path}: {source}")]
     Read {
         path: PathBuf,
@@ -55,26 +40,13 @@ pub enum NpyError {
 /// Read `path` as `T`, naming the file in every error. `rank` is the rank a
 /// fixed-rank `T` expects; a dynamic-rank `ArrayD` never fails on rank, so
 /// its callers pass 0 and check the rank themselves.
-fn read<T: ndarray_npy::ReadNpyExt>(
-    path: &Path,
-    dtype: &'static str,
-    rank: usize,
-) -> Result<T, NpyError> {
+fn read<T: ndarray_npy::ReadNpyExt>(path: &Path, dtype: &'static str, rank: usize) -> Result<T, NpyError> {
     read_npy(path).map_err(|e| match e {
-        ReadNpyError::WrongDescriptor(found) => NpyError::Dtype {
-            path: path.into(),
-            found: found.to_string(),
-            expected: dtype,
-        },
-        ReadNpyError::WrongNdim(_, found) => NpyError::Rank {
-            path: path.into(),
-            found,
-            expected: rank,
-        },
-        source => NpyError::Read {
-            path: path.into(),
-            source,
-        },
+        ReadNpyError::WrongDescriptor(found) => {
+            NpyError::Dtype { path: path.into(), found: found.to_string(), expected: dtype }
+        }
+        ReadNpyError::WrongNdim(_, found) => NpyError::Rank { path: path.into(), found, expected: rank },
+        source => NpyError::Read { path: path.into(), source },
     })
 }
 
@@ -95,60 +67,28 @@ pub fn read_i8_heads(path: &Path) -> Result<ArrayD<i8>, NpyError> {
     let array: ArrayD<i8> = read(path, "int8 ('|i1')", 0)?;
     match array.ndim() {
         3 | 4 => Ok(array),
-        found => Err(NpyError::HeadsRank {
-            path: path.into(),
-            found,
-        }),
+        found => Err(NpyError::HeadsRank { path: path.into(), found }),
     }
 }
 
 /// Write an attention output (int32 Q16 or int8, whichever it is) with `shape`.
-pub fn write_attention(
-    path: &Path,
-    out: &AttentionOutput,
-    shape: &[usize],
-) -> Result<(), NpyError> {
-    let shape_err = |_| NpyError::TensorShape {
-        path: path.into(),
-        len: out.len(),
-        shape: shape.to_vec(),
-    };
+pub fn write_attention(path: &Path, out: &AttentionOutput, shape: &[usize]) -> Result<(), NpyError> {
+    let shape_err = |_| NpyError::TensorShape { path: path.into(), len: out.len(), shape: shape.to_vec() };
     let written = match out {
-        AttentionOutput::Fixed(v) => write_npy(
-            path,
-            &ArrayD::from_shape_vec(IxDyn(shape), v.clone()).map_err(shape_err)?,
-        ),
-        AttentionOutput::I8(v) => write_npy(
-            path,
-            &ArrayD::from_shape_vec(IxDyn(shape), v.clone()).map_err(shape_err)?,
-        ),
+        AttentionOutput::Fixed(v) => {
+            write_npy(path, &ArrayD::from_shape_vec(IxDyn(shape), v.clone()).map_err(shape_err)?)
+        }
+        AttentionOutput::I8(v) => write_npy(path, &ArrayD::from_shape_vec(IxDyn(shape), v.clone()).map_err(shape_err)?),
     };
-    written.map_err(|source| NpyError::Write {
-        path: path.into(),
-        source,
-    })
+    written.map_err(|source| NpyError::Write { path: path.into(), source })
 }
 
 /// Write an M×N output as int32 or int8, whichever it is.
 pub fn write_output(path: &Path, out: &GemmOutput, m: usize, n: usize) -> Result<(), NpyError> {
-    let shape_err = |_| NpyError::Shape {
-        path: path.into(),
-        len: out.len(),
-        m,
-        n,
-    };
+    let shape_err = |_| NpyError::Shape { path: path.into(), len: out.len(), m, n };
     let written = match out {
-        GemmOutput::I32(v) => write_npy(
-            path,
-            &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?,
-        ),
-        GemmOutput::I8(v) => write_npy(
-            path,
-            &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?,
-        ),
+        GemmOutput::I32(v) => write_npy(path, &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?),
+        GemmOutput::I8(v) => write_npy(path, &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?),
     };
-    written.map_err(|source| NpyError::Write {
-        path: path.into(),
-        source,
-    })
+    written.map_err(|source| NpyError::Write { path: path.into(), source })
 }

@@ -45,40 +45,23 @@ fn run_gemm(
     b: &[i8],
     bias: Option<&[i32]>,
 ) -> Result<(GemmOutput, RunStats), DeviceError> {
-    let mut upload =
-        |dev: &mut dyn Device, bytes: u64, data: &[u8]| -> Result<Buffer, DeviceError> {
-            let buf = dev.alloc(bytes)?;
-            buffers.push(buf);
-            dev.upload(buf, 0, data)?;
-            Ok(buf)
-        };
-    let (lda, ldb, ldc) = (
-        layout.lda as usize,
-        layout.ldb as usize,
-        layout.ldc as usize,
-    );
+    let mut upload = |dev: &mut dyn Device, bytes: u64, data: &[u8]| -> Result<Buffer, DeviceError> {
+        let buf = dev.alloc(bytes)?;
+        buffers.push(buf);
+        dev.upload(buf, 0, data)?;
+        Ok(buf)
+    };
+    let (lda, ldb, ldc) = (layout.lda as usize, layout.ldb as usize, layout.ldc as usize);
     let a_buf = upload(dev, layout.a_bytes, &pack_rows(&i8_bytes(a), p.m, p.k, lda))?;
     let b_buf = upload(dev, layout.b_bytes, &pack_rows(&i8_bytes(b), p.k, p.n, ldb))?;
     let bias_buf = match bias {
-        Some(bias) => Some(upload(
-            dev,
-            layout.bias_bytes,
-            &bias
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect::<Vec<_>>(),
-        )?),
+        Some(bias) => {
+            Some(upload(dev, layout.bias_bytes, &bias.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())?)
+        }
         None => None,
     };
     let c_buf = upload(dev, layout.c_bytes, &vec![POISON; layout.c_bytes as usize])?;
-    let launch = Launch::Gemm(GemmArgs {
-        problem: *p,
-        layout,
-        a: a_buf,
-        b: b_buf,
-        bias: bias_buf,
-        c: c_buf,
-    });
+    let launch = Launch::Gemm(GemmArgs { problem: *p, layout, a: a_buf, b: b_buf, bias: bias_buf, c: c_buf });
     let stats = dev.launch(&launch)?;
     let mut c = vec![0; ldc * p.m];
     dev.download(c_buf, 0, &mut c)?;
@@ -185,10 +168,7 @@ fn i8_bytes(v: &[i8]) -> Vec<u8> {
 /// Dense rows of `row_bytes` into rows `pitch` bytes apart, zero padded.
 pub(crate) fn pack_rows(dense: &[u8], rows: usize, row_bytes: usize, pitch: usize) -> Vec<u8> {
     let mut out = vec![0; rows * pitch];
-    for (dst, src) in out
-        .chunks_exact_mut(pitch)
-        .zip(dense.chunks_exact(row_bytes))
-    {
+    for (dst, src) in out.chunks_exact_mut(pitch).zip(dense.chunks_exact(row_bytes)) {
         dst[..row_bytes].copy_from_slice(src);
     }
     out
@@ -196,10 +176,7 @@ pub(crate) fn pack_rows(dense: &[u8], rows: usize, row_bytes: usize, pitch: usiz
 
 /// The first `row_bytes` of each of `rows` rows `pitch` bytes apart, densely.
 pub(crate) fn unpack_rows(pitched: &[u8], rows: usize, row_bytes: usize, pitch: usize) -> Vec<u8> {
-    (0..rows)
-        .flat_map(|r| &pitched[r * pitch..r * pitch + row_bytes])
-        .copied()
-        .collect()
+    (0..rows).flat_map(|r| &pitched[r * pitch..r * pitch + row_bytes]).copied().collect()
 }
 
 /// Write `out` into `dst` with row pitch `ldc`, leaving the padding as it is.
@@ -218,11 +195,6 @@ pub(crate) fn unpack_output(bytes: &[u8], p: &GemmProblem, ldc: usize) -> GemmOu
     let dense = unpack_rows(bytes, p.m, p.n * p.out_elem_bytes(), ldc);
     match p.requant {
         Some(_) => GemmOutput::I8(dense.into_iter().map(|b| b as i8).collect()),
-        None => GemmOutput::I32(
-            dense
-                .chunks_exact(4)
-                .map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-                .collect(),
-        ),
+        None => GemmOutput::I32(dense.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()),
     }
 }

@@ -131,21 +131,17 @@ pub fn cache_root() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("FERRITE_CACHE") {
         return Ok(PathBuf::from(p));
     }
-    let home = std::env::var_os("HOME")
-        .context("neither FERRITE_CACHE nor HOME is set: nowhere to cache results")?;
+    let home = std::env::var_os("HOME").context("neither FERRITE_CACHE nor HOME is set: nowhere to cache results")?;
     Ok(PathBuf::from(home).join(".cache/ferrite"))
 }
 
 fn yosys_version() -> Result<String> {
-    let out = Command::new("yosys")
-        .arg("-V")
-        .output()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => anyhow::anyhow!(
-                "yosys not found: install it (`apt-get install yosys`, or scripts/install-deps.sh)"
-            ),
-            _ => anyhow::anyhow!("running yosys -V: {e}"),
-        })?;
+    let out = Command::new("yosys").arg("-V").output().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            anyhow::anyhow!("yosys not found: install it (`apt-get install yosys`, or scripts/install-deps.sh)")
+        }
+        _ => anyhow::anyhow!("running yosys -V: {e}"),
+    })?;
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
@@ -168,11 +164,8 @@ pub fn synthesize(cfg: &GemmConfig, family: &str) -> Result<Measured> {
     let work = tempfile::tempdir().context("creating a work directory for yosys")?;
     std::fs::write(work.path().join(format!("{kernel}.v")), &verilog)?;
     let start = Instant::now();
-    let out = Command::new("yosys")
-        .args(["-q", "-p", &script])
-        .current_dir(work.path())
-        .output()
-        .context("running yosys")?;
+    let out =
+        Command::new("yosys").args(["-q", "-p", &script]).current_dir(work.path()).output().context("running yosys")?;
     let seconds = start.elapsed().as_secs_f64();
     if !out.status.success() {
         let log = String::from_utf8_lossy(&out.stderr);
@@ -182,8 +175,7 @@ pub fn synthesize(cfg: &GemmConfig, family: &str) -> Result<Measured> {
             log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
         );
     }
-    let stat = std::fs::read_to_string(work.path().join("stat.txt"))
-        .context("reading yosys stat output")?;
+    let stat = std::fs::read_to_string(work.path().join("stat.txt")).context("reading yosys stat output")?;
     let m = Measured {
         config: cfg.clone(),
         family: family.to_string(),
@@ -206,13 +198,7 @@ pub struct Model {
 }
 
 fn vector(c: &Counts) -> [f64; 5] {
-    [
-        c.lut as f64,
-        c.ff as f64,
-        c.dsp as f64,
-        c.bram36,
-        c.uram as f64,
-    ]
+    [c.lut as f64, c.ff as f64, c.dsp as f64, c.bram36, c.uram as f64]
 }
 
 impl Model {
@@ -222,10 +208,7 @@ impl Model {
             bail!("two configurations with the same array size cannot be extrapolated from");
         }
         let (va, vb) = (vector(&a.counts), vector(&b.counts));
-        let mut m = Model {
-            fixed: [0.0; 5],
-            per_pe: [0.0; 5],
-        };
+        let mut m = Model { fixed: [0.0; 5], per_pe: [0.0; 5] };
         for i in 0..5 {
             // A resource that does not grow with the array is fixed cost (never negative slope).
             m.per_pe[i] = ((vb[i] - va[i]) / (pb - pa)).max(0.0);
@@ -274,21 +257,12 @@ pub fn largest_fit(model: &Model, board: Board, port_bits: usize) -> Fit {
             }
         }
     }
-    Fit {
-        board,
-        rows: best,
-        cols,
-        limit,
-        predicted: model.predict(best.unwrap_or(0) * cols),
-    }
+    Fit { board, rows: best, cols, limit, predicted: model.predict(best.unwrap_or(0) * cols) }
 }
 
 /// The configuration measured next to `cfg` for the extrapolation: half the rows (or 2 rows from 1).
 pub fn companion(cfg: &GemmConfig) -> GemmConfig {
-    GemmConfig {
-        rows: if cfg.rows > 1 { cfg.rows / 2 } else { 2 },
-        ..cfg.clone()
-    }
+    GemmConfig { rows: if cfg.rows > 1 { cfg.rows / 2 } else { 2 }, ..cfg.clone() }
 }
 
 #[cfg(test)]
@@ -331,30 +305,16 @@ mod tests {
     #[test]
     fn extrapolation_stops_at_the_binding_resource() {
         let m = |rows, dsp| Measured {
-            config: GemmConfig {
-                rows,
-                ..GemmConfig::small(1, 4)
-            },
+            config: GemmConfig { rows, ..GemmConfig::small(1, 4) },
             family: "xcup".into(),
-            counts: Counts {
-                lut: 1000,
-                ff: 1000,
-                dsp,
-                ..Counts::default()
-            },
+            counts: Counts { lut: 1000, ff: 1000, dsp, ..Counts::default() },
             seconds: 0.0,
             cached: false,
         };
         // 1 DSP per PE plus 10 fixed; the PYNQ-Z2 has 220 DSPs, 176 usable at 80 %: (176 - 10) / 4 = 41 rows of 4.
         let model = Model::fit(&m(1, 14), &m(2, 18)).unwrap();
         let fit = largest_fit(&model, Board::PynqZ2, 128);
-        assert_eq!(
-            (fit.rows, fit.cols, fit.limit.as_str()),
-            (Some(41), 4, "DSP")
-        );
-        assert_eq!(
-            largest_fit(&model, Board::U250, 128).limit,
-            "unit limit (64 rows)"
-        );
+        assert_eq!((fit.rows, fit.cols, fit.limit.as_str()), (Some(41), 4, "DSP"));
+        assert_eq!(largest_fit(&model, Board::U250, 128).limit, "unit limit (64 rows)");
     }
 }

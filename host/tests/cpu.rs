@@ -15,41 +15,19 @@ fn int8s(len: usize) -> impl Strategy<Value = Vec<i8>> {
 fn problem() -> impl Strategy<Value = GemmProblem> {
     let requant = prop_oneof![
         Just(None),
-        (any::<i32>(), 0u32..=62)
-            .prop_map(|(multiplier, shift)| Some(Requant { multiplier, shift })),
-        (1i32 << 20..1 << 30, 20u32..40)
-            .prop_map(|(multiplier, shift)| Some(Requant { multiplier, shift })),
+        (any::<i32>(), 0u32..=62).prop_map(|(multiplier, shift)| Some(Requant { multiplier, shift })),
+        (1i32 << 20..1 << 30, 20u32..40).prop_map(|(multiplier, shift)| Some(Requant { multiplier, shift })),
     ];
-    (
-        1usize..=24,
-        1usize..=24,
-        prop_oneof![Just(1usize), 1usize..=80],
-        any::<bool>(),
-        any::<bool>(),
-        requant,
-    )
-        .prop_map(|(m, n, k, bias, relu, requant)| GemmProblem {
-            bias,
-            relu,
-            requant,
-            ..GemmProblem::new(m, n, k)
-        })
+    (1usize..=24, 1usize..=24, prop_oneof![Just(1usize), 1usize..=80], any::<bool>(), any::<bool>(), requant)
+        .prop_map(|(m, n, k, bias, relu, requant)| GemmProblem { bias, relu, requant, ..GemmProblem::new(m, n, k) })
 }
 
 type Case = (GemmProblem, Vec<i8>, Vec<i8>, Option<Vec<i32>>);
 
 fn case() -> impl Strategy<Value = Case> {
     problem().prop_flat_map(|p| {
-        let bias = prop::collection::vec(
-            prop_oneof![Just(i32::MIN), Just(i32::MAX), any::<i32>()],
-            p.n,
-        );
-        (
-            Just(p),
-            int8s(p.m * p.k),
-            int8s(p.k * p.n),
-            bias.prop_map(move |b| p.bias.then_some(b)),
-        )
+        let bias = prop::collection::vec(prop_oneof![Just(i32::MIN), Just(i32::MAX), any::<i32>()], p.n);
+        (Just(p), int8s(p.m * p.k), int8s(p.k * p.n), bias.prop_map(move |b| p.bias.then_some(b)))
     })
 }
 
@@ -85,16 +63,9 @@ fn shape_errors_are_refused() {
     let mut dev = CpuDevice::new(CpuMode::Fast);
     let p = GemmProblem::new(2, 3, 4);
     let err = ops::gemm(&mut dev, &p, &[0; 7], &[0; 12], None).unwrap_err();
-    assert!(
-        matches!(err, DeviceError::Problem(ref m) if m.contains("A has 7 elements")),
-        "{err}"
-    );
+    assert!(matches!(err, DeviceError::Problem(ref m) if m.contains("A has 7 elements")), "{err}");
     let err = ops::gemm(&mut dev, &p, &[0; 8], &[0; 12], Some(&[0; 3])).unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("bias given but the bias flag is off"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("bias given but the bias flag is off"), "{err}");
     let err = ops::gemm(&mut dev, &GemmProblem::new(0, 3, 4), &[], &[0; 12], None).unwrap_err();
     assert!(err.to_string().contains("must be ≥ 1"), "{err}");
 }

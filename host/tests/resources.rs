@@ -16,26 +16,13 @@ fn yosys_counts_cache_and_extrapolate() {
     // Only this test in this binary reads FERRITE_CACHE.
     std::env::set_var("FERRITE_CACHE", cache.path());
     // The CLI's defaults for the flags it is not given (FIFO depth 64), so it hits the cache.
-    let cfg = GemmConfig {
-        read_fifo_depth: 64,
-        ..GemmConfig::small(2, 2)
-    };
+    let cfg = GemmConfig { read_fifo_depth: 64, ..GemmConfig::small(2, 2) };
     let a = synthesize(&cfg, "xcup").unwrap();
-    eprintln!(
-        "{}: {:?} in {:.1} s",
-        cfg.kernel_name(),
-        a.counts,
-        a.seconds
-    );
+    eprintln!("{}: {:?} in {:.1} s", cfg.kernel_name(), a.counts, a.seconds);
     assert!(!a.cached);
     assert!(a.counts.lut > 0 && a.counts.ff > 0, "{:?}", a.counts);
     let b = synthesize(&companion(&cfg), "xcup").unwrap();
-    eprintln!(
-        "{}: {:?} in {:.1} s",
-        companion(&cfg).kernel_name(),
-        b.counts,
-        b.seconds
-    );
+    eprintln!("{}: {:?} in {:.1} s", companion(&cfg).kernel_name(), b.counts, b.seconds);
     let again = synthesize(&cfg, "xcup").unwrap();
     assert!(again.cached);
     assert_eq!(again.counts, a.counts);
@@ -66,14 +53,7 @@ fn yosys_counts_cache_and_extrapolate() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        text.contains("cached") && text.contains("EXTRAPOLATED") && text.contains("PYNQ-Z2"),
-        "{text}"
-    );
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("cached") && text.contains("EXTRAPOLATED") && text.contains("PYNQ-Z2"), "{text}");
     println!("{text}");
 }

@@ -77,31 +77,19 @@ fn several_launches_on_one_device() {
 #[test]
 fn problems_beyond_the_unit_are_refused() {
     let dev = device(MemoryConfig::default());
-    let SimUnit::Gemm(cfg) = dev.unit() else {
-        panic!("device() builds a GEMM unit")
-    };
+    let SimUnit::Gemm(cfg) = dev.unit() else { panic!("device() builds a GEMM unit") };
     let k_max = cfg.k_max;
-    let err = dev
-        .layout(&Problem::Gemm(GemmProblem::new(1, 1, k_max + 1)))
-        .unwrap_err();
+    let err = dev.layout(&Problem::Gemm(GemmProblem::new(1, 1, k_max + 1))).unwrap_err();
     assert!(matches!(err, DeviceError::TooBig { .. }), "{err}");
     assert!(err.to_string().contains("k_max"), "{err}");
-    let err = dev
-        .layout(&Problem::Gemm(GemmProblem::new(1, 0, 1)))
-        .unwrap_err();
+    let err = dev.layout(&Problem::Gemm(GemmProblem::new(1, 0, 1))).unwrap_err();
     assert!(matches!(err, DeviceError::Problem(_)), "{err}");
 }
 
 #[test]
 fn a_memory_that_never_answers_times_out() {
-    let mut dev = device(MemoryConfig {
-        hang: true,
-        ..MemoryConfig::default()
-    });
+    let mut dev = device(MemoryConfig { hang: true, ..MemoryConfig::default() });
     let p = GemmProblem::new(4, 4, 4);
     let err = ops::gemm(&mut dev, &p, &[1; 16], &[1; 16], None).unwrap_err();
-    assert!(
-        matches!(err, DeviceError::Timeout { unit: "cycles", .. }),
-        "{err}"
-    );
+    assert!(matches!(err, DeviceError::Timeout { unit: "cycles", .. }), "{err}");
 }

@@ -19,9 +19,7 @@ fn opening_without_a_card_is_a_clear_error() {
         return;
     }
     if !sysfs_cards().is_empty() {
-        eprintln!(
-            "skipped: a card is present; set FERRITE_XRT_MANIFEST to a built image to self-test it"
-        );
+        eprintln!("skipped: a card is present; set FERRITE_XRT_MANIFEST to a built image to self-test it");
         return;
     }
     std::env::remove_var("XILINX_XRT");
@@ -29,9 +27,7 @@ fn opening_without_a_card_is_a_clear_error() {
     assert!(e.contains("XILINX_XRT is not set"), "{e}");
 
     if !Path::new(DEBIAN_LIBS).join("libxrt_core.so.2").is_file() {
-        eprintln!(
-            "skipped the live XRT call: no libxrt_core.so.2 in {DEBIAN_LIBS} (install libxrt-dev)"
-        );
+        eprintln!("skipped the live XRT call: no libxrt_core.so.2 in {DEBIAN_LIBS} (install libxrt-dev)");
         return;
     }
     // An XRT root whose lib/ is Debian's library directory: XRT starts, finds no card.
@@ -40,8 +36,6 @@ fn opening_without_a_card_is_a_clear_error() {
     std::env::set_var("XILINX_XRT", root.path());
     let e = open_device(&XrtTarget::Index(0)).unwrap_err().to_string();
     assert!(e.contains("no XRT device 0"), "{e}");
-    let e = open_device(&XrtTarget::Bdf("0000:65:00.1".into()))
-        .unwrap_err()
-        .to_string();
+    let e = open_device(&XrtTarget::Bdf("0000:65:00.1".into())).unwrap_err().to_string();
     assert!(e.contains("no XRT device 0000:65:00.1"), "{e}");
 }

@@ -61,7 +61,8 @@ mod tests {
 
     #[test]
     fn round_shift_is_half_away_from_zero() {
-        let cases = [(3, 1, 2), (-3, 1, -2), (-1, 1, -1), (1, 1, 1), (-5, 2, -1), (-6, 2, -2), (5, 2, 1), (6, 2, 2), (7, 0, 7)];
+        let cases =
+            [(3, 1, 2), (-3, 1, -2), (-1, 1, -1), (1, 1, 1), (-5, 2, -1), (-6, 2, -2), (5, 2, 1), (6, 2, 2), (7, 0, 7)];
         for (p, s, want) in cases {
             assert_eq!(round_shift(p, s), want, "{p} >> {s}");
             let exact = p as f64 / 2f64.powi(s as i32);
@@ -100,7 +101,9 @@ pub const EXP2_ONE_BITS: u32 = 14;
 /// the LUT the hardware holds, values in [2^14, 2^15).
 pub fn exp2_lut() -> Vec<u32> {
     (0..1u32 << EXP2_FRAC_BITS)
-        .map(|i| (2f64.powf(i as f64 / (1u32 << EXP2_FRAC_BITS) as f64) * (1u32 << EXP2_ONE_BITS) as f64).round() as u32)
+        .map(|i| {
+            (2f64.powf(i as f64 / (1u32 << EXP2_FRAC_BITS) as f64) * (1u32 << EXP2_ONE_BITS) as f64).round() as u32
+        })
         .collect()
 }
 

@@ -87,7 +87,11 @@ impl RegisterMap {
             memory_data_bits,
             control_addr_bits: CTRL_ADDR_BITS as u32,
             registers: vec![
-                ctrl("CTRL", CTRL, "bit0 ap_start, bit1 ap_done (clear on read), bit2 ap_idle, bit3 ap_ready, bit7 auto_restart"),
+                ctrl(
+                    "CTRL",
+                    CTRL,
+                    "bit0 ap_start, bit1 ap_done (clear on read), bit2 ap_idle, bit3 ap_ready, bit7 auto_restart",
+                ),
                 ctrl("GIE", GIE, "global interrupt enable"),
                 ctrl("IER", IER, "bit0 ap_done interrupt enable, bit1 ap_ready interrupt enable"),
                 ctrl("ISR", ISR, "bit0 ap_done, bit1 ap_ready interrupt status; write 1 toggles"),
@@ -129,7 +133,8 @@ impl RegisterMap {
 
     /// Parse and check a map: offsets word-aligned, ascending, non-overlapping, inside the window.
     pub fn from_json(text: &str) -> Result<Self, crate::HwError> {
-        let map: Self = serde_json::from_str(text).map_err(|e| crate::HwError::Config(format!("register map JSON: {e}")))?;
+        let map: Self =
+            serde_json::from_str(text).map_err(|e| crate::HwError::Config(format!("register map JSON: {e}")))?;
         map.check()?;
         Ok(map)
     }
@@ -138,7 +143,10 @@ impl RegisterMap {
         let mut next = 0;
         for r in &self.registers {
             if r.offset % 4 != 0 || r.offset < next || !(r.bits == 32 || r.bits == 64) {
-                return Err(crate::HwError::Config(format!("register {} at {:#x} ({} bits) is misplaced", r.name, r.offset, r.bits)));
+                return Err(crate::HwError::Config(format!(
+                    "register {} at {:#x} ({} bits) is misplaced",
+                    r.name, r.offset, r.bits
+                )));
             }
             next = r.offset + r.bits / 8;
         }

@@ -30,10 +30,7 @@ pub struct AxiLiteMaster {
 impl AxiLiteMaster {
     /// Starts an access, abandoning any unfinished one (after a timeout).
     pub fn start(&mut self, access: Access) {
-        *self = Self {
-            access: Some(access),
-            ..Self::default()
-        };
+        *self = Self { access: Some(access), ..Self::default() };
     }
 
     /// Stops driving (used on reset and after a timeout).
@@ -77,17 +74,11 @@ impl AxiLiteMaster {
             Access::Write { .. } => {
                 self.addr_done |= inputs.ctrl_awvalid != 0 && outputs.ctrl_awready != 0;
                 self.data_done |= inputs.ctrl_wvalid != 0 && outputs.ctrl_wready != 0;
-                (outputs.ctrl_bvalid != 0).then_some(Completion {
-                    data: 0,
-                    resp: outputs.ctrl_bresp,
-                })
+                (outputs.ctrl_bvalid != 0).then_some(Completion { data: 0, resp: outputs.ctrl_bresp })
             }
             Access::Read { .. } => {
                 self.addr_done |= inputs.ctrl_arvalid != 0 && outputs.ctrl_arready != 0;
-                (outputs.ctrl_rvalid != 0).then_some(Completion {
-                    data: outputs.ctrl_rdata,
-                    resp: outputs.ctrl_rresp,
-                })
+                (outputs.ctrl_rvalid != 0).then_some(Completion { data: outputs.ctrl_rdata, resp: outputs.ctrl_rresp })
             }
         };
         if done.is_some() {
@@ -104,47 +95,23 @@ mod tests {
     #[test]
     fn write_drops_each_valid_after_its_handshake() {
         let mut m = AxiLiteMaster::default();
-        m.start(Access::Write {
-            offset: 0x10,
-            value: 7,
-        });
+        m.start(Access::Write { offset: 0x10, value: 7 });
         let mut inp = Inputs::default();
         m.drive(&mut inp);
-        assert_eq!(
-            (
-                inp.ctrl_awvalid,
-                inp.ctrl_wvalid,
-                inp.ctrl_awaddr,
-                inp.ctrl_wdata
-            ),
-            (1, 1, 0x10, 7)
-        );
+        assert_eq!((inp.ctrl_awvalid, inp.ctrl_wvalid, inp.ctrl_awaddr, inp.ctrl_wdata), (1, 1, 0x10, 7));
         // Slave takes the address only.
-        let out = Outputs {
-            ctrl_awready: 1,
-            ..Outputs::default()
-        };
+        let out = Outputs { ctrl_awready: 1, ..Outputs::default() };
         assert_eq!(m.observe(&inp, &out), None);
         m.drive(&mut inp);
         assert_eq!((inp.ctrl_awvalid, inp.ctrl_wvalid), (0, 1));
-        let out = Outputs {
-            ctrl_wready: 1,
-            ..Outputs::default()
-        };
+        let out = Outputs { ctrl_wready: 1, ..Outputs::default() };
         assert_eq!(m.observe(&inp, &out), None);
         m.drive(&mut inp);
-        let out = Outputs {
-            ctrl_bvalid: 1,
-            ctrl_bresp: 0,
-            ..Outputs::default()
-        };
+        let out = Outputs { ctrl_bvalid: 1, ctrl_bresp: 0, ..Outputs::default() };
         assert_eq!(m.observe(&inp, &out), Some(Completion { data: 0, resp: 0 }));
         assert!(!m.busy());
         m.drive(&mut inp);
-        assert_eq!(
-            (inp.ctrl_awvalid, inp.ctrl_wvalid, inp.ctrl_bready),
-            (0, 0, 0)
-        );
+        assert_eq!((inp.ctrl_awvalid, inp.ctrl_wvalid, inp.ctrl_bready), (0, 0, 0));
     }
 
     #[test]
@@ -153,28 +120,12 @@ mod tests {
         m.start(Access::Read { offset: 0x20 });
         let mut inp = Inputs::default();
         m.drive(&mut inp);
-        assert_eq!(
-            (inp.ctrl_arvalid, inp.ctrl_araddr, inp.ctrl_rready),
-            (1, 0x20, 1)
-        );
-        let out = Outputs {
-            ctrl_arready: 1,
-            ..Outputs::default()
-        };
+        assert_eq!((inp.ctrl_arvalid, inp.ctrl_araddr, inp.ctrl_rready), (1, 0x20, 1));
+        let out = Outputs { ctrl_arready: 1, ..Outputs::default() };
         assert_eq!(m.observe(&inp, &out), None);
         m.drive(&mut inp);
         assert_eq!(inp.ctrl_arvalid, 0);
-        let out = Outputs {
-            ctrl_rvalid: 1,
-            ctrl_rdata: 0xdead_beef,
-            ..Outputs::default()
-        };
-        assert_eq!(
-            m.observe(&inp, &out),
-            Some(Completion {
-                data: 0xdead_beef,
-                resp: 0
-            })
-        );
+        let out = Outputs { ctrl_rvalid: 1, ctrl_rdata: 0xdead_beef, ..Outputs::default() };
+        assert_eq!(m.observe(&inp, &out), Some(Completion { data: 0xdead_beef, resp: 0 }));
     }
 }

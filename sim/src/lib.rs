@@ -25,18 +25,11 @@ pub enum SimError {
     )]
     VerilatorNotFound,
     #[error("Verilator build of `{top}` failed (full log: {}):\n{tail}", log.display())]
-    Build {
-        top: String,
-        log: PathBuf,
-        tail: String,
-    },
+    Build { top: String, log: PathBuf, tail: String },
     #[error("cannot load the simulation library {}: {reason}", path.display())]
     Load { path: PathBuf, reason: String },
     #[error("{context}: {source}")]
-    Io {
-        context: String,
-        source: std::io::Error,
-    },
+    Io { context: String, source: std::io::Error },
     #[error("invalid simulation setup: {0}")]
     Config(String),
     #[error("memory model: {0}")]
@@ -44,18 +37,11 @@ pub enum SimError {
     #[error("AXI protocol error: {0}")]
     Protocol(String),
     #[error("s_axi_control {op} at {offset:#x} got no response within {cycles} cycles")]
-    ControlTimeout {
-        op: &'static str,
-        offset: u32,
-        cycles: u64,
-    },
+    ControlTimeout { op: &'static str, offset: u32, cycles: u64 },
 }
 
 impl SimError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Self::Io {
-            context: context.into(),
-            source,
-        }
+        Self::Io { context: context.into(), source }
     }
 }

@@ -74,24 +74,15 @@ impl MemoryConfig {
     fn validate(&self) -> Result<(), SimError> {
         let bad = |m: String| Err(SimError::Config(m));
         if !self.data_bits.is_power_of_two() || !(8..=MAX_DATA_BITS).contains(&self.data_bits) {
-            return bad(format!(
-                "memory data_bits = {} (powers of two 8..={MAX_DATA_BITS})",
-                self.data_bits
-            ));
+            return bad(format!("memory data_bits = {} (powers of two 8..={MAX_DATA_BITS})", self.data_bits));
         }
         if self.size == 0 || self.size > MAX_SIZE {
-            return bad(format!(
-                "memory size = {} (1..={MAX_SIZE} bytes)",
-                self.size
-            ));
+            return bad(format!("memory size = {} (1..={MAX_SIZE} bytes)", self.size));
         }
         if self.max_outstanding_reads == 0 {
             return bad("max_outstanding_reads must be at least 1".into());
         }
-        for (name, p) in [
-            ("ready_stall_prob", self.ready_stall_prob),
-            ("valid_stall_prob", self.valid_stall_prob),
-        ] {
+        for (name, p) in [("ready_stall_prob", self.ready_stall_prob), ("valid_stall_prob", self.valid_stall_prob)] {
             // 1.0 would stall forever; `hang` is the explicit way to ask for that.
             if !(0.0..1.0).contains(&p) {
                 return bad(format!("{name} = {p} (must be in 0..1)"));
@@ -122,10 +113,7 @@ struct Store {
 
 impl Store {
     fn new(size: u64) -> Self {
-        Self {
-            size,
-            pages: vec![None; size.div_ceil(PAGE) as usize],
-        }
+        Self { size, pages: vec![None; size.div_ceil(PAGE) as usize] }
     }
 
     fn check(&self, addr: u64, len: u64) -> Result<(), SimError> {
@@ -161,8 +149,7 @@ impl Store {
     /// Writes the bytes of `data` whose `enable` is true, in a checked range.
     fn write(&mut self, addr: u64, data: &[u8], enable: impl Fn(usize) -> bool) {
         Self::chunks(addr, data.len(), |page, off, r| {
-            let p =
-                self.pages[page].get_or_insert_with(|| vec![0; PAGE as usize].into_boxed_slice());
+            let p = self.pages[page].get_or_insert_with(|| vec![0; PAGE as usize].into_boxed_slice());
             for (j, i) in r.enumerate() {
                 if enable(i) {
                     p[off + j] = data[i];
@@ -276,15 +263,12 @@ impl AxiMemory {
             return Err(SimError::Memory("zero-byte allocation".into()));
         }
         let start = self.next_alloc;
-        let end = start
-            .checked_add(bytes)
-            .filter(|&e| e <= self.cfg.size)
-            .ok_or_else(|| {
-                SimError::Memory(format!(
-                    "out of simulated memory: {bytes} bytes requested, {} of {} in use",
-                    start, self.cfg.size
-                ))
-            })?;
+        let end = start.checked_add(bytes).filter(|&e| e <= self.cfg.size).ok_or_else(|| {
+            SimError::Memory(format!(
+                "out of simulated memory: {bytes} bytes requested, {} of {} in use",
+                start, self.cfg.size
+            ))
+        })?;
         // Bursts are whole beats, so the last beat of a buffer is the unit's to touch.
         let beat = self.beat_bytes() as u64;
         self.allocs.push((start, end.div_ceil(beat) * beat));
@@ -363,10 +347,8 @@ impl AxiMemory {
     pub fn drive(&mut self, inputs: &mut Inputs) {
         let (ready_p, valid_p) = (self.cfg.ready_stall_prob, self.cfg.valid_stall_prob);
         let hang = self.cfg.hang;
-        self.drive.arready =
-            !hang && self.reads.len() < self.cfg.max_outstanding_reads && !self.stall(ready_p);
-        self.drive.awready =
-            !hang && self.writes.len() < MAX_OUTSTANDING_WRITES && !self.stall(ready_p);
+        self.drive.arready = !hang && self.reads.len() < self.cfg.max_outstanding_reads && !self.stall(ready_p);
+        self.drive.awready = !hang && self.writes.len() < MAX_OUTSTANDING_WRITES && !self.stall(ready_p);
         self.drive.wready = self.wbuf.len() < W_BUFFER_BEATS && !self.stall(ready_p);
         // A presented R beat or B response stays until taken (AXI forbids withdrawing it).
         if self.drive.r.is_none() {
@@ -404,17 +386,12 @@ impl AxiMemory {
         let mut words = [0; DATA_WORDS];
         if b.ok {
             let mut bytes = vec![0; self.beat_bytes()];
-            self.store
-                .read(b.addr + u64::from(b.done) * bytes.len() as u64, &mut bytes);
+            self.store.read(b.addr + u64::from(b.done) * bytes.len() as u64, &mut bytes);
             for (i, byte) in bytes.iter().enumerate() {
                 words[i / 4] |= u32::from(*byte) << (8 * (i % 4));
             }
         }
-        (
-            words,
-            b.done + 1 == b.beats,
-            if b.ok { RESP_OKAY } else { RESP_SLVERR },
-        )
+        (words, b.done + 1 == b.beats, if b.ok { RESP_OKAY } else { RESP_SLVERR })
     }
 
     /// Observes the handshakes of this cycle (`inputs` as driven, `outputs`
@@ -433,11 +410,7 @@ impl AxiMemory {
             size: outputs.gmem_awsize,
             burst: outputs.gmem_awburst,
         };
-        let w = WBeat {
-            data: outputs.gmem_wdata,
-            strb: outputs.gmem_wstrb,
-            last: outputs.gmem_wlast != 0,
-        };
+        let w = WBeat { data: outputs.gmem_wdata, strb: outputs.gmem_wstrb, last: outputs.gmem_wlast != 0 };
         let ar_valid = outputs.gmem_arvalid != 0;
         let aw_valid = outputs.gmem_awvalid != 0;
         let w_valid = outputs.gmem_wvalid != 0;
@@ -451,13 +424,7 @@ impl AxiMemory {
         if ar_fire {
             let ok = self.check_request("AR", ar);
             let ready_at = self.cycle + u64::from(self.cfg.read_latency.max(1));
-            self.reads.push_back(Burst {
-                addr: ar.addr,
-                beats: u32::from(ar.len) + 1,
-                done: 0,
-                ready_at,
-                ok,
-            });
+            self.reads.push_back(Burst { addr: ar.addr, beats: u32::from(ar.len) + 1, done: 0, ready_at, ok });
             self.stats.read_bursts += 1;
         }
         if inputs.gmem_rvalid != 0 && outputs.gmem_rready != 0 {
@@ -472,13 +439,7 @@ impl AxiMemory {
         }
         if aw_fire {
             let ok = self.check_request("AW", aw);
-            self.writes.push_back(Burst {
-                addr: aw.addr,
-                beats: u32::from(aw.len) + 1,
-                done: 0,
-                ready_at: 0,
-                ok,
-            });
+            self.writes.push_back(Burst { addr: aw.addr, beats: u32::from(aw.len) + 1, done: 0, ready_at: 0, ok });
             self.stats.write_bursts += 1;
         }
         if w_fire {
@@ -496,18 +457,8 @@ impl AxiMemory {
 
     /// AXI: once valid is high, it and the payload must stay until the handshake.
     fn check_held(&mut self, o: &Outputs) {
-        let now_ar = AddrReq {
-            addr: o.gmem_araddr,
-            len: o.gmem_arlen,
-            size: o.gmem_arsize,
-            burst: o.gmem_arburst,
-        };
-        let now_aw = AddrReq {
-            addr: o.gmem_awaddr,
-            len: o.gmem_awlen,
-            size: o.gmem_awsize,
-            burst: o.gmem_awburst,
-        };
+        let now_ar = AddrReq { addr: o.gmem_araddr, len: o.gmem_arlen, size: o.gmem_arsize, burst: o.gmem_arburst };
+        let now_aw = AddrReq { addr: o.gmem_awaddr, len: o.gmem_awlen, size: o.gmem_awsize, burst: o.gmem_awburst };
         if let Some(held) = self.held_ar {
             if o.gmem_arvalid == 0 || held != now_ar {
                 self.fail(format!("AR: arvalid dropped or request changed before arready ({held:?} -> {now_ar:?})"));
@@ -519,9 +470,7 @@ impl AxiMemory {
             }
         }
         if let Some(held) = &self.held_w {
-            let same = held.data == o.gmem_wdata
-                && held.strb == o.gmem_wstrb
-                && held.last == (o.gmem_wlast != 0);
+            let same = held.data == o.gmem_wdata && held.strb == o.gmem_wstrb && held.last == (o.gmem_wlast != 0);
             if o.gmem_wvalid == 0 || !same {
                 self.fail("W: wvalid dropped or beat changed before wready".into());
             }
@@ -534,27 +483,15 @@ impl AxiMemory {
         let len = (u64::from(r.len) + 1) * bytes;
         let end = r.addr.saturating_add(len);
         let problem = if u32::from(r.size) != bytes.trailing_zeros() {
-            Some(format!(
-                "size {} is not log2 of the {bytes}-byte beat",
-                r.size
-            ))
+            Some(format!("size {} is not log2 of the {bytes}-byte beat", r.size))
         } else if r.burst != BURST_INCR {
             Some(format!("burst type {} is not INCR", r.burst))
         } else if !r.addr.is_multiple_of(bytes) {
-            Some(format!(
-                "address {:#x} is not aligned to the {bytes}-byte beat",
-                r.addr
-            ))
+            Some(format!("address {:#x} is not aligned to the {bytes}-byte beat", r.addr))
         } else if r.addr / AXI_BOUNDARY != (end - 1) / AXI_BOUNDARY {
-            Some(format!(
-                "burst {:#x}..{end:#x} crosses a 4 KiB boundary",
-                r.addr
-            ))
+            Some(format!("burst {:#x}..{end:#x} crosses a 4 KiB boundary", r.addr))
         } else if !self.allocated(r.addr, end) {
-            Some(format!(
-                "burst {:#x}..{end:#x} is outside every allocated buffer",
-                r.addr
-            ))
+            Some(format!("burst {:#x}..{end:#x} is outside every allocated buffer", r.addr))
         } else {
             None
         };
@@ -582,26 +519,19 @@ impl AxiMemory {
             let expect_last = burst.done + 1 == burst.beats;
             if burst.ok {
                 let addr = burst.addr + u64::from(burst.done) * bytes as u64;
-                let data: Vec<u8> = (0..bytes)
-                    .map(|i| (beat.data[i / 4] >> (8 * (i % 4))) as u8)
-                    .collect();
-                self.store
-                    .write(addr, &data, |i| beat.strb[i / 32] >> (i % 32) & 1 != 0);
+                let data: Vec<u8> = (0..bytes).map(|i| (beat.data[i / 4] >> (8 * (i % 4))) as u8).collect();
+                self.store.write(addr, &data, |i| beat.strb[i / 32] >> (i % 32) & 1 != 0);
             }
             burst.done += 1;
             let (ok, index, beats) = (burst.ok, burst.done, burst.beats);
             let done = index == beats;
             if beat.last != expect_last {
-                self.fail(format!(
-                    "W: wlast = {} on beat {index} of a {beats}-beat burst",
-                    beat.last
-                ));
+                self.fail(format!("W: wlast = {} on beat {index} of a {beats}-beat burst", beat.last));
             }
             if done {
                 self.writes.pop_front();
                 let at = self.cycle + u64::from(self.cfg.write_latency.max(1));
-                self.bresp
-                    .push_back((at, if ok { RESP_OKAY } else { RESP_SLVERR }));
+                self.bresp.push_back((at, if ok { RESP_OKAY } else { RESP_SLVERR }));
             }
         }
     }
@@ -614,20 +544,11 @@ mod tests {
     const BITS: usize = 128;
 
     fn mem(cfg: MemoryConfig) -> AxiMemory {
-        AxiMemory::new(MemoryConfig {
-            data_bits: BITS,
-            ..cfg
-        })
-        .unwrap()
+        AxiMemory::new(MemoryConfig { data_bits: BITS, ..cfg }).unwrap()
     }
 
     fn req(addr: u64, len: u8) -> AddrReq {
-        AddrReq {
-            addr,
-            len,
-            size: 4,
-            burst: BURST_INCR,
-        }
+        AddrReq { addr, len, size: 4, burst: BURST_INCR }
     }
 
     /// A scripted master: requests are held until accepted, R and B always ready.
@@ -643,32 +564,17 @@ mod tests {
 
     impl Master {
         fn outputs(&self) -> Outputs {
-            let mut o = Outputs {
-                gmem_rready: 1,
-                gmem_bready: 1,
-                ..Outputs::default()
-            };
+            let mut o = Outputs { gmem_rready: 1, gmem_bready: 1, ..Outputs::default() };
             if let Some(r) = self.ar.front() {
-                (
-                    o.gmem_arvalid,
-                    o.gmem_araddr,
-                    o.gmem_arlen,
-                    o.gmem_arsize,
-                    o.gmem_arburst,
-                ) = (1, r.addr, r.len, r.size, r.burst);
+                (o.gmem_arvalid, o.gmem_araddr, o.gmem_arlen, o.gmem_arsize, o.gmem_arburst) =
+                    (1, r.addr, r.len, r.size, r.burst);
             }
             if let Some(r) = self.aw.front() {
-                (
-                    o.gmem_awvalid,
-                    o.gmem_awaddr,
-                    o.gmem_awlen,
-                    o.gmem_awsize,
-                    o.gmem_awburst,
-                ) = (1, r.addr, r.len, r.size, r.burst);
+                (o.gmem_awvalid, o.gmem_awaddr, o.gmem_awlen, o.gmem_awsize, o.gmem_awburst) =
+                    (1, r.addr, r.len, r.size, r.burst);
             }
             if let Some(w) = self.w.front() {
-                (o.gmem_wvalid, o.gmem_wdata, o.gmem_wstrb, o.gmem_wlast) =
-                    (1, w.data, w.strb, w.last.into());
+                (o.gmem_wvalid, o.gmem_wdata, o.gmem_wstrb, o.gmem_wlast) = (1, w.data, w.strb, w.last.into());
             }
             o
         }
@@ -689,11 +595,8 @@ mod tests {
                 self.w.pop_front();
             }
             if inp.gmem_rvalid != 0 {
-                let bytes = (0..BITS / 8)
-                    .map(|i| (inp.gmem_rdata[i / 4] >> (8 * (i % 4))) as u8)
-                    .collect();
-                self.r
-                    .push((now, bytes, inp.gmem_rlast != 0, inp.gmem_rresp));
+                let bytes = (0..BITS / 8).map(|i| (inp.gmem_rdata[i / 4] >> (8 * (i % 4))) as u8).collect();
+                self.r.push((now, bytes, inp.gmem_rlast != 0, inp.gmem_rresp));
             }
             if inp.gmem_bvalid != 0 {
                 self.b.push((now, inp.gmem_bresp));
@@ -717,21 +620,14 @@ mod tests {
                 }
                 let mut s = [0; DATA_WORDS / 8];
                 s[0] = strb;
-                self.w.push_back(WBeat {
-                    data,
-                    strb: s,
-                    last: i + 1 == beats.len(),
-                });
+                self.w.push_back(WBeat { data, strb: s, last: i + 1 == beats.len() });
             }
         }
     }
 
     #[test]
     fn read_burst_arrives_after_latency_in_order() {
-        let mut m = mem(MemoryConfig {
-            read_latency: 7,
-            ..MemoryConfig::default()
-        });
+        let mut m = mem(MemoryConfig { read_latency: 7, ..MemoryConfig::default() });
         let a = m.alloc(4096).unwrap();
         let data: Vec<u8> = (0..64).collect();
         m.write(a, &data).unwrap();
@@ -739,11 +635,7 @@ mod tests {
         master.ar.push_back(req(a, 3));
         master.run(&mut m, 20);
         assert_eq!(master.r.len(), 4);
-        assert_eq!(
-            master.r[0].0, 7,
-            "first beat {} cycles after the AR handshake",
-            7
-        );
+        assert_eq!(master.r[0].0, 7, "first beat {} cycles after the AR handshake", 7);
         for (i, (_, bytes, last, resp)) in master.r.iter().enumerate() {
             assert_eq!(bytes[..], data[16 * i..16 * i + 16]);
             assert_eq!((*last, *resp), (i == 3, RESP_OKAY));
@@ -755,10 +647,7 @@ mod tests {
 
     #[test]
     fn write_applies_strobes_and_responds_after_latency() {
-        let mut m = mem(MemoryConfig {
-            write_latency: 5,
-            ..MemoryConfig::default()
-        });
+        let mut m = mem(MemoryConfig { write_latency: 5, ..MemoryConfig::default() });
         let a = m.alloc(4096).unwrap();
         m.fill(a, 32, 0xEE).unwrap();
         let mut master = Master::default();
@@ -794,28 +683,9 @@ mod tests {
     fn protocol_errors_are_recorded() {
         type Setup = Box<dyn FnOnce(&mut Master, u64)>;
         let cases: [(&str, Setup); 7] = [
-            (
-                "4 KiB",
-                Box::new(|m, a| m.ar.push_back(req(a + 4096 - 32, 3))),
-            ),
-            (
-                "size",
-                Box::new(|m, a| {
-                    m.ar.push_back(AddrReq {
-                        size: 3,
-                        ..req(a, 0)
-                    })
-                }),
-            ),
-            (
-                "INCR",
-                Box::new(|m, a| {
-                    m.ar.push_back(AddrReq {
-                        burst: 2,
-                        ..req(a, 0)
-                    })
-                }),
-            ),
+            ("4 KiB", Box::new(|m, a| m.ar.push_back(req(a + 4096 - 32, 3)))),
+            ("size", Box::new(|m, a| m.ar.push_back(AddrReq { size: 3, ..req(a, 0) }))),
+            ("INCR", Box::new(|m, a| m.ar.push_back(AddrReq { burst: 2, ..req(a, 0) }))),
             ("aligned", Box::new(|m, a| m.aw.push_back(req(a + 8, 0)))),
             ("outside", Box::new(|m, a| m.ar.push_back(req(a + 8192, 0)))),
             ("outside", Box::new(|m, _| m.ar.push_back(req(0, 0)))),
@@ -848,11 +718,7 @@ mod tests {
 
     #[test]
     fn withdrawn_request_is_an_error() {
-        let mut m = mem(MemoryConfig {
-            ready_stall_prob: 0.9,
-            seed: 3,
-            ..MemoryConfig::default()
-        });
+        let mut m = mem(MemoryConfig { ready_stall_prob: 0.9, seed: 3, ..MemoryConfig::default() });
         let a = m.alloc(4096).unwrap();
         let mut master = Master::default();
         // Present AR until the first cycle it is not accepted, then withdraw it.
@@ -866,20 +732,12 @@ mod tests {
         }
         master.ar.clear();
         master.run(&mut m, 1);
-        assert!(
-            m.error().unwrap_or_default().contains("arvalid dropped"),
-            "{:?}",
-            m.error()
-        );
+        assert!(m.error().unwrap_or_default().contains("arvalid dropped"), "{:?}", m.error());
     }
 
     #[test]
     fn outstanding_reads_are_bounded() {
-        let mut m = mem(MemoryConfig {
-            read_latency: 50,
-            max_outstanding_reads: 2,
-            ..MemoryConfig::default()
-        });
+        let mut m = mem(MemoryConfig { read_latency: 50, max_outstanding_reads: 2, ..MemoryConfig::default() });
         let a = m.alloc(4096).unwrap();
         let mut master = Master::default();
         for i in 0..4 {
@@ -893,10 +751,7 @@ mod tests {
 
     #[test]
     fn hang_accepts_nothing() {
-        let mut m = mem(MemoryConfig {
-            hang: true,
-            ..MemoryConfig::default()
-        });
+        let mut m = mem(MemoryConfig { hang: true, ..MemoryConfig::default() });
         let a = m.alloc(4096).unwrap();
         let mut master = Master::default();
         master.ar.push_back(req(a, 0));
@@ -909,12 +764,7 @@ mod tests {
     #[test]
     fn stalls_are_deterministic_per_seed_and_lose_nothing() {
         let trace = |seed| {
-            let cfg = MemoryConfig {
-                ready_stall_prob: 0.5,
-                valid_stall_prob: 0.5,
-                seed,
-                ..MemoryConfig::default()
-            };
+            let cfg = MemoryConfig { ready_stall_prob: 0.5, valid_stall_prob: 0.5, seed, ..MemoryConfig::default() };
             let mut m = mem(cfg);
             let a = m.alloc(4096).unwrap();
             let data: Vec<u8> = (0..=255).collect();
@@ -924,14 +774,7 @@ mod tests {
             master.write_burst(a + 1024, &[[9; 16]; 8], 0xFFFF);
             master.run(&mut m, 200);
             assert!(m.error().is_none());
-            assert_eq!(
-                master
-                    .r
-                    .iter()
-                    .flat_map(|r| r.1.clone())
-                    .collect::<Vec<_>>(),
-                data
-            );
+            assert_eq!(master.r.iter().flat_map(|r| r.1.clone()).collect::<Vec<_>>(), data);
             assert_eq!(m.read(a + 1024, 128).unwrap(), vec![9; 128]);
             assert_eq!(master.b.len(), 1);
             master.r.iter().map(|r| r.0).collect::<Vec<_>>()
@@ -942,10 +785,7 @@ mod tests {
 
     #[test]
     fn allocator_and_host_access_bounds() {
-        let mut m = mem(MemoryConfig {
-            size: 64 << 10,
-            ..MemoryConfig::default()
-        });
+        let mut m = mem(MemoryConfig { size: 64 << 10, ..MemoryConfig::default() });
         let a = m.alloc(100).unwrap();
         let b = m.alloc(5000).unwrap();
         assert_eq!((a, b), (4096, 8192));
@@ -954,19 +794,12 @@ mod tests {
         assert!(m.write((64 << 10) - 2, &[1, 2, 3]).is_err());
         assert!(m.read(u64::MAX, 2).is_err());
         assert!(m.fill(64 << 10, 1, 0).is_err());
-        assert_eq!(
-            m.read(60 << 10, 4).unwrap(),
-            [0; 4],
-            "untouched memory reads as zero"
-        );
+        assert_eq!(m.read(60 << 10, 4).unwrap(), [0; 4], "untouched memory reads as zero");
     }
 
     #[test]
     fn large_memories_are_sparse_and_pages_split_correctly() {
-        let mut m = mem(MemoryConfig {
-            size: 16 << 30,
-            ..MemoryConfig::default()
-        });
+        let mut m = mem(MemoryConfig { size: 16 << 30, ..MemoryConfig::default() });
         let addr = (8 << 30) + PAGE - 3;
         m.write(addr, &[1, 2, 3, 4, 5, 6]).unwrap();
         assert_eq!(m.read(addr - 1, 8).unwrap(), [0, 1, 2, 3, 4, 5, 6, 0]);
@@ -976,26 +809,11 @@ mod tests {
     #[test]
     fn invalid_configs_are_refused() {
         for cfg in [
-            MemoryConfig {
-                data_bits: 96,
-                ..MemoryConfig::default()
-            },
-            MemoryConfig {
-                size: 0,
-                ..MemoryConfig::default()
-            },
-            MemoryConfig {
-                ready_stall_prob: 1.0,
-                ..MemoryConfig::default()
-            },
-            MemoryConfig {
-                valid_stall_prob: f64::NAN,
-                ..MemoryConfig::default()
-            },
-            MemoryConfig {
-                max_outstanding_reads: 0,
-                ..MemoryConfig::default()
-            },
+            MemoryConfig { data_bits: 96, ..MemoryConfig::default() },
+            MemoryConfig { size: 0, ..MemoryConfig::default() },
+            MemoryConfig { ready_stall_prob: 1.0, ..MemoryConfig::default() },
+            MemoryConfig { valid_stall_prob: f64::NAN, ..MemoryConfig::default() },
+            MemoryConfig { max_outstanding_reads: 0, ..MemoryConfig::default() },
         ] {
             assert!(matches!(AxiMemory::new(cfg), Err(SimError::Config(_))));
         }

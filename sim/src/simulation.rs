@@ -35,18 +35,8 @@ impl<D: PinLevel> Simulation<D> {
             )));
         }
         let mem = AxiMemory::new(config)?;
-        let inputs = Inputs {
-            ap_rst_n: 1,
-            ..Inputs::default()
-        };
-        Ok(Self {
-            dut,
-            mem,
-            ctrl: AxiLiteMaster::default(),
-            inputs,
-            last: Outputs::default(),
-            cycle: 0,
-        })
+        let inputs = Inputs { ap_rst_n: 1, ..Inputs::default() };
+        Ok(Self { dut, mem, ctrl: AxiLiteMaster::default(), inputs, last: Outputs::default(), cycle: 0 })
     }
 
     /// Holds `ap_rst_n` low for `cycles` clock cycles, dropping in-flight transfers.
@@ -72,8 +62,7 @@ impl<D: PinLevel> Simulation<D> {
 
     /// Writes a 32-bit control register through an AXI4-Lite transaction.
     pub fn write_reg(&mut self, offset: u32, value: u32) -> Result<(), SimError> {
-        self.access("write", Access::Write { offset, value })
-            .map(|_| ())
+        self.access("write", Access::Write { offset, value }).map(|_| ())
     }
 
     /// Reads a 32-bit control register through an AXI4-Lite transaction.
@@ -107,11 +96,7 @@ impl<D: PinLevel> Simulation<D> {
             }
         }
         self.ctrl.abort();
-        Err(SimError::ControlTimeout {
-            op,
-            offset,
-            cycles: CONTROL_TIMEOUT_CYCLES,
-        })
+        Err(SimError::ControlTimeout { op, offset, cycles: CONTROL_TIMEOUT_CYCLES })
     }
 
     /// One clock cycle; returns a control access that completed in it.
@@ -195,10 +180,7 @@ mod tests {
     }
 
     fn cfg() -> MemoryConfig {
-        MemoryConfig {
-            data_bits: 128,
-            ..MemoryConfig::default()
-        }
+        MemoryConfig { data_bits: 128, ..MemoryConfig::default() }
     }
 
     #[test]
@@ -215,29 +197,14 @@ mod tests {
         let mut sim = Simulation::new(Fixed(Outputs::default()), cfg()).unwrap();
         sim.reset(3).unwrap();
         let r = sim.read_reg(0x10);
-        assert!(
-            matches!(
-                r,
-                Err(SimError::ControlTimeout {
-                    op: "read",
-                    offset: 0x10,
-                    ..
-                })
-            ),
-            "{r:?}"
-        );
+        assert!(matches!(r, Err(SimError::ControlTimeout { op: "read", offset: 0x10, .. })), "{r:?}");
         assert_eq!(sim.cycle(), 3 + CONTROL_TIMEOUT_CYCLES);
     }
 
     #[test]
     fn memory_protocol_errors_are_sticky() {
-        let bad_read = Outputs {
-            gmem_arvalid: 1,
-            gmem_araddr: 4,
-            gmem_arsize: 4,
-            gmem_arburst: 1,
-            ..Outputs::default()
-        };
+        let bad_read =
+            Outputs { gmem_arvalid: 1, gmem_araddr: 4, gmem_arsize: 4, gmem_arburst: 1, ..Outputs::default() };
         let mut sim = Simulation::new(Fixed(bad_read), cfg()).unwrap();
         // Nothing is checked while the unit is in reset.
         sim.reset(5).unwrap();

@@ -145,10 +145,7 @@ fn c_struct(name: &str, fields: &[Field], size: usize) -> String {
         };
     }
     s.push_str("};\n");
-    let _ = writeln!(
-        s,
-        "static_assert(sizeof({name}) == {size}, \"{name}: size differs from Rust\");"
-    );
+    let _ = writeln!(s, "static_assert(sizeof({name}) == {size}, \"{name}: size differs from Rust\");");
     for f in fields {
         let _ = writeln!(
             s,
@@ -185,30 +182,19 @@ fn port_copy(port: &str, dir: Dir, bits: usize, f: &Field) -> String {
         (Dir::In, CType::Words(_), b) if b > 64 => {
             let mut s = String::new();
             for i in 0..words {
-                let m = if i + 1 == words && b % 32 != 0 {
-                    (1u64 << (b % 32)) - 1
-                } else {
-                    0xffff_ffff
-                };
+                let m = if i + 1 == words && b % 32 != 0 { (1u64 << (b % 32)) - 1 } else { 0xffff_ffff };
                 let _ = writeln!(s, "    port_{port}(t)[{i}] = in->{name}[{i}] & 0x{m:x}u;");
             }
             s
         }
         (Dir::In, CType::Words(_), b) => {
-            let hi = if b > 32 {
-                format!(" | ((uint64_t)in->{name}[1] << 32)")
-            } else {
-                String::new()
-            };
-            format!(
-                "    port_{port}(t) = ((uint64_t)in->{name}[0]{hi}) & {};\n",
-                mask(b)
-            )
+            let hi = if b > 32 { format!(" | ((uint64_t)in->{name}[1] << 32)") } else { String::new() };
+            format!("    port_{port}(t) = ((uint64_t)in->{name}[0]{hi}) & {};\n", mask(b))
         }
         (Dir::In, _, b) => format!("    port_{port}(t) = (uint64_t)in->{name} & {};\n", mask(b)),
-        (Dir::Out, CType::Words(_), b) if b > 64 => (0..words)
-            .map(|i| format!("    out->{name}[{i}] = port_{port}(t)[{i}];\n"))
-            .collect(),
+        (Dir::Out, CType::Words(_), b) if b > 64 => {
+            (0..words).map(|i| format!("    out->{name}[{i}] = port_{port}(t)[{i}];\n")).collect()
+        }
         (Dir::Out, CType::Words(_), b) => {
             let hi = if b > 32 {
                 format!("    out->{name}[1] = (uint32_t)((uint64_t)port_{port}(t) >> 32);\n")
@@ -237,10 +223,7 @@ fn shim_source(top: &str, data_bits: usize, trace: bool) -> Result<String, SimEr
             Dir::Out => (&outs, &mut sample),
         };
         let f = list.iter().find(|f| f.name == fname).ok_or_else(|| {
-            SimError::Config(format!(
-                "port {} has no field `{fname}` in ferrite_hw::vitis::Inputs/Outputs",
-                p.name
-            ))
+            SimError::Config(format!("port {} has no field `{fname}` in ferrite_hw::vitis::Inputs/Outputs", p.name))
         })?;
         if p.bits == 0 || p.bits > f.ty.bits() {
             return Err(SimError::Config(format!(
@@ -399,9 +382,7 @@ pub fn verilator_version() -> Option<String> {
     VERSION
         .get_or_init(|| {
             let out = Command::new("verilator").arg("--version").output().ok()?;
-            out.status
-                .success()
-                .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+            out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
         })
         .clone()
 }
@@ -417,9 +398,7 @@ fn default_cache_dir() -> Result<PathBuf, SimError> {
     }
     match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         Some(home) => Ok(PathBuf::from(home).join(".cache/ferrite/verilator")),
-        None => Err(SimError::Config(
-            "neither FERRITE_CACHE nor HOME is set: no place for the build cache".into(),
-        )),
+        None => Err(SimError::Config("neither FERRITE_CACHE nor HOME is set: no place for the build cache".into())),
     }
 }
 
@@ -439,23 +418,17 @@ struct Library {
 
 impl Library {
     fn load(path: &Path, trace: bool) -> Result<Self, SimError> {
-        let err = |reason: String| SimError::Load {
-            path: path.to_path_buf(),
-            reason,
-        };
+        let err = |reason: String| SimError::Load { path: path.to_path_buf(), reason };
         // SAFETY: the library is one this module built; its initializers are Verilator's.
         let lib = unsafe { libloading::Library::new(path) }.map_err(|e| err(e.to_string()))?;
         // SAFETY: each symbol is declared in the generated shim with exactly this signature.
         unsafe {
-            let size_in: libloading::Symbol<unsafe extern "C" fn() -> usize> = lib
-                .get(b"ferrite_sizeof_inputs")
-                .map_err(|e| err(e.to_string()))?;
-            let size_out: libloading::Symbol<unsafe extern "C" fn() -> usize> = lib
-                .get(b"ferrite_sizeof_outputs")
-                .map_err(|e| err(e.to_string()))?;
-            let has_trace: libloading::Symbol<unsafe extern "C" fn() -> i32> = lib
-                .get(b"ferrite_has_trace")
-                .map_err(|e| err(e.to_string()))?;
+            let size_in: libloading::Symbol<unsafe extern "C" fn() -> usize> =
+                lib.get(b"ferrite_sizeof_inputs").map_err(|e| err(e.to_string()))?;
+            let size_out: libloading::Symbol<unsafe extern "C" fn() -> usize> =
+                lib.get(b"ferrite_sizeof_outputs").map_err(|e| err(e.to_string()))?;
+            let has_trace: libloading::Symbol<unsafe extern "C" fn() -> i32> =
+                lib.get(b"ferrite_has_trace").map_err(|e| err(e.to_string()))?;
             let (si, so) = (size_in(), size_out());
             if si != std::mem::size_of::<Inputs>() || so != std::mem::size_of::<Outputs>() {
                 return Err(err(format!(
@@ -472,14 +445,7 @@ impl Library {
             let finish: FreeFn = *lib.get(b"ferrite_finish").map_err(|e| err(e.to_string()))?;
             let eval: StepFn = *lib.get(b"ferrite_eval").map_err(|e| err(e.to_string()))?;
             let tick: StepFn = *lib.get(b"ferrite_tick").map_err(|e| err(e.to_string()))?;
-            Ok(Self {
-                new,
-                free,
-                finish,
-                eval,
-                tick,
-                _lib: lib,
-            })
+            Ok(Self { new, free, finish, eval, tick, _lib: lib })
         }
     }
 }
@@ -510,97 +476,54 @@ impl std::fmt::Debug for VerilatorModel {
 impl VerilatorModel {
     /// Builds (or loads from the cache) module `top` of `verilog`, whose memory
     /// port is `data_bits` wide; `trace` adds VCD support.
-    pub fn build(
-        verilog: &str,
-        top: &str,
-        data_bits: usize,
-        trace: bool,
-    ) -> Result<Self, SimError> {
+    pub fn build(verilog: &str, top: &str, data_bits: usize, trace: bool) -> Result<Self, SimError> {
         Self::build_in(&default_cache_dir()?, verilog, top, data_bits, trace)
     }
 
     /// [`build`](Self::build) with an explicit cache directory.
-    pub fn build_in(
-        cache: &Path,
-        verilog: &str,
-        top: &str,
-        data_bits: usize,
-        trace: bool,
-    ) -> Result<Self, SimError> {
-        let ident = top
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    pub fn build_in(cache: &Path, verilog: &str, top: &str, data_bits: usize, trace: bool) -> Result<Self, SimError> {
+        let ident = top.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && top.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ident {
-            return Err(SimError::Config(format!(
-                "top module name `{top}` is not a plain Verilog identifier"
-            )));
+            return Err(SimError::Config(format!("top module name `{top}` is not a plain Verilog identifier")));
         }
         if !data_bits.is_multiple_of(8) || !(8..=MAX_DATA_BITS).contains(&data_bits) {
-            return Err(SimError::Config(format!(
-                "data_bits = {data_bits} (multiples of 8 up to {MAX_DATA_BITS})"
-            )));
+            return Err(SimError::Config(format!("data_bits = {data_bits} (multiples of 8 up to {MAX_DATA_BITS})")));
         }
         let version = verilator_version().ok_or(SimError::VerilatorNotFound)?;
         let shim = shim_source(top, data_bits, trace)?;
-        let hash = cache_key(&[
-            verilog,
-            top,
-            &data_bits.to_string(),
-            &trace.to_string(),
-            &version,
-            &shim,
-        ]);
-        fs::create_dir_all(cache)
-            .map_err(|e| SimError::io(format!("creating cache dir {}", cache.display()), e))?;
+        let hash = cache_key(&[verilog, top, &data_bits.to_string(), &trace.to_string(), &version, &shim]);
+        fs::create_dir_all(cache).map_err(|e| SimError::io(format!("creating cache dir {}", cache.display()), e))?;
         let stem = cache.join(format!("{top}-{hash}"));
         let so = stem.with_extension("so");
         let mut cached = so.exists();
         if !cached {
             // Concurrent builders of the same design wait here; the loser finds the result.
             let lock_path = stem.with_extension("lock");
-            let lock = File::create(&lock_path)
-                .map_err(|e| SimError::io(format!("creating {}", lock_path.display()), e))?;
-            lock.lock()
-                .map_err(|e| SimError::io(format!("locking {}", lock_path.display()), e))?;
+            let lock =
+                File::create(&lock_path).map_err(|e| SimError::io(format!("creating {}", lock_path.display()), e))?;
+            lock.lock().map_err(|e| SimError::io(format!("locking {}", lock_path.display()), e))?;
             cached = so.exists();
             if !cached {
                 compile(&stem, &so, verilog, top, &shim, trace)?;
             }
         }
         let lib = Arc::new(Library::load(&so, trace)?);
-        Ok(Self {
-            lib,
-            top: top.to_string(),
-            data_bits,
-            trace,
-            path: so,
-            cached,
-        })
+        Ok(Self { lib, top: top.to_string(), data_bits, trace, path: so, cached })
     }
 
     /// A fresh instance of the design; `vcd` asks for a waveform (needs a `trace` build).
     pub fn instance(&self, vcd: Option<&Path>) -> Result<VerilatorInstance, SimError> {
         let vcd_c = match vcd {
             Some(_) if !self.trace => {
-                return Err(SimError::Config(format!(
-                    "a VCD was requested but `{}` was built without trace",
-                    self.top
-                )))
+                return Err(SimError::Config(format!("a VCD was requested but `{}` was built without trace", self.top)))
             }
             Some(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    fs::create_dir_all(dir)
-                        .map_err(|e| SimError::io(format!("creating {}", dir.display()), e))?;
+                    fs::create_dir_all(dir).map_err(|e| SimError::io(format!("creating {}", dir.display()), e))?;
                 }
-                let text = path
-                    .to_str()
-                    .ok_or_else(|| SimError::Config(format!("VCD path {path:?} is not UTF-8")))?;
-                Some(
-                    CString::new(text)
-                        .map_err(|_| SimError::Config(format!("VCD path {path:?} contains NUL")))?,
-                )
+                let text = path.to_str().ok_or_else(|| SimError::Config(format!("VCD path {path:?} is not UTF-8")))?;
+                Some(CString::new(text).map_err(|_| SimError::Config(format!("VCD path {path:?} contains NUL")))?)
             }
             None => None,
         };
@@ -614,11 +537,7 @@ impl VerilatorModel {
                 path.map(|p| p.to_string()).unwrap_or_default()
             )));
         }
-        Ok(VerilatorInstance {
-            lib: Arc::clone(&self.lib),
-            model,
-            data_bits: self.data_bits,
-        })
+        Ok(VerilatorInstance { lib: Arc::clone(&self.lib), model, data_bits: self.data_bits })
     }
 
     pub fn top(&self) -> &str {
@@ -651,89 +570,45 @@ fn cache_key(parts: &[&str]) -> String {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
     }
-    h.finalize()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    h.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Builds the shared object `so` in a scratch directory and renames it into place.
-fn compile(
-    stem: &Path,
-    so: &Path,
-    verilog: &str,
-    top: &str,
-    shim: &str,
-    trace: bool,
-) -> Result<(), SimError> {
+fn compile(stem: &Path, so: &Path, verilog: &str, top: &str, shim: &str, trace: bool) -> Result<(), SimError> {
     eprintln!("ferrite-sim: building {top} with Verilator (cached afterwards)...");
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let dir = stem.with_extension(format!("build-{}-{nanos}", std::process::id()));
     let io = |what: &str, e| SimError::io(format!("{what} in {}", dir.display()), e);
     fs::create_dir_all(&dir).map_err(|e| io("creating the build dir", e))?;
-    let (v_path, shim_path, log_path) = (
-        dir.join(format!("{top}.v")),
-        dir.join("ferrite_shim.cpp"),
-        dir.join("build.log"),
-    );
+    let (v_path, shim_path, log_path) =
+        (dir.join(format!("{top}.v")), dir.join("ferrite_shim.cpp"), dir.join("build.log"));
     fs::write(&v_path, verilog).map_err(|e| io("writing the Verilog", e))?;
     fs::write(&shim_path, shim).map_err(|e| io("writing the shim", e))?;
     let log = File::create(&log_path).map_err(|e| io("creating the log", e))?;
     let out_so = dir.join("libferrite_model.so");
     let mut cmd = Command::new("verilator");
-    cmd.args([
-        "--cc",
-        "--exe",
-        "--build",
-        "-O3",
-        "--x-assign",
-        "fast",
-        "--x-initial",
-        "fast",
-        "-Wno-fatal",
-    ])
-    .args([
-        "--top-module",
-        top,
-        "-CFLAGS",
-        "-fPIC -O2",
-        "-LDFLAGS",
-        "-shared -Wl,-Bsymbolic",
-        "-j",
-        "2",
-    ])
-    .args(["--Mdir", "obj_dir", "-o"])
-    .arg(&out_so)
-    .args(trace.then_some("--trace"))
-    .arg(&v_path)
-    .arg(&shim_path)
-    .current_dir(&dir)
-    .stdin(Stdio::null())
-    .stdout(log.try_clone().map_err(|e| io("opening the log", e))?)
-    .stderr(log);
+    cmd.args(["--cc", "--exe", "--build", "-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal"])
+        .args(["--top-module", top, "-CFLAGS", "-fPIC -O2", "-LDFLAGS", "-shared -Wl,-Bsymbolic", "-j", "2"])
+        .args(["--Mdir", "obj_dir", "-o"])
+        .arg(&out_so)
+        .args(trace.then_some("--trace"))
+        .arg(&v_path)
+        .arg(&shim_path)
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| io("opening the log", e))?)
+        .stderr(log);
     let status = match cmd.status() {
         Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(SimError::VerilatorNotFound)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(SimError::VerilatorNotFound),
         Err(e) => return Err(io("running verilator", e)),
     };
     if !status.success() || !out_so.exists() {
         // Keep the log beside the cache entry; the scratch directory goes.
         let kept = stem.with_extension("log");
-        let log = if fs::rename(&log_path, &kept).is_ok() {
-            kept
-        } else {
-            log_path
-        };
+        let log = if fs::rename(&log_path, &kept).is_ok() { kept } else { log_path };
         let _ = fs::remove_dir_all(&dir);
-        return Err(SimError::Build {
-            top: top.to_string(),
-            tail: log_tail(&log, 30),
-            log,
-        });
+        return Err(SimError::Build { top: top.to_string(), tail: log_tail(&log, 30), log });
     }
     fs::rename(&out_so, so).map_err(|e| io("moving the library into the cache", e))?;
     let _ = fs::remove_dir_all(&dir);
@@ -801,10 +676,9 @@ mod tests {
     /// The C layout implied by the field tables equals Rust's `#[repr(C)]` layout.
     #[test]
     fn field_tables_cover_the_structs() {
-        for (fields, size) in [
-            (input_fields(), std::mem::size_of::<Inputs>()),
-            (output_fields(), std::mem::size_of::<Outputs>()),
-        ] {
+        for (fields, size) in
+            [(input_fields(), std::mem::size_of::<Inputs>()), (output_fields(), std::mem::size_of::<Outputs>())]
+        {
             let (mut end, mut max_align) = (0usize, 1usize);
             for f in &fields {
                 let align = match f.ty {
@@ -828,22 +702,13 @@ mod tests {
             assert!(shim.contains("out->interrupt = port_interrupt(t);"));
         }
         let shim = shim_source("unit", 512, true).unwrap();
-        assert!(shim.contains(
-            "out->gmem_wstrb[1] = (uint32_t)((uint64_t)port_m_axi_gmem_wstrb(t) >> 32);"
-        ));
+        assert!(shim.contains("out->gmem_wstrb[1] = (uint32_t)((uint64_t)port_m_axi_gmem_wstrb(t) >> 32);"));
         assert!(shim.contains("#define FERRITE_TRACE 1"));
     }
 
     #[test]
     fn every_part_of_the_key_matters() {
-        let base = [
-            "module m; endmodule",
-            "m",
-            "128",
-            "false",
-            "Verilator 5",
-            "shim",
-        ];
+        let base = ["module m; endmodule", "m", "128", "false", "Verilator 5", "shim"];
         let key = cache_key(&base);
         assert_eq!(key, cache_key(&base));
         for i in 0..base.len() {

@@ -2,9 +2,7 @@
 //! has the Vitis port list of `ferrite_hw::vitis::ports(128)`.
 use ferrite_hw::regmap::{CTRL, CTRL_AP_DONE, CTRL_AP_IDLE, CTRL_AP_START, GIE, IER};
 use ferrite_hw::vitis::{ports, Dir};
-use ferrite_sim::{
-    verilator_available, MemoryConfig, SimError, Simulation, VerilatorInstance, VerilatorModel,
-};
+use ferrite_sim::{verilator_available, MemoryConfig, SimError, Simulation, VerilatorInstance, VerilatorModel};
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -38,23 +36,12 @@ fn model(trace: bool) -> &'static VerilatorModel {
 
 fn sim(cfg: MemoryConfig) -> Simulation<VerilatorInstance> {
     let dut = model(false).instance(None).unwrap();
-    let mut sim = Simulation::new(
-        dut,
-        MemoryConfig {
-            data_bits: BITS,
-            ..cfg
-        },
-    )
-    .unwrap();
+    let mut sim = Simulation::new(dut, MemoryConfig { data_bits: BITS, ..cfg }).unwrap();
     sim.reset(4).unwrap();
     sim
 }
 
-fn write64(
-    sim: &mut Simulation<VerilatorInstance>,
-    offset: u32,
-    value: u64,
-) -> Result<(), SimError> {
+fn write64(sim: &mut Simulation<VerilatorInstance>, offset: u32, value: u64) -> Result<(), SimError> {
     sim.write_reg(offset, value as u32)?;
     sim.write_reg(offset + 4, (value >> 32) as u32)
 }
@@ -81,9 +68,7 @@ fn run_copy(
 }
 
 fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    (0..n)
-        .map(|i| (i as u64).wrapping_mul(2654435761).wrapping_add(seed * 97) as u8 ^ (i >> 8) as u8)
-        .collect()
+    (0..n).map(|i| (i as u64).wrapping_mul(2654435761).wrapping_add(seed * 97) as u8 ^ (i >> 8) as u8).collect()
 }
 
 #[test]
@@ -101,12 +86,7 @@ fn fixture_has_the_vitis_port_list() {
             let (bits, name) = match rest.as_slice() {
                 [name] => (1, *name),
                 [range, name] => {
-                    let msb: usize = range
-                        .trim_start_matches('[')
-                        .split(':')
-                        .next()?
-                        .parse()
-                        .ok()?;
+                    let msb: usize = range.trim_start_matches('[').split(':').next()?.parse().ok()?;
                     (msb + 1, *name)
                 }
                 _ => return None,
@@ -114,10 +94,7 @@ fn fixture_has_the_vitis_port_list() {
             Some((name.to_string(), dir, bits))
         })
         .collect();
-    let expected: Vec<(String, Dir, usize)> = ports(BITS)
-        .into_iter()
-        .map(|p| (p.name, p.dir, p.bits))
-        .collect();
+    let expected: Vec<(String, Dir, usize)> = ports(BITS).into_iter().map(|p| (p.name, p.dir, p.bits)).collect();
     assert_eq!(declared, expected);
 }
 
@@ -200,24 +177,14 @@ fn copies_under_latency_and_backpressure() {
         sim.mem_mut().fill(dst, n, 0xA5).unwrap();
         assert!(!sim.interrupt());
         let t = Instant::now();
-        assert!(
-            run_copy(&mut sim, src, dst, n as u32, 10_000).unwrap(),
-            "seed {seed}: no ap_done"
-        );
+        assert!(run_copy(&mut sim, src, dst, n as u32, 10_000).unwrap(), "seed {seed}: no ap_done");
         let rate = sim.cycle() as f64 / t.elapsed().as_secs_f64();
         eprintln!("seed {seed}: {} cycles, {rate:.0} cycles/s", sim.cycle());
         assert!(sim.interrupt());
         assert_eq!(sim.mem().read(dst, n).unwrap(), data, "seed {seed}");
         let stats = sim.stats();
-        assert_eq!(
-            (stats.read_beats, stats.write_beats),
-            (n as u64 / 16, n as u64 / 16)
-        );
-        assert_eq!(
-            sim.read_reg(CTRL).unwrap(),
-            CTRL_AP_IDLE,
-            "ap_done clears on read"
-        );
+        assert_eq!((stats.read_beats, stats.write_beats), (n as u64 / 16, n as u64 / 16));
+        assert_eq!(sim.read_reg(CTRL).unwrap(), CTRL_AP_IDLE, "ap_done clears on read");
     }
 }
 
@@ -230,10 +197,7 @@ fn protocol_violations_are_reported() {
     let buf = sim.mem_mut().alloc(4096).unwrap();
     // Misaligned source address.
     let err = run_copy(&mut sim, buf + 4, buf, 64, 100).unwrap_err();
-    assert!(
-        matches!(&err, SimError::Protocol(m) if m.contains("not aligned")),
-        "{err}"
-    );
+    assert!(matches!(&err, SimError::Protocol(m) if m.contains("not aligned")), "{err}");
     // Sticky: the next call reports it again.
     assert!(matches!(sim.step(1), Err(SimError::Protocol(_))));
 
@@ -241,10 +205,7 @@ fn protocol_violations_are_reported() {
     let buf = sim.mem_mut().alloc(4096).unwrap();
     // Reading past the only buffer.
     let err = run_copy(&mut sim, buf + 4096, buf, 64, 100).unwrap_err();
-    assert!(
-        matches!(&err, SimError::Protocol(m) if m.contains("outside every allocated buffer")),
-        "{err}"
-    );
+    assert!(matches!(&err, SimError::Protocol(m) if m.contains("outside every allocated buffer")), "{err}");
 }
 
 #[test]
@@ -252,17 +213,11 @@ fn hung_memory_never_completes() {
     if !have_verilator() {
         return;
     }
-    let mut sim = sim(MemoryConfig {
-        hang: true,
-        ..MemoryConfig::default()
-    });
+    let mut sim = sim(MemoryConfig { hang: true, ..MemoryConfig::default() });
     let src = sim.mem_mut().alloc(4096).unwrap();
     let dst = sim.mem_mut().alloc(4096).unwrap();
     assert!(!run_copy(&mut sim, src, dst, 4096, 40).unwrap());
-    assert_eq!(
-        sim.read_reg(CTRL).unwrap() & (CTRL_AP_DONE | CTRL_AP_IDLE),
-        0
-    );
+    assert_eq!(sim.read_reg(CTRL).unwrap() & (CTRL_AP_DONE | CTRL_AP_IDLE), 0);
     assert_eq!(sim.stats().read_bursts, 0);
 }
 
@@ -273,29 +228,15 @@ fn waveform_is_written_when_tracing() {
     }
     let dir = tempfile::tempdir().unwrap();
     let vcd = dir.path().join("waves/copy.vcd");
-    assert!(matches!(
-        model(false).instance(Some(&vcd)),
-        Err(SimError::Config(_))
-    ));
+    assert!(matches!(model(false).instance(Some(&vcd)), Err(SimError::Config(_))));
     let dut = model(true).instance(Some(&vcd)).unwrap();
-    let mut sim = Simulation::new(
-        dut,
-        MemoryConfig {
-            data_bits: BITS,
-            ..MemoryConfig::default()
-        },
-    )
-    .unwrap();
+    let mut sim = Simulation::new(dut, MemoryConfig { data_bits: BITS, ..MemoryConfig::default() }).unwrap();
     sim.reset(2).unwrap();
     let src = sim.mem_mut().alloc(256).unwrap();
     let dst = sim.mem_mut().alloc(256).unwrap();
     assert!(run_copy(&mut sim, src, dst, 256, 100).unwrap());
     drop(sim);
     let text = std::fs::read_to_string(&vcd).unwrap();
-    assert!(
-        text.contains("$enddefinitions") && text.contains("ap_clk"),
-        "{}",
-        &text[..text.len().min(500)]
-    );
+    assert!(text.contains("$enddefinitions") && text.contains("ap_clk"), "{}", &text[..text.len().min(500)]);
     assert!(text.matches("\n#").count() > 20, "too few time steps");
 }

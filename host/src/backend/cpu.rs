@@ -1,7 +1,9 @@
 //! The CPU device: the golden model itself, or a fast path through a tuned
 //! CPU GEMM that must stay bit-exact with it.
-use crate::device::{AttentionArgs, check_gemm_buffers, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch,
-    Layout, Problem, RunStats,};
+use crate::device::{
+    check_gemm_buffers, AttentionArgs, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch, Layout,
+    Problem, RunStats,
+};
 use crate::ops::{pack_attention, pack_output, unpack_rows};
 use ferrite_hw::attention::AttentionLayout;
 use ferrite_hw::gemm::model::check_operands;
@@ -31,32 +33,17 @@ pub struct CpuDevice {
 
 impl CpuDevice {
     pub fn new(mode: CpuMode) -> Self {
-        Self {
-            mode,
-            buffers: HashMap::new(),
-            next_id: 1,
-        }
+        Self { mode, buffers: HashMap::new(), next_id: 1 }
     }
 
     fn buffer(&self, buf: Buffer, offset: u64, len: usize) -> Result<&[u8], DeviceError> {
-        let data = self
-            .buffers
-            .get(&buf.id())
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        let data = self.buffers.get(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
         let range = span(buf, offset, len, data.len())?;
         Ok(&data[range])
     }
 
-    fn buffer_mut(
-        &mut self,
-        buf: Buffer,
-        offset: u64,
-        len: usize,
-    ) -> Result<&mut [u8], DeviceError> {
-        let data = self
-            .buffers
-            .get_mut(&buf.id())
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+    fn buffer_mut(&mut self, buf: Buffer, offset: u64, len: usize) -> Result<&mut [u8], DeviceError> {
+        let data = self.buffers.get_mut(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
         let range = span(buf, offset, len, data.len())?;
         Ok(&mut data[range])
     }
@@ -82,18 +69,8 @@ impl CpuDevice {
     fn run_gemm(&mut self, g: &GemmArgs) -> Result<(), DeviceError> {
         check_gemm_buffers(g)?;
         let (p, l) = (&g.problem, &g.layout);
-        let a = to_i8(unpack_rows(
-            self.buffer(g.a, 0, (l.lda * p.m as u64) as usize)?,
-            p.m,
-            p.k,
-            l.lda as usize,
-        ));
-        let b = to_i8(unpack_rows(
-            self.buffer(g.b, 0, (l.ldb * p.k as u64) as usize)?,
-            p.k,
-            p.n,
-            l.ldb as usize,
-        ));
+        let a = to_i8(unpack_rows(self.buffer(g.a, 0, (l.lda * p.m as u64) as usize)?, p.m, p.k, l.lda as usize));
+        let b = to_i8(unpack_rows(self.buffer(g.b, 0, (l.ldb * p.k as u64) as usize)?, p.k, p.n, l.ldb as usize));
         let bias = match g.bias {
             Some(buf) => Some(
                 self.buffer(buf, 0, 4 * p.n)?
@@ -115,23 +92,10 @@ impl CpuDevice {
 }
 
 /// The byte range `offset..offset+len` of a buffer, checked.
-fn span(
-    buf: Buffer,
-    offset: u64,
-    len: usize,
-    size: usize,
-) -> Result<std::ops::Range<usize>, DeviceError> {
-    let oob = || DeviceError::OutOfBounds {
-        id: buf.id(),
-        offset,
-        len: len as u64,
-        size: size as u64,
-    };
+fn span(buf: Buffer, offset: u64, len: usize, size: usize) -> Result<std::ops::Range<usize>, DeviceError> {
+    let oob = || DeviceError::OutOfBounds { id: buf.id(), offset, len: len as u64, size: size as u64 };
     let start = usize::try_from(offset).map_err(|_| oob())?;
-    let end = start
-        .checked_add(len)
-        .filter(|&e| e <= size)
-        .ok_or_else(oob)?;
+    let end = start.checked_add(len).filter(|&e| e <= size).ok_or_else(oob)?;
     Ok(start..end)
 }
 
@@ -145,11 +109,7 @@ impl Device for CpuDevice {
             CpuMode::Golden => "cpu (golden model)",
             CpuMode::Fast => "cpu-fast (matrixmultiply)",
         };
-        DeviceInfo {
-            name: name.into(),
-            kind: DeviceKind::Cpu,
-            clock_mhz: None,
-        }
+        DeviceInfo { name: name.into(), kind: DeviceKind::Cpu, clock_mhz: None }
     }
 
     /// Dense rows: the CPU has no beat to align to.
@@ -167,10 +127,7 @@ impl Device for CpuDevice {
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
-        let oom = || DeviceError::OutOfMemory {
-            requested: bytes,
-            available: 0,
-        };
+        let oom = || DeviceError::OutOfMemory { requested: bytes, available: 0 };
         let len = usize::try_from(bytes).map_err(|_| oom())?;
         let mut data = Vec::new();
         data.try_reserve_exact(len).map_err(|_| oom())?;
@@ -182,8 +139,7 @@ impl Device for CpuDevice {
     }
 
     fn upload(&mut self, buf: Buffer, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
-        self.buffer_mut(buf, offset, data.len())?
-            .copy_from_slice(data);
+        self.buffer_mut(buf, offset, data.len())?.copy_from_slice(data);
         Ok(())
     }
 
@@ -193,10 +149,7 @@ impl Device for CpuDevice {
     }
 
     fn free(&mut self, buf: Buffer) -> Result<(), DeviceError> {
-        self.buffers
-            .remove(&buf.id())
-            .map(drop)
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))
+        self.buffers.remove(&buf.id()).map(drop).ok_or(DeviceError::UnknownBuffer(buf.id()))
     }
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
@@ -205,11 +158,7 @@ impl Device for CpuDevice {
             Launch::Gemm(g) => self.run_gemm(g)?,
             Launch::Attention(a) => self.run_attention(a)?,
         }
-        Ok(RunStats {
-            wall: start.elapsed(),
-            useful_macs: launch.useful_macs(),
-            cycles: None,
-        })
+        Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })
     }
 }
 
@@ -217,15 +166,7 @@ impl Device for CpuDevice {
 pub fn dense_layout(p: &GemmProblem) -> GemmLayout {
     let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
     let ldc = n * p.out_elem_bytes() as u64;
-    GemmLayout {
-        lda: k,
-        ldb: n,
-        ldc,
-        a_bytes: m * k,
-        b_bytes: k * n,
-        bias_bytes: 4 * n,
-        c_bytes: m * ldc,
-    }
+    GemmLayout { lda: k, ldb: n, ldc, a_bytes: m * k, b_bytes: k * n, bias_bytes: 4 * n, c_bytes: m * ldc }
 }
 
 /// The GEMM through matrixmultiply's dgemm (via ndarray), epilogue in integers.
@@ -235,12 +176,7 @@ pub fn dense_layout(p: &GemmProblem) -> GemmLayout {
 /// in. Converting through i64 to i32 then wraps modulo 2^32 exactly like the
 /// unit's int32 accumulator, which makes the result bit-exact with
 /// [`ferrite_hw::gemm::gemm`].
-pub fn gemm_fast(
-    p: &GemmProblem,
-    a: &[i8],
-    b: &[i8],
-    bias: Option<&[i32]>,
-) -> Result<GemmOutput, HwError> {
+pub fn gemm_fast(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result<GemmOutput, HwError> {
     check_operands(p, a, b, bias)?;
     let a = Array2::from_shape_fn((p.m, p.k), |(i, kk)| a[i * p.k + kk] as f64);
     let b = Array2::from_shape_fn((p.k, p.n), |(kk, j)| b[kk * p.n + j] as f64);

@@ -8,8 +8,7 @@
 //! the ports' parameter lists, so one launch path serves both.
 use crate::backend::cpu::dense_layout;
 use crate::device::{
-    check_gemm_buffers, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout,
-    Problem, RunStats,
+    check_gemm_buffers, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats,
 };
 use crate::driver;
 use crate::manifest::{LoadedManifest, UnitConfig};
@@ -28,10 +27,7 @@ use std::time::Instant;
 
 /// OpenCL C ports of the units, by kernel name. Attention and MoE add
 /// theirs here (and a `Launch` arm in [`OpenClDevice::launch`]).
-pub const SOURCES: &[(&str, &str)] = &[(
-    "ferrite_gemm",
-    include_str!("../../../kernels/opencl/gemm.cl"),
-)];
+pub const SOURCES: &[(&str, &str)] = &[("ferrite_gemm", include_str!("../../../kernels/opencl/gemm.cl"))];
 
 /// Held while platforms are discovered and programs built: two threads doing
 /// that at once crash ocl-icd with PoCL 3.1 (SIGSEGV, seen with parallel tests).
@@ -42,10 +38,7 @@ fn discovery_lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 fn cl_error(what: &str, e: impl std::fmt::Display) -> DeviceError {
-    DeviceError::Backend {
-        backend: "opencl",
-        source: format!("{what}: {e}").into(),
-    }
+    DeviceError::Backend { backend: "opencl", source: format!("{what}: {e}").into() }
 }
 
 /// One OpenCL device as the `devices` report and [`OpenClDevice::open`] see it.
@@ -69,18 +62,9 @@ fn is_xilinx(platform_name: &str) -> bool {
 pub fn list() -> Result<Vec<ClDeviceSummary>, DeviceError> {
     let _guard = discovery_lock();
     let mut out = Vec::new();
-    for (pi, p) in get_platforms()
-        .map_err(|e| cl_error("listing platforms", e))?
-        .iter()
-        .enumerate()
-    {
+    for (pi, p) in get_platforms().map_err(|e| cl_error("listing platforms", e))?.iter().enumerate() {
         let platform = p.name().unwrap_or_default();
-        for (di, id) in p
-            .get_devices(CL_DEVICE_TYPE_ALL)
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-        {
+        for (di, id) in p.get_devices(CL_DEVICE_TYPE_ALL).unwrap_or_default().into_iter().enumerate() {
             let d = ClDevice::new(id);
             out.push(ClDeviceSummary {
                 platform_index: pi,
@@ -124,18 +108,10 @@ pub struct OpenClDevice {
 impl OpenClDevice {
     /// Open device `device` of platform `platform`. A Xilinx platform needs
     /// `image`, a manifest with an xclbin; other platforms build the port.
-    pub fn open(
-        platform: usize,
-        device: usize,
-        image: Option<&LoadedManifest>,
-    ) -> Result<Self, DeviceError> {
+    pub fn open(platform: usize, device: usize, image: Option<&LoadedManifest>) -> Result<Self, DeviceError> {
         let _guard = discovery_lock();
-        let platforms = get_platforms().map_err(|e| {
-            cl_error(
-                "listing platforms (is an OpenCL ICD installed? Debian: pocl-opencl-icd)",
-                e,
-            )
-        })?;
+        let platforms = get_platforms()
+            .map_err(|e| cl_error("listing platforms (is an OpenCL ICD installed? Debian: pocl-opencl-icd)", e))?;
         let p = platforms.get(platform).ok_or_else(|| {
             DeviceError::Config(format!(
                 "no OpenCL platform {platform} ({} found; `ferrite devices` lists them)",
@@ -143,14 +119,9 @@ impl OpenClDevice {
             ))
         })?;
         let pname = p.name().map_err(|e| cl_error("platform name", e))?;
-        let ids = p
-            .get_devices(CL_DEVICE_TYPE_ALL)
-            .map_err(|e| cl_error("listing devices", e))?;
+        let ids = p.get_devices(CL_DEVICE_TYPE_ALL).map_err(|e| cl_error("listing devices", e))?;
         let id = *ids.get(device).ok_or_else(|| {
-            DeviceError::Config(format!(
-                "platform {platform} ({pname}) has no device {device} ({} found)",
-                ids.len()
-            ))
+            DeviceError::Config(format!("platform {platform} ({pname}) has no device {device} ({} found)", ids.len()))
         })?;
         let dev = ClDevice::new(id);
         let dname = dev.name().map_err(|e| cl_error("device name", e))?;
@@ -158,48 +129,31 @@ impl OpenClDevice {
         let queue = CommandQueue::create_default_with_properties(&context, 0, 0)
             .map_err(|e| cl_error("creating a queue", e))?;
         let (flavor, cfg, program, kernel_name) = if is_xilinx(&pname) {
-            let m = image.ok_or_else(|| {
-                DeviceError::Config(format!("{pname} runs xclbins: give the image's manifest"))
-            })?;
+            let m =
+                image.ok_or_else(|| DeviceError::Config(format!("{pname} runs xclbins: give the image's manifest")))?;
             let UnitConfig::Gemm(cfg) = &m.manifest.unit;
-            let path = m.image_path().ok_or_else(|| {
-                DeviceError::Config("the manifest has no xclbin: its build did not run v++".into())
-            })?;
-            let binary = std::fs::read(&path)
-                .map_err(|e| cl_error(&format!("reading {}", path.display()), e))?;
+            let path = m
+                .image_path()
+                .ok_or_else(|| DeviceError::Config("the manifest has no xclbin: its build did not run v++".into()))?;
+            let binary = std::fs::read(&path).map_err(|e| cl_error(&format!("reading {}", path.display()), e))?;
             let program = Program::create_and_build_from_binary(&context, &[&binary], "")
                 .map_err(|e| cl_error(&format!("loading {}", path.display()), e))?;
-            (
-                Flavor::Xclbin,
-                cfg.clone(),
-                program,
-                m.manifest.kernel.clone(),
-            )
+            (Flavor::Xclbin, cfg.clone(), program, m.manifest.kernel.clone())
         } else {
             let (kernel, src) = SOURCES[0];
             let program = Program::create_and_build_from_source(&context, src, "-cl-std=CL1.2")
                 .map_err(|log| cl_error("building kernels/opencl/gemm.cl", log))?;
-            (
-                Flavor::Port,
-                GemmConfig::default(),
-                program,
-                kernel.to_string(),
-            )
+            (Flavor::Port, GemmConfig::default(), program, kernel.to_string())
         };
-        let kernel = Kernel::create(&program, &kernel_name)
-            .map_err(|e| cl_error(&format!("kernel {kernel_name}"), e))?;
+        let kernel =
+            Kernel::create(&program, &kernel_name).map_err(|e| cl_error(&format!("kernel {kernel_name}"), e))?;
         // SAFETY: no host pointer; the buffer is owned by the device struct.
-        let dummy =
-            unsafe { ClBuffer::<u8>::create(&context, CL_MEM_READ_WRITE, 4, std::ptr::null_mut()) }
-                .map_err(|e| cl_error("allocating", e))?;
+        let dummy = unsafe { ClBuffer::<u8>::create(&context, CL_MEM_READ_WRITE, 4, std::ptr::null_mut()) }
+            .map_err(|e| cl_error("allocating", e))?;
         Ok(Self {
             name: format!(
                 "opencl {platform}:{device} ({dname}, {})",
-                if matches!(flavor, Flavor::Port) {
-                    "OpenCL C port"
-                } else {
-                    "xclbin"
-                }
+                if matches!(flavor, Flavor::Port) { "OpenCL C port" } else { "xclbin" }
             ),
             flavor,
             map: cfg.register_map(),
@@ -214,20 +168,9 @@ impl OpenClDevice {
     }
 
     fn buffer(&self, buf: Buffer, offset: u64, len: usize) -> Result<&ClBuffer<u8>, DeviceError> {
-        let b = self
-            .buffers
-            .get(&buf.id())
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
-        if offset
-            .checked_add(len as u64)
-            .is_none_or(|end| end > buf.len())
-        {
-            return Err(DeviceError::OutOfBounds {
-                id: buf.id(),
-                offset,
-                len: len as u64,
-                size: buf.len(),
-            });
+        let b = self.buffers.get(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        if offset.checked_add(len as u64).is_none_or(|end| end > buf.len()) {
+            return Err(DeviceError::OutOfBounds { id: buf.id(), offset, len: len as u64, size: buf.len() });
         }
         Ok(b)
     }
@@ -236,10 +179,9 @@ impl OpenClDevice {
         p.validate()?;
         match self.flavor {
             Flavor::Port => Ok(()),
-            Flavor::Xclbin => p.validate_for(&self.cfg).map_err(|e| DeviceError::TooBig {
-                device: self.name.clone(),
-                reason: e.to_string(),
-            }),
+            Flavor::Xclbin => p
+                .validate_for(&self.cfg)
+                .map_err(|e| DeviceError::TooBig { device: self.name.clone(), reason: e.to_string() }),
         }
     }
 }
@@ -247,11 +189,7 @@ impl OpenClDevice {
 impl Device for OpenClDevice {
     fn info(&self) -> DeviceInfo {
         let clock_mhz = matches!(self.flavor, Flavor::Xclbin).then_some(self.cfg.clock_mhz);
-        DeviceInfo {
-            name: self.name.clone(),
-            kind: DeviceKind::Gpu,
-            clock_mhz,
-        }
+        DeviceInfo { name: self.name.clone(), kind: DeviceKind::Gpu, clock_mhz }
     }
 
     fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError> {
@@ -263,23 +201,16 @@ impl Device for OpenClDevice {
                     Flavor::Xclbin => GemmLayout::new(&self.cfg, p),
                 }))
             }
-            Problem::Attention(_) => Err(DeviceError::Unsupported {
-                device: self.info().name,
-                unit: "attention",
-            }),
+            Problem::Attention(_) => Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
         }
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
-        let size = usize::try_from(bytes.max(1)).map_err(|_| DeviceError::OutOfMemory {
-            requested: bytes,
-            available: 0,
-        })?;
+        let size =
+            usize::try_from(bytes.max(1)).map_err(|_| DeviceError::OutOfMemory { requested: bytes, available: 0 })?;
         // SAFETY: no host pointer; the buffer lives in the table until freed.
-        let b = unsafe {
-            ClBuffer::<u8>::create(&self.context, CL_MEM_READ_WRITE, size, std::ptr::null_mut())
-        }
-        .map_err(|e| cl_error(&format!("allocating {bytes} bytes"), e))?;
+        let b = unsafe { ClBuffer::<u8>::create(&self.context, CL_MEM_READ_WRITE, size, std::ptr::null_mut()) }
+            .map_err(|e| cl_error(&format!("allocating {bytes} bytes"), e))?;
         let id = self.next_id;
         self.next_id += 1;
         self.buffers.insert(id, b);
@@ -294,16 +225,10 @@ impl Device for OpenClDevice {
         if data.is_empty() {
             return Ok(());
         }
-        let b = self
-            .buffers
-            .get_mut(&buf.id())
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        let b = self.buffers.get_mut(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
         // SAFETY: blocking write of a range checked against the buffer's size.
-        unsafe {
-            self.queue
-                .enqueue_write_buffer(b, CL_BLOCKING, offset as usize, data, &[])
-        }
-        .map_err(|e| cl_error("writing a buffer", e))?;
+        unsafe { self.queue.enqueue_write_buffer(b, CL_BLOCKING, offset as usize, data, &[]) }
+            .map_err(|e| cl_error("writing a buffer", e))?;
         Ok(())
     }
 
@@ -313,28 +238,19 @@ impl Device for OpenClDevice {
             return Ok(());
         }
         // SAFETY: blocking read of a range checked against the buffer's size.
-        unsafe {
-            self.queue
-                .enqueue_read_buffer(b, CL_BLOCKING, offset as usize, out, &[])
-        }
-        .map_err(|e| cl_error("reading a buffer", e))?;
+        unsafe { self.queue.enqueue_read_buffer(b, CL_BLOCKING, offset as usize, out, &[]) }
+            .map_err(|e| cl_error("reading a buffer", e))?;
         Ok(())
     }
 
     fn free(&mut self, buf: Buffer) -> Result<(), DeviceError> {
-        self.buffers
-            .remove(&buf.id())
-            .map(drop)
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))
+        self.buffers.remove(&buf.id()).map(drop).ok_or(DeviceError::UnknownBuffer(buf.id()))
     }
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
         let Launch::Gemm(g) = launch else {
-            return Err(DeviceError::Unsupported {
-                device: self.info().name,
-                unit: "attention",
-            });
+            return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" });
         };
         check_gemm_buffers(g)?;
         self.fits(&g.problem)?;
@@ -361,17 +277,13 @@ impl Device for OpenClDevice {
                 let mem = if value == 0 {
                     self.dummy.get()
                 } else {
-                    self.buffers
-                        .get(&value)
-                        .ok_or(DeviceError::UnknownBuffer(value))?
-                        .get()
+                    self.buffers.get(&value).ok_or(DeviceError::UnknownBuffer(value))?.get()
                 };
                 order.push((true, mems.len()));
                 mems.push(mem);
             } else {
-                let v = u32::try_from(value).map_err(|_| {
-                    DeviceError::Argument(format!("{} = {value} does not fit 32 bits", reg.name))
-                })?;
+                let v = u32::try_from(value)
+                    .map_err(|_| DeviceError::Argument(format!("{} = {value} does not fit 32 bits", reg.name)))?;
                 order.push((false, scalars.len()));
                 scalars.push(v);
             }
@@ -394,15 +306,8 @@ impl Device for OpenClDevice {
             Flavor::Xclbin => exec.set_global_work_size(1),
         };
         // SAFETY: every argument is set and the buffers outlive the blocking wait below.
-        let event =
-            unsafe { exec.enqueue_nd_range(&self.queue) }.map_err(|e| cl_error("launching", e))?;
-        event
-            .wait()
-            .map_err(|e| cl_error("waiting for the kernel", e))?;
-        Ok(RunStats {
-            wall: start.elapsed(),
-            useful_macs: launch.useful_macs(),
-            cycles: None,
-        })
+        let event = unsafe { exec.enqueue_nd_range(&self.queue) }.map_err(|e| cl_error("launching", e))?;
+        event.wait().map_err(|e| cl_error("waiting for the kernel", e))?;
+        Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })
     }
 }

@@ -1,17 +1,15 @@
 //! The simulator device: a unit's RTL clocked cycle by cycle against an AXI
 //! memory model, driven through its registers exactly like a board.
 use crate::device::{
-    check_gemm_buffers, AttentionArgs, Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind,
-    GemmArgs, Launch, Layout, Problem, RunStats,
+    check_gemm_buffers, AttentionArgs, Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs,
+    Launch, Layout, Problem, RunStats,
 };
 use crate::driver::{self, ControlPort, Poll};
 use ferrite_hw::attention::{self, AttentionConfig, AttentionLayout, AttentionProblem};
 use ferrite_hw::gemm::{rtl, GemmConfig, GemmLayout, GemmProblem};
 use ferrite_hw::regmap::RegisterMap;
 use ferrite_hw::vitis::{Inputs, Outputs, PinLevel};
-use ferrite_sim::{
-    verilator_available, MemoryConfig, SimError, Simulation, VerilatorInstance, VerilatorModel,
-};
+use ferrite_sim::{verilator_available, MemoryConfig, SimError, Simulation, VerilatorInstance, VerilatorModel};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
@@ -39,9 +37,7 @@ impl Engine {
         if verilator_available() {
             Ok(Self::Verilator)
         } else if std::env::var_os("CI").is_some() {
-            Err(missing_verilator(
-                "CI is set, so the rust-hdl fallback is not used",
-            ))
+            Err(missing_verilator("CI is set, so the rust-hdl fallback is not used"))
         } else {
             Ok(Self::RustHdl)
         }
@@ -60,19 +56,14 @@ impl fmt::Display for Engine {
 fn missing_verilator(why: &str) -> DeviceError {
     DeviceError::MissingTool {
         tool: "verilator",
-        hint: format!(
-            "{why}; install it (`apt-get install verilator`) or choose the rust-hdl engine"
-        ),
+        hint: format!("{why}; install it (`apt-get install verilator`) or choose the rust-hdl engine"),
     }
 }
 
 fn sim_error(e: SimError) -> DeviceError {
     match e {
         SimError::VerilatorNotFound => missing_verilator("not on PATH"),
-        e => DeviceError::Backend {
-            backend: "simulator",
-            source: Box::new(e),
-        },
+        e => DeviceError::Backend { backend: "simulator", source: Box::new(e) },
     }
 }
 
@@ -212,20 +203,13 @@ impl SimDevice {
                     return Err(missing_verilator("not on PATH"));
                 }
                 let verilog = unit.verilog()?;
-                let model = VerilatorModel::build(
-                    &verilog,
-                    &unit.kernel_name(),
-                    unit.port_bits(),
-                    vcd.is_some(),
-                )
-                .map_err(sim_error)?;
+                let model = VerilatorModel::build(&verilog, &unit.kernel_name(), unit.port_bits(), vcd.is_some())
+                    .map_err(sim_error)?;
                 Dut::Verilator(model.instance(vcd).map_err(sim_error)?)
             }
             Engine::RustHdl => {
                 if vcd.is_some() {
-                    return Err(DeviceError::Config(
-                        "VCD traces need the verilator engine".into(),
-                    ));
+                    return Err(DeviceError::Config("VCD traces need the verilator engine".into()));
                 }
                 Dut::RustHdl(unit.hdl_model()?)
             }
@@ -233,13 +217,7 @@ impl SimDevice {
         mem.data_bits = unit.port_bits();
         let mut sim = Simulation::new(dut, mem).map_err(sim_error)?;
         sim.reset(RESET_CYCLES).map_err(sim_error)?;
-        Ok(Self {
-            map: unit.register_map(),
-            unit,
-            engine,
-            sim,
-            buffers: HashMap::new(),
-        })
+        Ok(Self { map: unit.register_map(), unit, engine, sim, buffers: HashMap::new() })
     }
 
     pub fn unit(&self) -> &SimUnit {
@@ -266,30 +244,18 @@ impl SimDevice {
     }
 
     fn check(&self, buf: Buffer, offset: u64, len: usize) -> Result<u64, DeviceError> {
-        let size = *self
-            .buffers
-            .get(&buf.id())
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        let size = *self.buffers.get(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
         let end = offset.checked_add(len as u64).filter(|&e| e <= size);
-        end.map(|_| buf.id() + offset)
-            .ok_or(DeviceError::OutOfBounds {
-                id: buf.id(),
-                offset,
-                len: len as u64,
-                size,
-            })
+        end.map(|_| buf.id() + offset).ok_or(DeviceError::OutOfBounds { id: buf.id(), offset, len: len as u64, size })
     }
 
     /// A generous bound on a run's cycles: every beat of traffic (re-reading A
     /// once per column tile) and every MAC step, each stretched by the memory's
     /// latency and stall probabilities, times ten.
     fn timeout_cycles(&self, cfg: &GemmConfig, p: &GemmProblem, l: &GemmLayout) -> u64 {
-        let (row_tiles, col_tiles) = (
-            p.m.div_ceil(cfg.rows) as u64,
-            p.n.div_ceil(cfg.cols) as u64,
-        );
-        let beats = (l.a_bytes * col_tiles + l.b_bytes * row_tiles + l.c_bytes + l.bias_bytes)
-            / cfg.port_bytes() as u64;
+        let (row_tiles, col_tiles) = (p.m.div_ceil(cfg.rows) as u64, p.n.div_ceil(cfg.cols) as u64);
+        let beats =
+            (l.a_bytes * col_tiles + l.b_bytes * row_tiles + l.c_bytes + l.bias_bytes) / cfg.port_bytes() as u64;
         self.stretch(beats + p.macs() / cfg.macs() as u64, row_tiles * col_tiles)
     }
 
@@ -317,7 +283,9 @@ impl SimDevice {
         let beat = cfg.port_bytes() as u64;
         for (name, stride) in [("Q", a.layout.q_stride), ("KV", a.layout.kv_stride), ("O", a.layout.o_stride)] {
             if !stride.is_multiple_of(beat) {
-                return Err(DeviceError::Problem(format!("{name} head stride {stride} is not a multiple of the {beat}-byte beat")));
+                return Err(DeviceError::Problem(format!(
+                    "{name} head stride {stride} is not a multiple of the {beat}-byte beat"
+                )));
             }
         }
         if p.kv_len.is_some() != a.kv_len.is_some() {
@@ -342,22 +310,13 @@ impl SimDevice {
         check_gemm_buffers(g)?;
         self.fits(&g.problem)?;
         let beat = cfg.port_bytes() as u64;
-        for (name, ld) in [
-            ("LDA", g.layout.lda),
-            ("LDB", g.layout.ldb),
-            ("LDC", g.layout.ldc),
-        ] {
+        for (name, ld) in [("LDA", g.layout.lda), ("LDB", g.layout.ldb), ("LDC", g.layout.ldc)] {
             if !ld.is_multiple_of(beat) {
-                return Err(DeviceError::Problem(format!(
-                    "{name} = {ld} is not a multiple of the {beat}-byte beat"
-                )));
+                return Err(DeviceError::Problem(format!("{name} = {ld} is not a multiple of the {beat}-byte beat")));
             }
         }
         let args = driver::gemm_args(&cfg, g, &|buf| self.known(buf))?;
-        let poll = Poll {
-            interval: POLL_INTERVAL,
-            limit: self.timeout_cycles(&cfg, &g.problem, &g.layout),
-        };
+        let poll = Poll { interval: POLL_INTERVAL, limit: self.timeout_cycles(&cfg, &g.problem, &g.layout) };
         driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)
     }
 
@@ -365,10 +324,7 @@ impl SimDevice {
     fn fits(&self, p: &GemmProblem) -> Result<(), DeviceError> {
         let cfg = self.gemm_cfg("gemm")?;
         p.validate()?;
-        p.validate_for(cfg).map_err(|e| DeviceError::TooBig {
-            device: cfg.kernel_name(),
-            reason: e.to_string(),
-        })
+        p.validate_for(cfg).map_err(|e| DeviceError::TooBig { device: cfg.kernel_name(), reason: e.to_string() })
     }
 }
 
@@ -413,10 +369,7 @@ impl Device for SimDevice {
     }
 
     fn free(&mut self, buf: Buffer) -> Result<(), DeviceError> {
-        self.buffers
-            .remove(&buf.id())
-            .map(drop)
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))
+        self.buffers.remove(&buf.id()).map(drop).ok_or(DeviceError::UnknownBuffer(buf.id()))
     }
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
@@ -428,11 +381,7 @@ impl Device for SimDevice {
         Ok(RunStats {
             wall: start.elapsed(),
             useful_macs: launch.useful_macs(),
-            cycles: Some(CycleStats {
-                cycles,
-                clock_mhz: self.unit.clock_mhz(),
-                multipliers: self.unit.multipliers(),
-            }),
+            cycles: Some(CycleStats { cycles, clock_mhz: self.unit.clock_mhz(), multipliers: self.unit.multipliers() }),
         })
     }
 }

@@ -9,8 +9,8 @@
 //! exclusively, which is why the kernel is opened with
 //! `xrtPLKernelOpenExclusive`.
 use crate::device::{
-    check_gemm_buffers, Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch,
-    Layout, Problem, RunStats,
+    check_gemm_buffers, Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem,
+    RunStats,
 };
 use crate::driver::{self, ControlPort, Poll};
 use crate::manifest::{LoadedManifest, UnitConfig};
@@ -22,13 +22,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-#[allow(
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    dead_code,
-    clippy::all
-)]
+#[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, clippy::all)]
 mod ffi {
     include!(concat!(env!("OUT_DIR"), "/xrt_bindings.rs"));
 }
@@ -53,9 +47,9 @@ impl std::str::FromStr for XrtTarget {
         if s.contains(':') {
             Ok(Self::Bdf(s.to_string()))
         } else {
-            s.parse().map(Self::Index).map_err(|_| {
-                format!("`{s}` is neither a device index nor a PCIe BDF (like 0000:65:00.1)")
-            })
+            s.parse()
+                .map(Self::Index)
+                .map_err(|_| format!("`{s}` is neither a device index nor a PCIe BDF (like 0000:65:00.1)"))
         }
     }
 }
@@ -70,10 +64,7 @@ impl fmt::Display for XrtTarget {
 }
 
 fn backend_error(msg: String) -> DeviceError {
-    DeviceError::Backend {
-        backend: "xrt",
-        source: msg.into(),
-    }
+    DeviceError::Backend { backend: "xrt", source: msg.into() }
 }
 
 /// The last OS error, as XRT's C API reports failures through errno.
@@ -89,7 +80,10 @@ fn errno() -> std::io::Error {
 pub fn check_runtime(xilinx_xrt: Option<&Path>) -> Result<PathBuf, DeviceError> {
     let missing = |hint: String| DeviceError::MissingTool { tool: "XRT", hint };
     let root = xilinx_xrt.ok_or_else(|| {
-        missing("XILINX_XRT is not set; run `source /opt/xilinx/xrt/setup.sh` (XRT would abort the process without it)".into())
+        missing(
+            "XILINX_XRT is not set; run `source /opt/xilinx/xrt/setup.sh` (XRT would abort the process without it)"
+                .into(),
+        )
     })?;
     let shim = root.join("lib/libxrt_core.so.2");
     if !shim.is_file() {
@@ -133,13 +127,12 @@ impl XrtDevice {
         let m = &image.manifest;
         let UnitConfig::Gemm(cfg) = &m.unit;
         if !m.board.is_alveo() {
-            return Err(DeviceError::Config(format!(
-                "the image is for {}, not an Alveo card",
-                m.board
-            )));
+            return Err(DeviceError::Config(format!("the image is for {}, not an Alveo card", m.board)));
         }
         let xclbin = image.image_path().ok_or_else(|| {
-            DeviceError::Config("the manifest has no xclbin: its build did not run v++ (see build.sh in its directory)".into())
+            DeviceError::Config(
+                "the manifest has no xclbin: its build did not run v++ (see build.sh in its directory)".into(),
+            )
         })?;
         let device = open_device(target)?;
         let mut dev = Self {
@@ -157,41 +150,24 @@ impl XrtDevice {
             .map_err(|_| DeviceError::Config("xclbin path contains NUL".into()))?;
         // SAFETY: `device` is a live handle, `path` a NUL-terminated string.
         if unsafe { ffi::xrtDeviceLoadXclbinFile(dev.device, path.as_ptr()) } != 0 {
-            return Err(backend_error(format!(
-                "loading {} on {target}: {}",
-                xclbin.display(),
-                errno()
-            )));
+            return Err(backend_error(format!("loading {} on {target}: {}", xclbin.display(), errno())));
         }
         let mut uuid = [0u8; 16];
         // SAFETY: `uuid` has the 16 bytes of an xuid_t.
         if unsafe { ffi::xrtDeviceGetXclbinUUID(dev.device, uuid.as_mut_ptr()) } != 0 {
-            return Err(backend_error(format!(
-                "reading the loaded xclbin's UUID: {}",
-                errno()
-            )));
+            return Err(backend_error(format!("reading the loaded xclbin's UUID: {}", errno())));
         }
-        let name = CString::new(m.kernel.as_str())
-            .map_err(|_| DeviceError::Config("kernel name contains NUL".into()))?;
+        let name =
+            CString::new(m.kernel.as_str()).map_err(|_| DeviceError::Config("kernel name contains NUL".into()))?;
         // SAFETY: live device handle, 16-byte uuid, NUL-terminated name.
-        dev.kernel =
-            unsafe { ffi::xrtPLKernelOpenExclusive(dev.device, uuid.as_ptr(), name.as_ptr()) };
+        dev.kernel = unsafe { ffi::xrtPLKernelOpenExclusive(dev.device, uuid.as_ptr(), name.as_ptr()) };
         if dev.kernel.is_null() {
-            return Err(backend_error(format!(
-                "opening kernel {} exclusively: {}",
-                m.kernel,
-                errno()
-            )));
+            return Err(backend_error(format!("opening kernel {} exclusively: {}", m.kernel, errno())));
         }
         // SAFETY: live kernel handle; argument 0 (A) is on m_axi_gmem like every buffer.
         let group = unsafe { ffi::xrtKernelArgGroupId(dev.kernel, 0) };
-        dev.group = u32::try_from(group).map_err(|_| {
-            backend_error(format!(
-                "memory group of {}'s buffers: {}",
-                m.kernel,
-                errno()
-            ))
-        })?;
+        dev.group = u32::try_from(group)
+            .map_err(|_| backend_error(format!("memory group of {}'s buffers: {}", m.kernel, errno())))?;
         Ok(dev)
     }
 
@@ -200,30 +176,17 @@ impl XrtDevice {
     }
 
     fn bo(&self, buf: Buffer, offset: u64, len: usize) -> Result<&Bo, DeviceError> {
-        let bo = self
-            .buffers
-            .get(&buf.id())
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
-        if offset
-            .checked_add(len as u64)
-            .is_none_or(|end| end > bo.size)
-        {
-            return Err(DeviceError::OutOfBounds {
-                id: buf.id(),
-                offset,
-                len: len as u64,
-                size: bo.size,
-            });
+        let bo = self.buffers.get(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        if offset.checked_add(len as u64).is_none_or(|end| end > bo.size) {
+            return Err(DeviceError::OutOfBounds { id: buf.id(), offset, len: len as u64, size: bo.size });
         }
         Ok(bo)
     }
 
     fn fits(&self, p: &GemmProblem) -> Result<(), DeviceError> {
         p.validate()?;
-        p.validate_for(&self.cfg).map_err(|e| DeviceError::TooBig {
-            device: self.cfg.kernel_name(),
-            reason: e.to_string(),
-        })
+        p.validate_for(&self.cfg)
+            .map_err(|e| DeviceError::TooBig { device: self.cfg.kernel_name(), reason: e.to_string() })
     }
 }
 
@@ -234,17 +197,13 @@ pub fn open_device(target: &XrtTarget) -> Result<ffi::xrtDeviceHandle, DeviceErr
         // SAFETY: plain value argument; XRT returns null on failure.
         XrtTarget::Index(i) => unsafe { ffi::xrtDeviceOpen(*i) },
         XrtTarget::Bdf(bdf) => {
-            let c = CString::new(bdf.as_str())
-                .map_err(|_| DeviceError::Config("BDF contains NUL".into()))?;
+            let c = CString::new(bdf.as_str()).map_err(|_| DeviceError::Config("BDF contains NUL".into()))?;
             // SAFETY: NUL-terminated string; XRT returns null on failure.
             unsafe { ffi::xrtDeviceOpenByBDF(c.as_ptr()) }
         }
     };
     if handle.is_null() {
-        return Err(backend_error(format!(
-            "no XRT {target} ({}); `xbutil examine` lists the cards XRT sees",
-            errno()
-        )));
+        return Err(backend_error(format!("no XRT {target} ({}); `xbutil examine` lists the cards XRT sees", errno())));
     }
     Ok(handle)
 }
@@ -280,39 +239,23 @@ impl Device for XrtDevice {
                 self.fits(p)?;
                 Ok(Layout::Gemm(GemmLayout::new(&self.cfg, p)))
             }
-            Problem::Attention(_) => Err(DeviceError::Unsupported {
-                device: self.info().name,
-                unit: "attention",
-            }),
+            Problem::Attention(_) => Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
         }
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
-        let size = usize::try_from(bytes.max(1)).map_err(|_| DeviceError::OutOfMemory {
-            requested: bytes,
-            available: 0,
-        })?;
+        let size =
+            usize::try_from(bytes.max(1)).map_err(|_| DeviceError::OutOfMemory { requested: bytes, available: 0 })?;
         // SAFETY: live device handle; null is returned on failure.
         let handle = unsafe { ffi::xrtBOAlloc(self.device, size, 0, self.group) };
         if handle.is_null() {
-            return Err(backend_error(format!(
-                "allocating {bytes} bytes in memory group {}: {}",
-                self.group,
-                errno()
-            )));
+            return Err(backend_error(format!("allocating {bytes} bytes in memory group {}: {}", self.group, errno())));
         }
         // SAFETY: live buffer handle.
         let address = unsafe { ffi::xrtBOAddress(handle) };
         let id = self.next_id;
         self.next_id += 1;
-        self.buffers.insert(
-            id,
-            Bo {
-                handle,
-                size: bytes,
-                address,
-            },
-        );
+        self.buffers.insert(id, Bo { handle, size: bytes, address });
         Ok(Buffer::new(id, bytes))
     }
 
@@ -333,12 +276,7 @@ impl Device for XrtDevice {
             }
         };
         if rc != 0 {
-            return Err(backend_error(format!(
-                "writing {} bytes to buffer {}: {}",
-                data.len(),
-                buf.id(),
-                errno()
-            )));
+            return Err(backend_error(format!("writing {} bytes to buffer {}: {}", data.len(), buf.id(), errno())));
         }
         Ok(())
     }
@@ -356,37 +294,20 @@ impl Device for XrtDevice {
             if s != 0 {
                 s
             } else {
-                ffi::xrtBORead(
-                    bo.handle,
-                    out.as_mut_ptr().cast(),
-                    out.len(),
-                    offset as usize,
-                )
+                ffi::xrtBORead(bo.handle, out.as_mut_ptr().cast(), out.len(), offset as usize)
             }
         };
         if rc != 0 {
-            return Err(backend_error(format!(
-                "reading {} bytes from buffer {}: {}",
-                out.len(),
-                buf.id(),
-                errno()
-            )));
+            return Err(backend_error(format!("reading {} bytes from buffer {}: {}", out.len(), buf.id(), errno())));
         }
         Ok(())
     }
 
     fn free(&mut self, buf: Buffer) -> Result<(), DeviceError> {
-        let bo = self
-            .buffers
-            .remove(&buf.id())
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        let bo = self.buffers.remove(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
         // SAFETY: the handle came from xrtBOAlloc and was removed from the table, so it is freed once.
         if unsafe { ffi::xrtBOFree(bo.handle) } != 0 {
-            return Err(backend_error(format!(
-                "freeing buffer {}: {}",
-                buf.id(),
-                errno()
-            )));
+            return Err(backend_error(format!("freeing buffer {}: {}", buf.id(), errno())));
         }
         Ok(())
     }
@@ -394,53 +315,26 @@ impl Device for XrtDevice {
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
         let Launch::Gemm(g) = launch else {
-            return Err(DeviceError::Unsupported {
-                device: self.info().name,
-                unit: "attention",
-            });
+            return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" });
         };
         check_gemm_buffers(g)?;
         self.fits(&g.problem)?;
         let beat = self.cfg.port_bytes() as u64;
-        for (name, ld) in [
-            ("LDA", g.layout.lda),
-            ("LDB", g.layout.ldb),
-            ("LDC", g.layout.ldc),
-        ] {
+        for (name, ld) in [("LDA", g.layout.lda), ("LDB", g.layout.ldb), ("LDC", g.layout.ldc)] {
             if !ld.is_multiple_of(beat) {
-                return Err(DeviceError::Problem(format!(
-                    "{name} = {ld} is not a multiple of the {beat}-byte beat"
-                )));
+                return Err(DeviceError::Problem(format!("{name} = {ld} is not a multiple of the {beat}-byte beat")));
             }
         }
-        let address = |buf: Buffer| {
-            self.buffers
-                .get(&buf.id())
-                .map(|bo| bo.address)
-                .ok_or(DeviceError::UnknownBuffer(buf.id()))
-        };
+        let address =
+            |buf: Buffer| self.buffers.get(&buf.id()).map(|bo| bo.address).ok_or(DeviceError::UnknownBuffer(buf.id()));
         let args = driver::gemm_args(&self.cfg, g, &address)?;
-        let poll = Poll {
-            interval: POLL_INTERVAL_US,
-            limit: self.timeout.as_micros() as u64,
-        };
-        let cycles = driver::launch(
-            &mut XrtPort {
-                kernel: self.kernel,
-                origin: Instant::now(),
-            },
-            &self.map,
-            &args,
-            poll,
-        )?;
+        let poll = Poll { interval: POLL_INTERVAL_US, limit: self.timeout.as_micros() as u64 };
+        let cycles =
+            driver::launch(&mut XrtPort { kernel: self.kernel, origin: Instant::now() }, &self.map, &args, poll)?;
         Ok(RunStats {
             wall: start.elapsed(),
             useful_macs: launch.useful_macs(),
-            cycles: Some(CycleStats {
-                cycles,
-                clock_mhz: self.cfg.clock_mhz,
-                multipliers: self.cfg.macs() as u64,
-            }),
+            cycles: Some(CycleStats { cycles, clock_mhz: self.cfg.clock_mhz, multipliers: self.cfg.macs() as u64 }),
         })
     }
 }
@@ -456,10 +350,7 @@ impl ControlPort for XrtPort {
         let mut v = 0u32;
         // SAFETY: live kernel handle opened exclusively; `v` is a valid out-pointer.
         if unsafe { ffi::xrtKernelReadRegister(self.kernel, offset, &mut v) } != 0 {
-            return Err(backend_error(format!(
-                "reading register {offset:#x}: {}",
-                errno()
-            )));
+            return Err(backend_error(format!("reading register {offset:#x}: {}", errno())));
         }
         Ok(v)
     }
@@ -467,10 +358,7 @@ impl ControlPort for XrtPort {
     fn write32(&mut self, offset: u32, value: u32) -> Result<(), DeviceError> {
         // SAFETY: live kernel handle opened exclusively.
         if unsafe { ffi::xrtKernelWriteRegister(self.kernel, offset, value) } != 0 {
-            return Err(backend_error(format!(
-                "writing register {offset:#x}: {}",
-                errno()
-            )));
+            return Err(backend_error(format!("writing register {offset:#x}: {}", errno())));
         }
         Ok(())
     }
@@ -511,10 +399,7 @@ mod tests {
     #[test]
     fn targets_parse() {
         assert_eq!("0".parse::<XrtTarget>().unwrap(), XrtTarget::Index(0));
-        assert_eq!(
-            "0000:65:00.1".parse::<XrtTarget>().unwrap(),
-            XrtTarget::Bdf("0000:65:00.1".into())
-        );
+        assert_eq!("0000:65:00.1".parse::<XrtTarget>().unwrap(), XrtTarget::Bdf("0000:65:00.1".into()));
         assert!("card".parse::<XrtTarget>().is_err());
     }
 

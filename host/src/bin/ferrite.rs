@@ -25,11 +25,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(
-    name = "ferrite",
-    version,
-    about = "Ferrite dataflow accelerators: export, run and compare units"
-)]
+#[command(name = "ferrite", version, about = "Ferrite dataflow accelerators: export, run and compare units")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -72,6 +68,24 @@ enum BenchTarget {
 enum ExportUnit {
     /// The int8 GEMM unit.
     Gemm(ExportGemm),
+    /// The streaming attention unit.
+    Attention(ExportAttention),
+}
+
+#[derive(Args)]
+struct ExportAttention {
+    /// Head dimension the unit is built for (16, 32, 64, 128).
+    #[arg(long, default_value_t = 64)]
+    d: usize,
+    /// Query lanes processed in parallel.
+    #[arg(long, default_value_t = 8)]
+    lanes: usize,
+    /// Memory port width in bits (at least 8·d).
+    #[arg(long, default_value_t = 1024)]
+    port_bits: usize,
+    /// Directory to write `<kernel>.v`, `<kernel>.regmap.json` and `<kernel>.config.json` into.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -221,35 +235,23 @@ struct DemoArgs {
 }
 
 fn parse_requant(s: &str) -> Result<Requant, String> {
-    let (m, sh) = s
-        .split_once(',')
-        .ok_or("expected MULT,SHIFT (e.g. 1073741824,38)")?;
+    let (m, sh) = s.split_once(',').ok_or("expected MULT,SHIFT (e.g. 1073741824,38)")?;
     let multiplier = m.trim().parse().map_err(|e| format!("MULT `{m}`: {e}"))?;
-    let shift = sh
-        .trim()
-        .parse()
-        .map_err(|e| format!("SHIFT `{sh}`: {e}"))?;
+    let shift = sh.trim().parse().map_err(|e| format!("SHIFT `{sh}`: {e}"))?;
     Ok(Requant { multiplier, shift })
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
-        Cmd::Export {
-            unit: ExportUnit::Gemm(args),
-        } => export_gemm(&args),
-        Cmd::Run {
-            unit: RunUnit::Gemm(args),
-        } => run_gemm(&args),
-        Cmd::Run {
-            unit: RunUnit::Attention(args),
-        } => attention::run(&args),
+        Cmd::Export { unit: ExportUnit::Gemm(args) } => export_gemm(&args),
+        Cmd::Export { unit: ExportUnit::Attention(args) } => export_attention(&args),
+        Cmd::Run { unit: RunUnit::Gemm(args) } => run_gemm(&args),
+        Cmd::Run { unit: RunUnit::Attention(args) } => attention::run(&args),
         Cmd::Demo(args) => demo(&args),
         Cmd::Board(cmd) => cmd.run(),
         #[cfg(feature = "cuda")]
-        Cmd::Bench {
-            target: BenchTarget::Gpu(args),
-        } => ferrite_host::gpu_bench::run(&args),
+        Cmd::Bench { target: BenchTarget::Gpu(args) } => ferrite_host::gpu_bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -271,19 +273,33 @@ fn spinner(msg: String) -> ProgressBar {
 
 fn export_gemm(args: &ExportGemm) -> Result<()> {
     let cfg = args.unit.config()?;
-    let name = cfg.kernel_name();
     let verilog = rtl::verilog(&cfg).context("generating Verilog")?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
-    let v_path = args.out.join(format!("{name}.v"));
     let cfg_json = serde_json::to_string_pretty(&cfg).context("serializing the config")?;
+    export(&args.out, &cfg.kernel_name(), verilog, cfg.register_map().to_json(), cfg_json)
+}
+
+fn export_attention(args: &ExportAttention) -> Result<()> {
+    let cfg = ferrite_hw::attention::AttentionConfig {
+        head_dim: args.d,
+        lanes: args.lanes,
+        dot_par: args.d,
+        port_bits: args.port_bits,
+        ..Default::default()
+    };
+    cfg.validate()?;
+    let verilog = ferrite_hw::attention::rtl::verilog(&cfg).context("generating Verilog")?;
+    let cfg_json = serde_json::to_string_pretty(&cfg).context("serializing the config")?;
+    export(&args.out, &cfg.kernel_name(), verilog, cfg.register_map().to_json(), cfg_json)
+}
+
+/// Write a unit's Verilog, register map and config into `out`, then lint it.
+fn export(out: &Path, name: &str, verilog: String, regmap: String, cfg_json: String) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let v_path = out.join(format!("{name}.v"));
     for (path, text) in [
         (v_path.clone(), verilog),
-        (
-            args.out.join(format!("{name}.regmap.json")),
-            cfg.register_map().to_json(),
-        ),
-        (args.out.join(format!("{name}.config.json")), cfg_json),
+        (out.join(format!("{name}.regmap.json")), regmap),
+        (out.join(format!("{name}.config.json")), cfg_json),
     ] {
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
@@ -292,45 +308,29 @@ fn export_gemm(args: &ExportGemm) -> Result<()> {
         println!("lint: skipped (verilator not found)");
         return Ok(());
     }
-    lint(&v_path, &name)
+    lint(&v_path, name)
 }
 
 /// `verilator --lint-only -Wall` with the waivers `ferrite_hw::vitis::LINT_WAIVERS`
 /// justifies; anything else it reports is a defect. The log goes next to the Verilog.
 fn lint(v_path: &Path, top: &str) -> Result<()> {
-    let file = v_path
-        .to_str()
-        .with_context(|| format!("{} is not a UTF-8 path", v_path.display()))?;
-    let out = Command::new("verilator")
-        .args(lint_args(file, top))
-        .output()
-        .context("running verilator --lint-only")?;
+    let file = v_path.to_str().with_context(|| format!("{} is not a UTF-8 path", v_path.display()))?;
+    let out = Command::new("verilator").args(lint_args(file, top)).output().context("running verilator --lint-only")?;
     let waived: Vec<&str> = LINT_WAIVERS.iter().map(|(w, _)| *w).collect();
     if out.status.success() {
-        println!(
-            "lint: clean (verilator --lint-only -Wall, waived: {})",
-            waived.join(", ")
-        );
+        println!("lint: clean (verilator --lint-only -Wall, waived: {})", waived.join(", "));
         return Ok(());
     }
     let log = String::from_utf8_lossy(&out.stderr);
     let log_path = v_path.with_extension("lint.log");
-    std::fs::write(&log_path, log.as_bytes())
-        .with_context(|| format!("writing {}", log_path.display()))?;
-    let first = log
-        .lines()
-        .find(|l| l.starts_with('%'))
-        .unwrap_or("(no message)");
+    std::fs::write(&log_path, log.as_bytes()).with_context(|| format!("writing {}", log_path.display()))?;
+    let first = log.lines().find(|l| l.starts_with('%')).unwrap_or("(no message)");
     println!("lint: FAILED, log: {}; first: {first}", log_path.display());
     bail!("verilator lint failed on {}", v_path.display())
 }
 
 fn memory_config(sim: &SimArgs, seed: u64) -> Result<MemoryConfig> {
-    ensure!(
-        (0.0..1.0).contains(&sim.backpressure),
-        "--backpressure {} must be in 0..1",
-        sim.backpressure
-    );
+    ensure!((0.0..1.0).contains(&sim.backpressure), "--backpressure {} must be in 0..1", sim.backpressure);
     let d = MemoryConfig::default();
     Ok(MemoryConfig {
         read_latency: sim.latency.unwrap_or(d.read_latency),
@@ -398,17 +398,8 @@ fn random_operands(problem: GemmProblem, seed: u64) -> Operands {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let a = (0..problem.m * problem.k).map(|_| rng.gen()).collect();
     let b = (0..problem.k * problem.n).map(|_| rng.gen()).collect();
-    let bias = problem.bias.then(|| {
-        (0..problem.n)
-            .map(|_| rng.gen_range(-(1 << 16)..1 << 16))
-            .collect()
-    });
-    Operands {
-        problem,
-        a,
-        b,
-        bias,
-    }
+    let bias = problem.bias.then(|| (0..problem.n).map(|_| rng.gen_range(-(1 << 16)..1 << 16)).collect());
+    Operands { problem, a, b, bias }
 }
 
 /// A dimension given on the command line and/or by a file; both must agree.
@@ -417,9 +408,7 @@ fn dim(name: &str, flag: Option<usize>, file: Option<usize>) -> Result<usize> {
         (Some(f), Some(g)) if f != g => {
             bail!("--{name} {f} disagrees with the input files ({name} = {g})")
         }
-        (f, g) => f
-            .or(g)
-            .with_context(|| format!("--{name} is required without --a/--b")),
+        (f, g) => f.or(g).with_context(|| format!("--{name} is required without --a/--b")),
     }
 }
 
@@ -432,22 +421,13 @@ fn operands(args: &RunGemm) -> Result<Operands> {
     let (fm, fk) = files.as_ref().map(|(a, _)| a.dim()).unzip();
     let (fk2, fn_) = files.as_ref().map(|(_, b)| b.dim()).unzip();
     if let (Some(ka), Some(kb)) = (fk, fk2) {
-        ensure!(
-            ka == kb,
-            "A is {}×{ka} but B is {kb}×{}: inner dimensions differ",
-            fm.unwrap_or(0),
-            fn_.unwrap_or(0)
-        );
+        ensure!(ka == kb, "A is {}×{ka} but B is {kb}×{}: inner dimensions differ", fm.unwrap_or(0), fn_.unwrap_or(0));
     }
     let problem = GemmProblem {
         bias: bias_flag,
         relu: args.relu,
         requant: args.requant,
-        ..GemmProblem::new(
-            dim("m", args.m, fm)?,
-            dim("n", args.n, fn_)?,
-            dim("k", args.k, fk)?,
-        )
+        ..GemmProblem::new(dim("m", args.m, fm)?, dim("n", args.n, fn_)?, dim("k", args.k, fk)?)
     };
     problem.validate()?;
     let mut ops = random_operands(problem, args.seed);
@@ -457,13 +437,7 @@ fn operands(args: &RunGemm) -> Result<Operands> {
     }
     if let Some(path) = &args.bias_file {
         let bias = npy::read_i32_vector(path)?;
-        ensure!(
-            bias.len() == problem.n,
-            "{}: bias has {} entries, N = {}",
-            path.display(),
-            bias.len(),
-            problem.n
-        );
+        ensure!(bias.len() == problem.n, "{}: bias has {} entries, N = {}", path.display(), bias.len(), problem.n);
         ops.bias = Some(bias.to_vec());
     }
     Ok(ops)
@@ -473,20 +447,13 @@ fn run_gemm(args: &RunGemm) -> Result<()> {
     let ops = operands(args)?;
     let p = &ops.problem;
     let cfg = args.unit.config()?;
-    ensure!(
-        args.trace.is_none() || args.device == DeviceArg::Sim,
-        "--trace needs --device sim"
-    );
+    ensure!(args.trace.is_none() || args.device == DeviceArg::Sim, "--trace needs --device sim");
     let mut dev: Box<dyn Device> = match args.device {
         DeviceArg::Cpu => Box::new(CpuDevice::new(CpuMode::Golden)),
         DeviceArg::CpuFast => Box::new(CpuDevice::new(CpuMode::Fast)),
-        DeviceArg::Sim => Box::new(sim_device(
-            cfg.clone(),
-            &args.sim,
-            engine(args.sim.engine)?,
-            args.seed,
-            args.trace.as_deref(),
-        )?),
+        DeviceArg::Sim => {
+            Box::new(sim_device(cfg.clone(), &args.sim, engine(args.sim.engine)?, args.seed, args.trace.as_deref())?)
+        }
         DeviceArg::Cuda => ferrite_host::backend::open_cuda()?,
     };
     let name = dev.info().name;
@@ -501,16 +468,9 @@ fn run_gemm(args: &RunGemm) -> Result<()> {
     println!("problem      {}", describe(p));
     let mismatch = out.first_mismatch(&golden);
     match mismatch {
-        None => println!(
-            "correct      bit-exact vs the golden model ({} elements)",
-            out.len()
-        ),
+        None => println!("correct      bit-exact vs the golden model ({} elements)", out.len()),
         Some((i, got, want)) => {
-            println!(
-                "correct      NO: first mismatch at ({}, {}): got {got}, golden {want}",
-                i / p.n,
-                i % p.n
-            )
+            println!("correct      NO: first mismatch at ({}, {}): got {got}, golden {want}", i / p.n, i % p.n)
         }
     }
     println!("golden/f64   {}", describe_error(&err, &golden));
@@ -519,10 +479,7 @@ fn run_gemm(args: &RunGemm) -> Result<()> {
         npy::write_output(path, &out, p.m, p.n)?;
         println!("wrote        {}", path.display());
     }
-    ensure!(
-        mismatch.is_none(),
-        "{name} output differs from the golden model"
-    );
+    ensure!(mismatch.is_none(), "{name} output differs from the golden model");
     Ok(())
 }
 
@@ -541,15 +498,8 @@ fn describe(p: &GemmProblem) -> String {
 }
 
 fn describe_error(e: &ErrorStats, out: &GemmOutput) -> String {
-    let unit = if matches!(out, GemmOutput::I8(_)) {
-        " LSB"
-    } else {
-        ""
-    };
-    format!(
-        "max |err| {:.3}{unit}, rel. Frobenius {:.2e}, {} saturated",
-        e.max_abs, e.rel_fro, e.saturated
-    )
+    let unit = if matches!(out, GemmOutput::I8(_)) { " LSB" } else { "" };
+    format!("max |err| {:.3}{unit}, rel. Frobenius {:.2e}, {} saturated", e.max_abs, e.rel_fro, e.saturated)
 }
 
 fn print_stats(stats: &RunStats, clock_mhz: f64) {
@@ -557,10 +507,7 @@ fn print_stats(stats: &RunStats, clock_mhz: f64) {
     match stats.cycles {
         Some(c) => {
             println!("cycles       {}", c.cycles);
-            println!(
-                "utilization  {:.1} %",
-                100.0 * stats.utilization().unwrap_or(0.0)
-            );
+            println!("utilization  {:.1} %", 100.0 * stats.utilization().unwrap_or(0.0));
             if let Some(t) = stats.projected() {
                 println!("projected    {t:.3?} at {} MHz", c.clock_mhz);
             }
@@ -574,40 +521,22 @@ fn print_stats(stats: &RunStats, clock_mhz: f64) {
 fn demo(args: &DemoArgs) -> Result<()> {
     let s = args.size;
     let requant = Requant::from_scale(1.0 / 512.0).context("demo requantization scale")?;
-    let problem = GemmProblem {
-        bias: true,
-        relu: true,
-        requant: Some(requant),
-        ..GemmProblem::new(s, s, s)
-    };
+    let problem = GemmProblem { bias: true, relu: true, requant: Some(requant), ..GemmProblem::new(s, s, s) };
     let ops = random_operands(problem, 0);
     let golden = gemm(&problem, &ops.a, &ops.b, ops.bias.as_deref())?;
     let cfg = GemmConfig::default();
     let engine = demo_engine(args.sim.engine)?;
-    let mut devices: Vec<Box<dyn Device>> = vec![
-        Box::new(CpuDevice::new(CpuMode::Golden)),
-        Box::new(CpuDevice::new(CpuMode::Fast)),
-    ];
+    let mut devices: Vec<Box<dyn Device>> =
+        vec![Box::new(CpuDevice::new(CpuMode::Golden)), Box::new(CpuDevice::new(CpuMode::Fast))];
     match engine {
-        Some(engine) => devices.push(Box::new(sim_device(
-            cfg.clone(),
-            &args.sim,
-            engine,
-            0,
-            None,
-        )?)),
+        Some(engine) => devices.push(Box::new(sim_device(cfg.clone(), &args.sim, engine, 0, None)?)),
         None => println!("sim: skipped ({NO_VERILATOR})"),
     }
     match ferrite_host::backend::open_cuda() {
         Ok(dev) => devices.push(dev),
         Err(e) => println!("cuda: skipped ({e})"),
     }
-    println!(
-        "{} on the default {} unit at {} MHz",
-        describe(&problem),
-        cfg.kernel_name(),
-        cfg.clock_mhz
-    );
+    println!("{} on the default {} unit at {} MHz", describe(&problem), cfg.kernel_name(), cfg.clock_mhz);
     let mut table = demo_table();
     let mut all_exact = true;
     for mut dev in devices {
@@ -622,10 +551,7 @@ fn demo(args: &DemoArgs) -> Result<()> {
     }
     println!("{table}");
     let attention_exact = attention::demo(&args.sim, engine)?;
-    ensure!(
-        all_exact && attention_exact,
-        "a device disagrees with the golden model"
-    );
+    ensure!(all_exact && attention_exact, "a device disagrees with the golden model");
     Ok(())
 }
 
@@ -649,9 +575,7 @@ fn demo_row(name: String, stats: &RunStats, exact: bool) -> [String; 6] {
         name,
         format!("{:.3?}", stats.wall),
         stats.cycles.map_or_else(na, |c| c.cycles.to_string()),
-        stats
-            .utilization()
-            .map_or_else(na, |u| format!("{:.1} %", 100.0 * u)),
+        stats.utilization().map_or_else(na, |u| format!("{:.1} %", 100.0 * u)),
         stats.projected().map_or_else(na, |t| format!("{t:.3?}")),
         if exact { "yes" } else { "NO" }.to_string(),
     ]

@@ -73,13 +73,7 @@ pub struct BoardSpec {
 }
 
 impl Board {
-    pub const ALL: [Board; 5] = [
-        Board::U55c,
-        Board::U250,
-        Board::U280,
-        Board::PynqZ2,
-        Board::Zcu104,
-    ];
+    pub const ALL: [Board; 5] = [Board::U55c, Board::U250, Board::U280, Board::PynqZ2, Board::Zcu104];
 
     pub fn spec(self) -> BoardSpec {
         match self {
@@ -88,18 +82,9 @@ impl Board {
                 name: "Alveo U55C",
                 part: "xcu55c-fsvh2892-2L-e",
                 yosys_family: "xcup",
-                flow: Flow::Alveo {
-                    platform: "xilinx_u55c_gen3x16_xdma_3_202210_1",
-                    memory: "HBM[0:31]",
-                },
+                flow: Flow::Alveo { platform: "xilinx_u55c_gen3x16_xdma_3_202210_1", memory: "HBM[0:31]" },
                 default_clock_mhz: 300.0,
-                capacity: Capacity {
-                    lut: 1_303_680,
-                    ff: 2_607_360,
-                    dsp: 9_024,
-                    bram36: 2_016,
-                    uram: 960,
-                },
+                capacity: Capacity { lut: 1_303_680, ff: 2_607_360, dsp: 9_024, bram36: 2_016, uram: 960 },
                 capacity_source: "AMD DS978 (Alveo U55C data sheet), XCU55C device totals",
             },
             Board::U250 => BoardSpec {
@@ -107,18 +92,9 @@ impl Board {
                 name: "Alveo U250",
                 part: "xcu250-figd2104-2L-e",
                 yosys_family: "xcup",
-                flow: Flow::Alveo {
-                    platform: "xilinx_u250_gen3x16_xdma_4_1_202210_1",
-                    memory: "DDR[0]",
-                },
+                flow: Flow::Alveo { platform: "xilinx_u250_gen3x16_xdma_4_1_202210_1", memory: "DDR[0]" },
                 default_clock_mhz: 300.0,
-                capacity: Capacity {
-                    lut: 1_728_000,
-                    ff: 3_456_000,
-                    dsp: 12_288,
-                    bram36: 2_688,
-                    uram: 1_280,
-                },
+                capacity: Capacity { lut: 1_728_000, ff: 3_456_000, dsp: 12_288, bram36: 2_688, uram: 1_280 },
                 capacity_source: "AMD DS962 (Alveo U200/U250 data sheet), XCU250 device totals",
             },
             Board::U280 => BoardSpec {
@@ -126,18 +102,9 @@ impl Board {
                 name: "Alveo U280",
                 part: "xcu280-fsvh2892-2L-e",
                 yosys_family: "xcup",
-                flow: Flow::Alveo {
-                    platform: "xilinx_u280_gen3x16_xdma_1_202211_1",
-                    memory: "HBM[0:31]",
-                },
+                flow: Flow::Alveo { platform: "xilinx_u280_gen3x16_xdma_1_202211_1", memory: "HBM[0:31]" },
                 default_clock_mhz: 300.0,
-                capacity: Capacity {
-                    lut: 1_303_680,
-                    ff: 2_607_360,
-                    dsp: 9_024,
-                    bram36: 2_016,
-                    uram: 960,
-                },
+                capacity: Capacity { lut: 1_303_680, ff: 2_607_360, dsp: 9_024, bram36: 2_016, uram: 960 },
                 capacity_source: "AMD DS963 (Alveo U280 data sheet), XCU280 device totals",
             },
             Board::PynqZ2 => BoardSpec {
@@ -151,13 +118,7 @@ impl Board {
                     control_base: 0x4000_0000,
                 },
                 default_clock_mhz: 100.0,
-                capacity: Capacity {
-                    lut: 53_200,
-                    ff: 106_400,
-                    dsp: 220,
-                    bram36: 140,
-                    uram: 0,
-                },
+                capacity: Capacity { lut: 53_200, ff: 106_400, dsp: 220, bram36: 140, uram: 0 },
                 capacity_source: "AMD DS190 (Zynq-7000 SoC overview), XC7Z020",
             },
             Board::Zcu104 => BoardSpec {
@@ -171,13 +132,7 @@ impl Board {
                     control_base: 0xA000_0000,
                 },
                 default_clock_mhz: 200.0,
-                capacity: Capacity {
-                    lut: 230_400,
-                    ff: 460_800,
-                    dsp: 1_728,
-                    bram36: 312,
-                    uram: 96,
-                },
+                capacity: Capacity { lut: 230_400, ff: 460_800, dsp: 1_728, bram36: 312, uram: 96 },
                 capacity_source: "AMD DS891 (Zynq UltraScale+ MPSoC overview), XCZU7EV",
             },
         }
@@ -213,10 +168,7 @@ mod tests {
     fn ids_round_trip_through_serde_and_clap() {
         use clap::ValueEnum;
         for b in Board::ALL {
-            assert_eq!(
-                serde_json::to_string(&b).unwrap(),
-                format!("\"{}\"", b.id())
-            );
+            assert_eq!(serde_json::to_string(&b).unwrap(), format!("\"{}\"", b.id()));
             assert_eq!(Board::from_str(b.id(), false).unwrap(), b);
             assert_eq!(b.spec().board, b);
         }

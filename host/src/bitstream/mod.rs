@@ -79,13 +79,8 @@ pub struct BuildReport {
 impl BuildReport {
     /// Every check passed or was skipped, and no vendor tool that ran failed.
     pub fn success(&self) -> bool {
-        self.checks
-            .iter()
-            .all(|(_, o)| !matches!(o, Outcome::Fail(_)))
-            && self
-                .tools
-                .iter()
-                .all(|t| !matches!(t.outcome, ToolOutcome::Failed(_)))
+        self.checks.iter().all(|(_, o)| !matches!(o, Outcome::Fail(_)))
+            && self.tools.iter().all(|t| !matches!(t.outcome, ToolOutcome::Failed(_)))
     }
 }
 
@@ -108,17 +103,18 @@ impl fmt::Display for BuildReport {
             match &t.outcome {
                 ToolOutcome::Ran => writeln!(f, "  ran      {}", t.command)?,
                 ToolOutcome::Failed(why) => writeln!(f, "  FAILED   {}: {why}", t.command)?,
-                ToolOutcome::Missing => writeln!(
-                    f,
-                    "  missing  `{}` is not on PATH; would have run: {}",
-                    t.tool, t.command
-                )?,
+                ToolOutcome::Missing => {
+                    writeln!(f, "  missing  `{}` is not on PATH; would have run: {}", t.tool, t.command)?
+                }
                 ToolOutcome::NotRun(why) => writeln!(f, "  not run  {} ({why})", t.command)?,
             }
         }
         match &self.image {
             Some(img) => writeln!(f, "image:    {img}")?,
-            None => writeln!(f, "image:    none (vendor tools did not produce one; run `sh build.sh` where they are installed)")?,
+            None => writeln!(
+                f,
+                "image:    none (vendor tools did not produce one; run `sh build.sh` where they are installed)"
+            )?,
         }
         write!(f, "manifest: {}", self.manifest.display())
     }
@@ -132,8 +128,7 @@ pub fn on_path(tool: &str) -> bool {
             #[cfg(unix)]
             {
                 use std::os::unix::fs::PermissionsExt;
-                f.metadata()
-                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                f.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
             }
             #[cfg(not(unix))]
             {
@@ -148,11 +143,7 @@ fn vendor_steps(board: Board, kernel: &str) -> Vec<(&'static str, Vec<String>, S
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
     match board.spec().flow {
         Flow::Alveo { .. } => vec![
-            (
-                "vivado",
-                s(&["-mode", "batch", "-notrace", "-source", "package_xo.tcl"]),
-                format!("{kernel}.xo"),
-            ),
+            ("vivado", s(&["-mode", "batch", "-notrace", "-source", "package_xo.tcl"]), format!("{kernel}.xo")),
             (
                 "v++",
                 s(&[
@@ -168,11 +159,9 @@ fn vendor_steps(board: Board, kernel: &str) -> Vec<(&'static str, Vec<String>, S
                 format!("{kernel}.xclbin"),
             ),
         ],
-        Flow::Pynq { .. } => vec![(
-            "vivado",
-            s(&["-mode", "batch", "-notrace", "-source", "overlay.tcl"]),
-            "overlay.bit".into(),
-        )],
+        Flow::Pynq { .. } => {
+            vec![("vivado", s(&["-mode", "batch", "-notrace", "-source", "overlay.tcl"]), "overlay.bit".into())]
+        }
     }
 }
 
@@ -189,22 +178,11 @@ fn check_verilog(verilog: &str, map: &RegisterMap) -> Outcome {
         return Outcome::Fail(format!("no `module {}(` in the Verilog", map.kernel));
     }
     let ports = vitis::ports(map.memory_data_bits as usize);
-    let missing: Vec<_> = ports
-        .iter()
-        .filter(|p| !verilog.contains(&p.name))
-        .map(|p| p.name.as_str())
-        .collect();
+    let missing: Vec<_> = ports.iter().filter(|p| !verilog.contains(&p.name)).map(|p| p.name.as_str()).collect();
     if missing.is_empty() {
-        Outcome::Pass(format!(
-            "module {} with all {} Vitis ports",
-            map.kernel,
-            ports.len()
-        ))
+        Outcome::Pass(format!("module {} with all {} Vitis ports", map.kernel, ports.len()))
     } else {
-        Outcome::Fail(format!(
-            "ports missing from the Verilog: {}",
-            missing.join(", ")
-        ))
+        Outcome::Fail(format!("ports missing from the Verilog: {}", missing.join(", ")))
     }
 }
 
@@ -212,11 +190,7 @@ fn check_verilog(verilog: &str, map: &RegisterMap) -> Outcome {
 /// `Err` only for I/O and generation errors; check and tool failures are in the report.
 pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
     req.unit.validate()?;
-    anyhow::ensure!(
-        req.clock_mhz.is_finite() && req.clock_mhz > 0.0,
-        "clock {} MHz",
-        req.clock_mhz
-    );
+    anyhow::ensure!(req.clock_mhz.is_finite() && req.clock_mhz > 0.0, "clock {} MHz", req.clock_mhz);
     let spec = req.board.spec();
     let map = req.unit.register_map();
     let kernel = map.kernel.clone();
@@ -230,12 +204,7 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
     write(out, &format!("{kernel}.v"), &verilog, &mut files)?;
     let map_json = map.to_json();
     write(out, &format!("{kernel}.regmap.json"), &map_json, &mut files)?;
-    write(
-        out,
-        &format!("{kernel}.config.json"),
-        &serde_json::to_string_pretty(&req.unit)?,
-        &mut files,
-    )?;
+    write(out, &format!("{kernel}.config.json"), &serde_json::to_string_pretty(&req.unit)?, &mut files)?;
     checks.push(("Verilog ports".to_string(), check_verilog(&verilog, &map)));
     checks.push((
         "register map".to_string(),
@@ -264,12 +233,7 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
                     Err(e) => Outcome::Fail(e),
                 },
             ));
-            write(
-                out,
-                "package_xo.tcl",
-                &tcl::package_xo(&map, spec.part),
-                &mut files,
-            )?;
+            write(out, "package_xo.tcl", &tcl::package_xo(&map, spec.part), &mut files)?;
             tcl_files.push("package_xo.tcl");
             let link = tcl::link_config(&map, &spec, req.clock_mhz)
                 .ok_or_else(|| anyhow::anyhow!("no link config for {}", req.board))?;
@@ -291,21 +255,11 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
     };
     for name in tcl_files {
         let text = std::fs::read_to_string(out.join(name))?;
-        let missing: Vec<_> = map
-            .registers
-            .iter()
-            .filter(|r| !text.contains(&r.name))
-            .map(|r| r.name.as_str())
-            .collect();
+        let missing: Vec<_> =
+            map.registers.iter().filter(|r| !text.contains(&r.name)).map(|r| r.name.as_str()).collect();
         let consistency = match (name, missing.is_empty()) {
-            ("package_xo.tcl", false) => Some(Outcome::Fail(format!(
-                "registers missing: {}",
-                missing.join(", ")
-            ))),
-            ("package_xo.tcl", true) => Some(Outcome::Pass(format!(
-                "all {} registers declared",
-                map.registers.len()
-            ))),
+            ("package_xo.tcl", false) => Some(Outcome::Fail(format!("registers missing: {}", missing.join(", ")))),
+            ("package_xo.tcl", true) => Some(Outcome::Pass(format!("all {} registers declared", map.registers.len()))),
             _ => None,
         };
         if let Some(c) = consistency {
@@ -350,33 +304,14 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
         } else if blocked.is_none() {
             blocked = Some(format!("needs {product} from `{tool}`"));
         }
-        tools.push(ToolStep {
-            tool,
-            command,
-            outcome,
-        });
+        tools.push(ToolStep { tool, command, outcome });
     }
     if let (Some(o), Some(_)) = (&overlay, &image) {
         files.push(o.hwh.clone());
     }
-    let manifest = Manifest::new(
-        req.unit.clone(),
-        req.board,
-        req.clock_mhz,
-        image.clone(),
-        overlay,
-        out,
-        &files,
-    )?;
+    let manifest = Manifest::new(req.unit.clone(), req.board, req.clock_mhz, image.clone(), overlay, out, &files)?;
     let manifest_path = manifest.write(out)?;
-    Ok(BuildReport {
-        out: out.clone(),
-        files,
-        checks,
-        tools,
-        manifest: manifest_path,
-        image,
-    })
+    Ok(BuildReport { out: out.clone(), files, checks, tools, manifest: manifest_path, image })
 }
 
 /// Run one vendor tool in the build directory with its output in `<tool>.log`.
@@ -390,18 +325,11 @@ fn run_tool(dir: &Path, tool: &str, args: &[String], product: &str) -> ToolOutco
         Ok(f) => f,
         Err(e) => return ToolOutcome::Failed(format!("{}: {e}", log_path.display())),
     };
-    match Command::new(tool)
-        .args(args)
-        .current_dir(dir)
-        .stdout(log)
-        .stderr(err)
-        .status()
-    {
+    match Command::new(tool).args(args).current_dir(dir).stdout(log).stderr(err).status() {
         Ok(s) if s.success() && dir.join(product).is_file() => ToolOutcome::Ran,
-        Ok(s) if s.success() => ToolOutcome::Failed(format!(
-            "exited 0 without writing {product}; log: {}",
-            log_path.display()
-        )),
+        Ok(s) if s.success() => {
+            ToolOutcome::Failed(format!("exited 0 without writing {product}; log: {}", log_path.display()))
+        }
         Ok(s) => ToolOutcome::Failed(format!("{s}; log: {}", log_path.display())),
         Err(e) => ToolOutcome::Failed(format!("starting {tool}: {e}")),
     }

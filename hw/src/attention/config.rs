@@ -77,7 +77,13 @@ impl AttentionConfig {
         map.push("Q", 64, ReadWrite, Buffer, "int8 Q, [batch·heads][seq_q][d], head pitch Q_STRIDE bytes")
             .push("K", 64, ReadWrite, Buffer, "int8 K, [batch·heads][seq_kv][d], head pitch KV_STRIDE bytes")
             .push("V", 64, ReadWrite, Buffer, "int8 V, same layout as K")
-            .push("O", 64, ReadWrite, Buffer, "output, [batch·heads][seq_q][d] int32 Q16 (or int8 with FLAGS.int8), head pitch O_STRIDE")
+            .push(
+                "O",
+                64,
+                ReadWrite,
+                Buffer,
+                "output, [batch·heads][seq_q][d] int32 Q16 (or int8 with FLAGS.int8), head pitch O_STRIDE",
+            )
             .push("KVLEN", 64, ReadWrite, Buffer, "int32 valid keys per batch entry (read when FLAGS.kvlen)")
             .push("HEADS", 32, ReadWrite, Scalar, "batch·heads (≥ 1)")
             .push("HPB", 32, ReadWrite, Scalar, "heads per batch entry (≥ 1)")
@@ -125,7 +131,8 @@ impl AttentionParams {
     /// From per-tensor scales (`x_real = x_int8 · scale`); `out_scale` selects int8 output.
     pub fn from_scales(d: usize, q: f64, k: f64, v: f64, out_scale: Option<f64>) -> Result<Self, HwError> {
         let t = q * k / (d as f64).sqrt() * std::f64::consts::LOG2_E * (1u32 << EXP2_FRAC_BITS) as f64;
-        let score = Requant::from_scale(t).ok_or_else(|| HwError::Problem(format!("score scale {t} not representable")))?;
+        let score =
+            Requant::from_scale(t).ok_or_else(|| HwError::Problem(format!("score scale {t} not representable")))?;
         let out = match out_scale {
             None => None,
             // Q16 average (in V units) · v / out_scale.
@@ -184,10 +191,14 @@ impl AttentionProblem {
     pub fn validate_for(&self, cfg: &AttentionConfig) -> Result<(), HwError> {
         self.validate()?;
         if self.dim != cfg.head_dim {
-            return Err(HwError::Problem(format!("dim = {} but this unit is built for head_dim = {}", self.dim, cfg.head_dim)));
+            return Err(HwError::Problem(format!(
+                "dim = {} but this unit is built for head_dim = {}",
+                self.dim, cfg.head_dim
+            )));
         }
         // |s| ≤ d·2^14; t must stay inside the unit's 40-bit log2-domain register.
-        let t_max = (self.dim as f64) * 16384.0 * self.params.score.multiplier as f64 / 2f64.powi(self.params.score.shift as i32);
+        let t_max = (self.dim as f64) * 16384.0 * self.params.score.multiplier as f64
+            / 2f64.powi(self.params.score.shift as i32);
         if t_max >= 2f64.powi(38) {
             return Err(HwError::Problem(format!("score multiplier too large: |t| could reach {t_max:.3e} ≥ 2^38")));
         }
@@ -240,11 +251,8 @@ impl AttentionLayout {
     pub fn new(p: &AttentionProblem, align: u64) -> Self {
         let pitch = |bytes: u64| bytes.div_ceil(align) * align;
         let elem = if p.params.out.is_some() { 1 } else { 4 };
-        let (q, kv, o) = (
-            pitch((p.seq_q * p.dim) as u64),
-            pitch((p.seq_kv * p.dim) as u64),
-            pitch((p.seq_q * p.dim * elem) as u64),
-        );
+        let (q, kv, o) =
+            (pitch((p.seq_q * p.dim) as u64), pitch((p.seq_kv * p.dim) as u64), pitch((p.seq_q * p.dim * elem) as u64));
         let heads = p.heads_total() as u64;
         Self {
             q_stride: q,

@@ -123,8 +123,7 @@ pub fn attention_f64(p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> Resu
     check_operands(p, q, k, v)?;
     let d = p.dim;
     // score multiplier maps to log2 units · 2^F; undo both to get natural-log units.
-    let c = p.params.score.multiplier as f64 / 2f64.powi(p.params.score.shift as i32)
-        / (1u32 << EXP2_FRAC_BITS) as f64
+    let c = p.params.score.multiplier as f64 / 2f64.powi(p.params.score.shift as i32) / (1u32 << EXP2_FRAC_BITS) as f64
         * std::f64::consts::LN_2;
     let mut out = Vec::with_capacity(p.heads_total() * p.seq_q * d);
     for h in 0..p.heads_total() {
@@ -132,9 +131,8 @@ pub fn attention_f64(p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> Resu
         let (qh, kh, vh) = (&q[h * p.seq_q * d..], &k[h * p.seq_kv * d..], &v[h * p.seq_kv * d..]);
         for i in 0..p.seq_q {
             let n = keys_for(p, b, i);
-            let s: Vec<f64> = (0..n)
-                .map(|j| (0..d).map(|x| qh[i * d + x] as f64 * kh[j * d + x] as f64).sum::<f64>() * c)
-                .collect();
+            let s: Vec<f64> =
+                (0..n).map(|j| (0..d).map(|x| qh[i * d + x] as f64 * kh[j * d + x] as f64).sum::<f64>() * c).collect();
             let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let w: Vec<f64> = s.iter().map(|&x| (x - mx).exp()).collect();
             let sum: f64 = w.iter().sum();
@@ -207,7 +205,10 @@ mod tests {
             let v = gaussian(&mut rng, n * d, 32.0);
             let out = attention(&p, &q, &k, &v).unwrap();
             let err = rel_fro_error(&out, &attention_f64(&p, &q, &k, &v).unwrap());
-            println!("attention golden vs float64: d={d} N={n} causal={causal}: relative Frobenius error {:.4}%", 100.0 * err);
+            println!(
+                "attention golden vs float64: d={d} N={n} causal={causal}: relative Frobenius error {:.4}%",
+                100.0 * err
+            );
             assert!(err <= 0.01, "d={d} N={n}: {err}");
         }
     }

@@ -421,12 +421,84 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, ap_clk, q_base, k_base, v_base, o_base, kl_base, heads, hpb, seq_q, seq_kv, q_stride, kv_stride,
-            o_stride, causal, use_kvlen, out8, smult, sshift, omult, oshift, phase, status_err, cycles, h, hb, b,
-            qh, kh, vh, oh, nkv, q0, lv, nk, qrow_base, q_total, qb, ar_valid, ar_addr, ar_len, rd_addr, rd_rem,
-            kv_off, kv_rem, kv_turn, kv_last_len, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first,
-            st_j, k_row, v0, v1, v2, v3, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb, aw_done, w_done,
-            wr_issued, wr_acked
+            self,
+            ap_clk,
+            q_base,
+            k_base,
+            v_base,
+            o_base,
+            kl_base,
+            heads,
+            hpb,
+            seq_q,
+            seq_kv,
+            q_stride,
+            kv_stride,
+            o_stride,
+            causal,
+            use_kvlen,
+            out8,
+            smult,
+            sshift,
+            omult,
+            oshift,
+            phase,
+            status_err,
+            cycles,
+            h,
+            hb,
+            b,
+            qh,
+            kh,
+            vh,
+            oh,
+            nkv,
+            q0,
+            lv,
+            nk,
+            qrow_base,
+            q_total,
+            qb,
+            ar_valid,
+            ar_addr,
+            ar_len,
+            rd_addr,
+            rd_rem,
+            kv_off,
+            kv_rem,
+            kv_turn,
+            kv_last_len,
+            k_inflight,
+            v_inflight,
+            recv_v,
+            j,
+            rib,
+            st_valid,
+            st_first,
+            st_j,
+            k_row,
+            v0,
+            v1,
+            v2,
+            v3,
+            last_pipe,
+            fin,
+            p_q0,
+            p_lv,
+            p_oh,
+            f_q0,
+            f_lv,
+            f_oh,
+            fx,
+            wi,
+            wb,
+            w_addr,
+            w_beat,
+            w_strb,
+            aw_done,
+            w_done,
+            wr_issued,
+            wr_acked
         );
         // ---------------- Control slave ----------------
         self.done_pulse.next = self.phase.q.val() == Phase::Done;
@@ -502,10 +574,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lv_next.next = self.seq_q.q.val() - self.q0.q.val();
         }
         self.qs.next = self.q0.q.val() << self.c_logd.val();
-        self.q_rx.next = self.m_axi_gmem_rvalid.val()
-            & ((self.phase.q.val() == Phase::QReq) | (self.phase.q.val() == Phase::QWait));
-        self.kv_rx.next = self.m_axi_gmem_rvalid.val()
-            & (self.phase.q.val() == Phase::Stream);
+        self.q_rx.next =
+            self.m_axi_gmem_rvalid.val() & ((self.phase.q.val() == Phase::QReq) | (self.phase.q.val() == Phase::QWait));
+        self.kv_rx.next = self.m_axi_gmem_rvalid.val() & (self.phase.q.val() == Phase::Stream);
         // K/V bursts: the same length for K and V, never crossing a page in either.
         self.k_addr.next = self.kh.q.val() + self.kv_off.q.val();
         self.v_addr.next = self.vh.q.val() + self.kv_off.q.val();
@@ -765,7 +836,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
         }
 
-
         // ---------------- Finalizer: divide, serialize, write the block's rows ----------------
         match self.fin.q.val() {
             Fin::Idle => {
@@ -877,7 +947,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.v1.d.next = self.v0.q.val();
         self.v2.d.next = self.v1.q.val();
         self.v3.d.next = self.v2.q.val();
-        self.last_pipe.d.next = (self.last_pipe.q.val() << 1) | bit_cast::<5, 1>((self.go.val() & self.is_last.val()).into());
+        self.last_pipe.d.next =
+            (self.last_pipe.q.val() << 1) | bit_cast::<5, 1>((self.go.val() & self.is_last.val()).into());
 
         // ---------------- Lanes ----------------
         for i in 0..self._lanes {
@@ -901,12 +972,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].sel.next = self.fx.q.val().get_bits::<8>(0);
             self.lanes[i].omult.next = self.omult.q.val();
             self.lanes[i].oshift.next = self.oshift.q.val();
-            self.lanes[i].sh32.next = (self.fin.q.val() == Fin::Ser)
-                & (self.fx.q.val() >= 1)
-                & (self.fx.q.val() <= self.c_half.val());
-            self.lanes[i].sh8.next = (self.fin.q.val() == Fin::Ser)
-                & (self.fx.q.val() >= 3)
-                & (self.fx.q.val() <= self.c_half.val() + 2);
+            self.lanes[i].sh32.next =
+                (self.fin.q.val() == Fin::Ser) & (self.fx.q.val() >= 1) & (self.fx.q.val() <= self.c_half.val());
+            self.lanes[i].sh8.next =
+                (self.fin.q.val() == Fin::Ser) & (self.fx.q.val() >= 3) & (self.fx.q.val() <= self.c_half.val() + 2);
             self.lanes[i].out_sel.next = self.wi.q.val().index() == i;
         }
 

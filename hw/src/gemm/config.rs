@@ -74,11 +74,23 @@ impl GemmConfig {
                 self.port_bytes()
             ));
         }
-        if self.k_max == 0 || self.k_max % self.port_bytes() != 0 || !(self.k_max / self.port_bytes()).is_power_of_two() {
-            return bad(format!("k_max = {} must be a power-of-two multiple of the {}-byte beat", self.k_max, self.port_bytes()));
+        if self.k_max == 0 || self.k_max % self.port_bytes() != 0 || !(self.k_max / self.port_bytes()).is_power_of_two()
+        {
+            return bad(format!(
+                "k_max = {} must be a power-of-two multiple of the {}-byte beat",
+                self.k_max,
+                self.port_bytes()
+            ));
         }
-        if self.n_max == 0 || (self.n_max * 4) % self.port_bytes() != 0 || !(self.n_max * 4 / self.port_bytes()).is_power_of_two() {
-            return bad(format!("n_max = {}: n_max·4 must be a power-of-two multiple of the {}-byte beat", self.n_max, self.port_bytes()));
+        if self.n_max == 0
+            || (self.n_max * 4) % self.port_bytes() != 0
+            || !(self.n_max * 4 / self.port_bytes()).is_power_of_two()
+        {
+            return bad(format!(
+                "n_max = {}: n_max·4 must be a power-of-two multiple of the {}-byte beat",
+                self.n_max,
+                self.port_bytes()
+            ));
         }
         if !(4..=256).contains(&self.read_fifo_depth) || !self.read_fifo_depth.is_power_of_two() {
             return bad(format!("read_fifo_depth = {} (supported: powers of two in 4..=256)", self.read_fifo_depth));
@@ -107,7 +119,13 @@ impl GemmConfig {
         map.push("A", 64, ReadWrite, Buffer, "int8 A, M×K row-major, row pitch LDA bytes")
             .push("B", 64, ReadWrite, Buffer, "int8 B, K×N row-major, row pitch LDB bytes")
             .push("BIAS", 64, ReadWrite, Buffer, "int32 bias, N entries (read when FLAGS.bias)")
-            .push("C", 64, ReadWrite, Buffer, "output C, M×N row-major (int32, or int8 when FLAGS.requant), row pitch LDC bytes")
+            .push(
+                "C",
+                64,
+                ReadWrite,
+                Buffer,
+                "output C, M×N row-major (int32, or int8 when FLAGS.requant), row pitch LDC bytes",
+            )
             .push("M", 32, ReadWrite, Scalar, "rows of A and C (≥ 1)")
             .push("N", 32, ReadWrite, Scalar, "columns of B and C (≥ 1)")
             .push("K", 32, ReadWrite, Scalar, "columns of A, rows of B (1..=k_max)")
@@ -119,7 +137,13 @@ impl GemmConfig {
             .push("QSHIFT", 32, ReadWrite, Scalar, "requantization right shift (0..=62)")
             .push("CYCLES", 64, ReadOnly, Status, "clock cycles from ap_start to ap_done of the last run")
             .push("HWINFO", 32, ReadOnly, Status, "rows | cols<<8 | log2(port_bits)<<16 | unit id<<24")
-            .push("STATUS", 32, ReadOnly, Status, "bit0: the last run was refused (bad arguments) or saw an AXI error response");
+            .push(
+                "STATUS",
+                32,
+                ReadOnly,
+                Status,
+                "bit0: the last run was refused (bad arguments) or saw an AXI error response",
+            );
         map
     }
 }
@@ -144,7 +168,10 @@ impl GemmProblem {
     /// Shape checks that hold for every backend.
     pub fn validate(&self) -> Result<(), HwError> {
         if self.m == 0 || self.n == 0 || self.k == 0 {
-            return Err(HwError::Problem(format!("M, N, K must be ≥ 1 (got M={}, N={}, K={})", self.m, self.n, self.k)));
+            return Err(HwError::Problem(format!(
+                "M, N, K must be ≥ 1 (got M={}, N={}, K={})",
+                self.m, self.n, self.k
+            )));
         }
         if let Some(rq) = self.requant {
             if rq.shift > MAX_REQUANT_SHIFT {
@@ -158,22 +185,32 @@ impl GemmProblem {
     pub fn validate_for(&self, cfg: &GemmConfig) -> Result<(), HwError> {
         self.validate()?;
         if self.k > cfg.k_max {
-            return Err(HwError::Problem(format!("K = {} exceeds this unit's k_max = {} (A-panel buffer)", self.k, cfg.k_max)));
+            return Err(HwError::Problem(format!(
+                "K = {} exceeds this unit's k_max = {} (A-panel buffer)",
+                self.k, cfg.k_max
+            )));
         }
         if self.bias && self.n > cfg.n_max {
-            return Err(HwError::Problem(format!("N = {} exceeds this unit's n_max = {} (bias buffer)", self.n, cfg.n_max)));
+            return Err(HwError::Problem(format!(
+                "N = {} exceeds this unit's n_max = {} (bias buffer)",
+                self.n, cfg.n_max
+            )));
         }
         let layout = GemmLayout::new(cfg, self);
         for (name, bytes) in [("A", layout.a_bytes), ("B", layout.b_bytes), ("C", layout.c_bytes)] {
             if bytes > u32::MAX as u64 {
-                return Err(HwError::Problem(format!("{name} needs {bytes} bytes, over the unit's 32-bit pitch/offset range")));
+                return Err(HwError::Problem(format!(
+                    "{name} needs {bytes} bytes, over the unit's 32-bit pitch/offset range"
+                )));
             }
         }
         Ok(())
     }
 
     pub fn flags(&self) -> u32 {
-        (if self.bias { FLAG_BIAS } else { 0 }) | (if self.relu { FLAG_RELU } else { 0 }) | (if self.requant.is_some() { FLAG_REQUANT } else { 0 })
+        (if self.bias { FLAG_BIAS } else { 0 })
+            | (if self.relu { FLAG_RELU } else { 0 })
+            | (if self.requant.is_some() { FLAG_REQUANT } else { 0 })
     }
 
     /// Bytes per output element.

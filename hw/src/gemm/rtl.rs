@@ -378,11 +378,63 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, ap_clk, a_base, b_base, bias_base, c_base, m, n, k, lda, ldb, ldc, use_bias, relu, requant, qmult,
-            qshift, beats_per_row, phase, status_err, cycles, i0, rows_valid, row_addr, rd_addr, rd_rem, rd_row,
-            ar_valid, ar_addr, ar_len, bj0, bk, baddr, b_inflight, recv_cnt, recv_row, fk, fj0, feed_done,
-            since_last, promised, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data, w_i, w_j0, w_addr, w_cols,
-            w_beat, w_strb, aw_done, w_done, wr_issued, wr_acked
+            self,
+            ap_clk,
+            a_base,
+            b_base,
+            bias_base,
+            c_base,
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            ldc,
+            use_bias,
+            relu,
+            requant,
+            qmult,
+            qshift,
+            beats_per_row,
+            phase,
+            status_err,
+            cycles,
+            i0,
+            rows_valid,
+            row_addr,
+            rd_addr,
+            rd_rem,
+            rd_row,
+            ar_valid,
+            ar_addr,
+            ar_len,
+            bj0,
+            bk,
+            baddr,
+            b_inflight,
+            recv_cnt,
+            recv_row,
+            fk,
+            fj0,
+            feed_done,
+            since_last,
+            promised,
+            s1_valid,
+            s1_last,
+            s1_sel,
+            s1_b,
+            wstate,
+            w_data,
+            w_i,
+            w_j0,
+            w_addr,
+            w_cols,
+            w_beat,
+            w_strb,
+            aw_done,
+            w_done,
+            wr_issued,
+            wr_acked
         );
         // ---------------- Control slave ----------------
         self.done_pulse.next = self.phase.q.val() == Phase::Done;
@@ -426,8 +478,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.ar_valid.d.next = false;
         }
         // Beats to the next 4 KiB page: AXI bursts must not cross one.
-        self.to_page.next = (bits::<16>(4096) - bit_cast::<16, 12>(self.rd_addr.q.val().get_bits::<12>(0)))
-            >> self.c_logp.val();
+        self.to_page.next =
+            (bits::<16>(4096) - bit_cast::<16, 12>(self.rd_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val();
         self.burst.next = self.rd_rem.q.val();
         if self.to_page.val() < self.rd_rem.q.val() {
             self.burst.next = self.to_page.val();
@@ -527,7 +579,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                         self.ar_valid.d.next = true;
                         self.ar_addr.d.next = self.rd_addr.q.val();
                         self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
-                        self.rd_addr.d.next = self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
+                        self.rd_addr.d.next =
+                            self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
                         self.rd_rem.d.next = self.rd_rem.q.val() - self.burst.val();
                     } else {
                         self.phase.d.next = Phase::BiasWait;
@@ -779,7 +832,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.row_mul.b.next = self.ldc.q.val();
         self.ofifo.pop.next = false;
         self.ometa.pop.next = false;
-        self.bias_ram.raddr.next = bit_cast::<16, 32>((self.ometa.dout.val().get_bits::<32>(32) << 2) >> self.c_logp.val());
+        self.bias_ram.raddr.next =
+            bit_cast::<16, 32>((self.ometa.dout.val().get_bits::<32>(32) << 2) >> self.c_logp.val());
         self.bias_row.next = self.bias_ram.rdata.val()
             >> (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_pmask.val())) << 3);
         self.w_col_cnt.next = self.c_cols.val();

@@ -28,10 +28,7 @@ fn bad(msg: String) -> DeviceError {
 
 fn need_len<T>(name: &str, s: &CudaSlice<T>, want: usize) -> Result<(), DeviceError> {
     if s.len() < want {
-        return Err(bad(format!(
-            "{name} has {} elements, needs {want}",
-            s.len()
-        )));
+        return Err(bad(format!("{name} has {} elements, needs {want}", s.len())));
     }
     Ok(())
 }
@@ -49,13 +46,7 @@ pub fn gemm_bf16(
     c: &mut CudaSlice<u16>,
     (m, n, k): (usize, usize, usize),
 ) -> Result<(), DeviceError> {
-    if m == 0
-        || n == 0
-        || k == 0
-        || m % GEMM_TILE_MN != 0
-        || n % GEMM_TILE_MN != 0
-        || k % GEMM_TILE_K != 0
-    {
+    if m == 0 || n == 0 || k == 0 || m % GEMM_TILE_MN != 0 || n % GEMM_TILE_MN != 0 || k % GEMM_TILE_K != 0 {
         return Err(bad(format!(
             "bf16 GEMM {m}×{n}×{k}: M and N must be positive multiples of {GEMM_TILE_MN}, K of {GEMM_TILE_K}"
         )));
@@ -69,11 +60,7 @@ pub fn gemm_bf16(
     let f = gpu.function(GEMM_BF16, "ferrite_gemm_bf16_mma")?;
     gpu.set_dynamic_smem(&f, GEMM_SMEM)?;
     let tiles = (m / GEMM_TILE_MN) * (n / GEMM_TILE_MN);
-    let cfg = LaunchConfig {
-        grid_dim: (tiles as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: GEMM_SMEM,
-    };
+    let cfg = LaunchConfig { grid_dim: (tiles as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: GEMM_SMEM };
     let (mi, ni, ki) = (m as i32, n as i32, k as i32);
     let mut l = gpu.stream.launch_builder(&f);
     l.arg(a).arg(b).arg(c).arg(&mi).arg(&ni).arg(&ki);
@@ -101,21 +88,13 @@ pub fn flash_attention(
     let func = match d {
         64 => "ferrite_flash_fwd_d64",
         128 => "ferrite_flash_fwd_d128",
-        _ => {
-            return Err(bad(format!(
-                "flash attention: d = {d} (supported: 64, 128)"
-            )))
-        }
+        _ => return Err(bad(format!("flash attention: d = {d} (supported: 64, 128)"))),
     };
     if n == 0 || !n.is_multiple_of(ATTN_BLOCK_Q) || n > i32::MAX as usize {
-        return Err(bad(format!(
-            "flash attention: N = {n} must be a positive multiple of {ATTN_BLOCK_Q}"
-        )));
+        return Err(bad(format!("flash attention: N = {n} must be a positive multiple of {ATTN_BLOCK_Q}")));
     }
     if heads_total == 0 || heads_total > 65_535 {
-        return Err(bad(format!(
-            "flash attention: batch·heads = {heads_total} (supported: 1..=65535)"
-        )));
+        return Err(bad(format!("flash attention: batch·heads = {heads_total} (supported: 1..=65535)")));
     }
     let len = heads_total * n * d;
     for (name, s) in [("Q", q), ("K", k), ("V", v)] {
@@ -134,13 +113,7 @@ pub fn flash_attention(
     let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
     let (ni, ci) = (n as i32, i32::from(causal));
     let mut l = gpu.stream.launch_builder(&f);
-    l.arg(q)
-        .arg(k)
-        .arg(v)
-        .arg(o)
-        .arg(&ni)
-        .arg(&scale_log2)
-        .arg(&ci);
+    l.arg(q).arg(k).arg(v).arg(o).arg(&ni).arg(&scale_log2).arg(&ci);
     // SAFETY: argument order and types match the kernel; lengths checked above.
     unsafe { l.launch(cfg) }.map_err(driver("launching flash attention"))?;
     Ok(())
@@ -174,19 +147,11 @@ pub fn moe_gate(
     need_len("indices", indices, t * k)?;
     let f = gpu.function(MOE_GATE, func)?;
     let threads = (t * lanes) as u64;
-    let cfg = LaunchConfig {
-        grid_dim: (threads.div_ceil(256) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg =
+        LaunchConfig { grid_dim: (threads.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let (ti, ei, ki) = (t as i32, e as i32, k as i32);
     let mut l = gpu.stream.launch_builder(&f);
-    l.arg(logits)
-        .arg(weights)
-        .arg(indices)
-        .arg(&ti)
-        .arg(&ei)
-        .arg(&ki);
+    l.arg(logits).arg(weights).arg(indices).arg(&ti).arg(&ei).arg(&ki);
     // SAFETY: argument order and types match the kernel; lengths checked above.
     unsafe { l.launch(cfg) }.map_err(driver("launching the MoE gate"))?;
     Ok(())

@@ -10,8 +10,8 @@ pub mod float;
 pub mod runtime;
 
 use crate::device::{
-    check_gemm_buffers, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch,
-    Layout, Problem, RunStats,
+    check_gemm_buffers, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch, Layout, Problem,
+    RunStats,
 };
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use ferrite_hw::attention::model::check_operands as check_attention;
@@ -49,11 +49,7 @@ impl CudaDevice {
     /// Open GPU `ordinal`. Without a driver, NVRTC or GPU this is an error
     /// ([`DeviceError::MissingTool`]), never a panic.
     pub fn new(ordinal: usize) -> Result<Self, DeviceError> {
-        Ok(Self {
-            gpu: Gpu::open(ordinal)?,
-            buffers: HashMap::new(),
-            next_id: 1,
-        })
+        Ok(Self { gpu: Gpu::open(ordinal)?, buffers: HashMap::new(), next_id: 1 })
     }
 
     /// The opened GPU (for the float kernels and the benchmark).
@@ -62,9 +58,7 @@ impl CudaDevice {
     }
 
     fn slice(&self, buf: Buffer) -> Result<&CudaSlice<u8>, DeviceError> {
-        self.buffers
-            .get(&buf.id())
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))
+        self.buffers.get(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))
     }
 
     fn run_gemm(&mut self, g: &GemmArgs) -> Result<(), DeviceError> {
@@ -90,11 +84,7 @@ impl CudaDevice {
         let flags = p.flags();
         let (qmult, qshift) = p.requant.map_or((0, 0), |rq| (rq.multiplier, rq.shift));
         let cfg = LaunchConfig {
-            grid_dim: (
-                p.n.div_ceil(GEMM_TILE) as u32,
-                p.m.div_ceil(GEMM_TILE) as u32,
-                1,
-            ),
+            grid_dim: (p.n.div_ceil(GEMM_TILE) as u32, p.m.div_ceil(GEMM_TILE) as u32, 1),
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -132,10 +122,7 @@ impl CudaDevice {
         if p.dim > 128 {
             return Err(DeviceError::TooBig {
                 device: self.gpu.name.clone(),
-                reason: format!(
-                    "dim = {} (the attention twin holds at most 128 per warp)",
-                    p.dim
-                ),
+                reason: format!("dim = {} (the attention twin holds at most 128 per warp)", p.dim),
             });
         }
         let rows = p.heads_total() * p.seq_q;
@@ -151,22 +138,16 @@ impl CudaDevice {
         let s = &self.gpu.stream;
         let up = |x: &[i8]| {
             let bytes: Vec<u8> = x.iter().map(|&v| v as u8).collect();
-            s.clone_htod(&bytes)
-                .map_err(driver("uploading attention operands"))
+            s.clone_htod(&bytes).map_err(driver("uploading attention operands"))
         };
         let (dq, dk, dv) = (up(q)?, up(k)?, up(v)?);
-        let lut = s
-            .clone_htod(&exp2_lut())
-            .map_err(driver("uploading the exp2 LUT"))?;
+        let lut = s.clone_htod(&exp2_lut()).map_err(driver("uploading the exp2 LUT"))?;
         let kv: Vec<i32> = (0..p.batch).map(|b| p.keys(b) as i32).collect();
         let dkv = s.clone_htod(&kv).map_err(driver("uploading kv_len"))?;
         let out_bytes = rows * p.dim * if p.params.out.is_some() { 1 } else { 4 };
-        let mut out = s
-            .clone_htod(&vec![crate::ops::POISON; out_bytes])
-            .map_err(driver("allocating the attention output"))?;
-        let func = self
-            .gpu
-            .function(ATTENTION_FIXED, "ferrite_attention_fixed")?;
+        let mut out =
+            s.clone_htod(&vec![crate::ops::POISON; out_bytes]).map_err(driver("allocating the attention output"))?;
+        let func = self.gpu.function(ATTENTION_FIXED, "ferrite_attention_fixed")?;
         let (heads, heads_total) = (p.heads as i32, p.heads_total() as i32);
         let (seq_q, seq_kv, dim) = (p.seq_q as i32, p.seq_kv as i32, p.dim as i32);
         let causal = i32::from(p.causal);
@@ -203,17 +184,12 @@ impl CudaDevice {
         unsafe { launch.launch(cfg) }.map_err(driver("launching ferrite_attention_fixed"))?;
         self.gpu.sync()?;
         let elapsed = start.elapsed();
-        let bytes = s
-            .clone_dtoh(&out)
-            .map_err(driver("downloading the attention output"))?;
+        let bytes = s.clone_dtoh(&out).map_err(driver("downloading the attention output"))?;
         let out = if p.params.out.is_some() {
             AttentionOutput::I8(bytes.into_iter().map(|b| b as i8).collect())
         } else {
             AttentionOutput::Fixed(
-                bytes
-                    .chunks_exact(4)
-                    .map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-                    .collect(),
+                bytes.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect(),
             )
         };
         Ok((out, elapsed))
@@ -223,23 +199,12 @@ impl CudaDevice {
 /// Problem sizes the int8 GEMM kernel indexes: 32-bit shapes, grid limits.
 fn check_limits(p: &GemmProblem) -> Result<(), DeviceError> {
     p.validate()?;
-    let too_big = |reason: String| {
-        Err(DeviceError::TooBig {
-            device: "cuda".into(),
-            reason,
-        })
-    };
+    let too_big = |reason: String| Err(DeviceError::TooBig { device: "cuda".into(), reason });
     if [p.m, p.n, p.k].iter().any(|&x| i32::try_from(x).is_err()) {
-        return too_big(format!(
-            "M, N, K must fit in int32 (got {}×{}×{})",
-            p.m, p.n, p.k
-        ));
+        return too_big(format!("M, N, K must fit in int32 (got {}×{}×{})", p.m, p.n, p.k));
     }
     if p.m.div_ceil(GEMM_TILE) > 65_535 {
-        return too_big(format!(
-            "M = {} exceeds 65535 row tiles of {GEMM_TILE}",
-            p.m
-        ));
+        return too_big(format!("M = {} exceeds 65535 row tiles of {GEMM_TILE}", p.m));
     }
     Ok(())
 }
@@ -249,15 +214,7 @@ pub fn cuda_layout(p: &GemmProblem) -> GemmLayout {
     let pitch = |bytes: u64| bytes.div_ceil(PITCH_ALIGN) * PITCH_ALIGN;
     let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
     let (lda, ldb, ldc) = (pitch(k), pitch(n), pitch(n * p.out_elem_bytes() as u64));
-    GemmLayout {
-        lda,
-        ldb,
-        ldc,
-        a_bytes: lda * m,
-        b_bytes: ldb * k,
-        bias_bytes: 4 * n,
-        c_bytes: ldc * m,
-    }
+    GemmLayout { lda, ldb, ldc, a_bytes: lda * m, b_bytes: ldb * k, bias_bytes: 4 * n, c_bytes: ldc * m }
 }
 
 impl Device for CudaDevice {
@@ -280,28 +237,14 @@ impl Device for CudaDevice {
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
-        let len = usize::try_from(bytes).map_err(|_| DeviceError::OutOfMemory {
-            requested: bytes,
-            available: 0,
-        })?;
-        let (free, _) = self
-            .gpu
-            .ctx
-            .mem_get_info()
-            .map_err(driver("reading free memory"))?;
+        let len = usize::try_from(bytes).map_err(|_| DeviceError::OutOfMemory { requested: bytes, available: 0 })?;
+        let (free, _) = self.gpu.ctx.mem_get_info().map_err(driver("reading free memory"))?;
         if len > free {
-            return Err(DeviceError::OutOfMemory {
-                requested: bytes,
-                available: free as u64,
-            });
+            return Err(DeviceError::OutOfMemory { requested: bytes, available: free as u64 });
         }
         // A zero-byte request still gets a real allocation, so every handle is
         // backed by one; its Buffer says 0 bytes and bounds checks use that.
-        let slice = self
-            .gpu
-            .stream
-            .alloc_zeros::<u8>(len.max(1))
-            .map_err(driver("allocating device memory"))?;
+        let slice = self.gpu.stream.alloc_zeros::<u8>(len.max(1)).map_err(driver("allocating device memory"))?;
         let id = self.next_id;
         self.next_id += 1;
         self.buffers.insert(id, slice);
@@ -311,17 +254,12 @@ impl Device for CudaDevice {
     fn upload(&mut self, buf: Buffer, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
         let range = span(buf, offset, data.len())?;
         let stream = self.gpu.stream.clone();
-        let slice = self
-            .buffers
-            .get_mut(&buf.id())
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))?;
+        let slice = self.buffers.get_mut(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
         if data.is_empty() {
             return Ok(());
         }
         let mut view = slice.slice_mut(range);
-        stream
-            .memcpy_htod(data, &mut view)
-            .map_err(driver("uploading"))?;
+        stream.memcpy_htod(data, &mut view).map_err(driver("uploading"))?;
         self.gpu.sync()
     }
 
@@ -331,45 +269,29 @@ impl Device for CudaDevice {
         if out.is_empty() {
             return Ok(());
         }
-        self.gpu
-            .stream
-            .memcpy_dtoh(&slice.slice(range), out)
-            .map_err(driver("downloading"))?;
+        self.gpu.stream.memcpy_dtoh(&slice.slice(range), out).map_err(driver("downloading"))?;
         self.gpu.sync()
     }
 
     fn free(&mut self, buf: Buffer) -> Result<(), DeviceError> {
-        self.buffers
-            .remove(&buf.id())
-            .map(drop)
-            .ok_or(DeviceError::UnknownBuffer(buf.id()))
+        self.buffers.remove(&buf.id()).map(drop).ok_or(DeviceError::UnknownBuffer(buf.id()))
     }
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
         match launch {
             Launch::Gemm(g) => self.run_gemm(g)?,
-            Launch::Attention(_) => return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
+            Launch::Attention(_) => {
+                return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" })
+            }
         }
-        Ok(RunStats {
-            wall: start.elapsed(),
-            useful_macs: launch.useful_macs(),
-            cycles: None,
-        })
+        Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })
     }
 }
 
 /// `offset..offset+len` inside a buffer of `buf.len()` bytes, checked.
 fn span(buf: Buffer, offset: u64, len: usize) -> Result<std::ops::Range<usize>, DeviceError> {
-    let oob = || DeviceError::OutOfBounds {
-        id: buf.id(),
-        offset,
-        len: len as u64,
-        size: buf.len(),
-    };
-    let end = offset
-        .checked_add(len as u64)
-        .filter(|&e| e <= buf.len())
-        .ok_or_else(oob)?;
+    let oob = || DeviceError::OutOfBounds { id: buf.id(), offset, len: len as u64, size: buf.len() };
+    let end = offset.checked_add(len as u64).filter(|&e| e <= buf.len()).ok_or_else(oob)?;
     Ok(offset as usize..end as usize)
 }

@@ -26,26 +26,14 @@ pub struct Source {
     pub text: &'static str,
 }
 
-pub const GEMM_I8: Source = Source {
-    name: "gemm_i8.cu",
-    text: include_str!("../../../../kernels/cuda/gemm_i8.cu"),
-};
-pub const ATTENTION_FIXED: Source = Source {
-    name: "attention_fixed.cu",
-    text: include_str!("../../../../kernels/cuda/attention_fixed.cu"),
-};
-pub const MOE_GATE: Source = Source {
-    name: "moe_gate.cu",
-    text: include_str!("../../../../kernels/cuda/moe_gate.cu"),
-};
-pub const GEMM_BF16: Source = Source {
-    name: "gemm_bf16.cu",
-    text: include_str!("../../../../kernels/cuda/gemm_bf16.cu"),
-};
-pub const FLASH_ATTN: Source = Source {
-    name: "flash_attn.cu",
-    text: include_str!("../../../../kernels/cuda/flash_attn.cu"),
-};
+pub const GEMM_I8: Source = Source { name: "gemm_i8.cu", text: include_str!("../../../../kernels/cuda/gemm_i8.cu") };
+pub const ATTENTION_FIXED: Source =
+    Source { name: "attention_fixed.cu", text: include_str!("../../../../kernels/cuda/attention_fixed.cu") };
+pub const MOE_GATE: Source = Source { name: "moe_gate.cu", text: include_str!("../../../../kernels/cuda/moe_gate.cu") };
+pub const GEMM_BF16: Source =
+    Source { name: "gemm_bf16.cu", text: include_str!("../../../../kernels/cuda/gemm_bf16.cu") };
+pub const FLASH_ATTN: Source =
+    Source { name: "flash_attn.cu", text: include_str!("../../../../kernels/cuda/flash_attn.cu") };
 
 /// Every kernel source, for tools that compile them all ahead of a benchmark.
 pub const ALL_SOURCES: [Source; 5] = [GEMM_I8, ATTENTION_FIXED, MOE_GATE, GEMM_BF16, FLASH_ATTN];
@@ -56,10 +44,7 @@ fn expand(src: &str) -> String {
 
 /// A driver error as a [`DeviceError`], with what was being done.
 pub(crate) fn driver(what: &str) -> impl FnOnce(DriverError) -> DeviceError + '_ {
-    move |e| DeviceError::Backend {
-        backend: "cuda",
-        source: format!("{what}: {e}").into(),
-    }
+    move |e| DeviceError::Backend { backend: "cuda", source: format!("{what}: {e}").into() }
 }
 
 /// Why CUDA cannot be used here, or `Ok` when both libraries load.
@@ -105,24 +90,16 @@ impl Gpu {
             });
         }
         if ordinal >= count as usize {
-            return Err(DeviceError::Config(format!(
-                "CUDA device {ordinal} requested, {count} present"
-            )));
+            return Err(DeviceError::Config(format!("CUDA device {ordinal} requested, {count} present")));
         }
         let ctx = CudaContext::new(ordinal).map_err(driver("creating a CUDA context"))?;
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(driver("reading the compute capability"))?;
+        let (major, minor) = ctx.compute_capability().map_err(driver("reading the compute capability"))?;
         if major < 8 {
             return Err(DeviceError::Config(format!(
                 "compute capability {major}.{minor}: the kernels need ≥ 8.0 (mma.sync s8/bf16, cp.async)"
             )));
         }
-        let arch = if (major, minor) == (9, 0) {
-            "sm_90a".to_string()
-        } else {
-            format!("sm_{major}{minor}")
-        };
+        let arch = if (major, minor) == (9, 0) { "sm_90a".to_string() } else { format!("sm_{major}{minor}") };
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(driver("reading the SM count"))? as u32;
@@ -142,12 +119,7 @@ impl Gpu {
     /// Kernel `func` of `src`, compiled (or fetched from a cache) for this GPU.
     pub fn function(&self, src: Source, func: &str) -> Result<CudaFunction, DeviceError> {
         let key = (src.name, func.to_string());
-        if let Some(f) = self
-            .functions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-        {
+        if let Some(f) = self.functions.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(f.clone());
         }
         let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
@@ -155,21 +127,14 @@ impl Gpu {
             Some(m) => m.clone(),
             None => {
                 let cubin = cubin(src, &self.arch)?;
-                let m = self
-                    .ctx
-                    .load_module(Ptx::from_binary(cubin))
-                    .map_err(driver(&format!("loading {}", src.name)))?;
+                let m =
+                    self.ctx.load_module(Ptx::from_binary(cubin)).map_err(driver(&format!("loading {}", src.name)))?;
                 modules.insert(src.name, m.clone());
                 m
             }
         };
-        let f = module
-            .load_function(func)
-            .map_err(driver(&format!("finding {func} in {}", src.name)))?;
-        self.functions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, f.clone());
+        let f = module.load_function(func).map_err(driver(&format!("finding {func} in {}", src.name)))?;
+        self.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f.clone());
         Ok(f)
     }
 
@@ -187,9 +152,7 @@ impl Gpu {
     }
 
     pub fn sync(&self) -> Result<(), DeviceError> {
-        self.stream
-            .synchronize()
-            .map_err(driver("running a kernel"))
+        self.stream.synchronize().map_err(driver("running a kernel"))
     }
 }
 
@@ -218,11 +181,7 @@ fn nvrtc_version() -> String {
 /// Compiler options: the GPU's own target (real SASS, so the driver never
 /// JIT-compiles), C++17 for the lambdas, line info for profilers.
 fn options(arch: &str) -> Vec<String> {
-    vec![
-        format!("--gpu-architecture={arch}"),
-        "--std=c++17".into(),
-        "--generate-line-info".into(),
-    ]
+    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "--generate-line-info".into()]
 }
 
 /// The cache key: source, target, compiler version and options. A changed
@@ -242,15 +201,10 @@ fn cache_key(src: &str, arch: &str) -> String {
 pub fn cubin(src: Source, arch: &str) -> Result<Vec<u8>, DeviceError> {
     let text = expand(src.text);
     let key = cache_key(&text, arch);
-    if let Some(bin) = memory_cache()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(&key)
-    {
+    if let Some(bin) = memory_cache().lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return Ok(bin.clone());
     }
-    let file =
-        cache_dir().map(|d| d.join(format!("{}-{key}.cubin", src.name.trim_end_matches(".cu"))));
+    let file = cache_dir().map(|d| d.join(format!("{}-{key}.cubin", src.name.trim_end_matches(".cu"))));
     let bin = match file.as_ref().and_then(|f| std::fs::read(f).ok()) {
         Some(bin) if !bin.is_empty() => bin,
         _ => {
@@ -270,19 +224,13 @@ pub fn cubin(src: Source, arch: &str) -> Result<Vec<u8>, DeviceError> {
             bin
         }
     };
-    memory_cache()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(key, bin.clone());
+    memory_cache().lock().unwrap_or_else(|e| e.into_inner()).insert(key, bin.clone());
     Ok(bin)
 }
 
 /// NVRTC: source to cubin for a real architecture, with the log on failure.
 fn compile(name: &str, text: &str, arch: &str) -> Result<Vec<u8>, DeviceError> {
-    let fail = |what: String| DeviceError::Backend {
-        backend: "nvrtc",
-        source: what.into(),
-    };
+    let fail = |what: String| DeviceError::Backend { backend: "nvrtc", source: what.into() };
     let c_src = CString::new(text).map_err(|_| fail(format!("{name} contains a NUL byte")))?;
     let c_name = CString::new(name).map_err(|_| fail(format!("bad kernel name {name}")))?;
     let prog = nvrtc::create_program(&c_src, Some(&c_name))

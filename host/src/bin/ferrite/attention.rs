@@ -170,16 +170,9 @@ struct Files {
 
 impl Files {
     fn read(q: &Path, k: &Path, v: &Path) -> Result<Self> {
-        let files = Self {
-            q: npy::read_i8_heads(q)?,
-            k: npy::read_i8_heads(k)?,
-            v: npy::read_i8_heads(v)?,
-        };
+        let files = Self { q: npy::read_i8_heads(q)?, k: npy::read_i8_heads(k)?, v: npy::read_i8_heads(v)? };
         let (qs, ks, vs) = (files.q.shape(), files.k.shape(), files.v.shape());
-        ensure!(
-            ks == vs,
-            "K has shape {ks:?} but V has shape {vs:?}: they must be equal"
-        );
+        ensure!(ks == vs, "K has shape {ks:?} but V has shape {vs:?}: they must be equal");
         let lead = |s: &[usize]| s[..s.len() - 2].to_vec();
         ensure!(
             qs.len() == ks.len() && lead(qs) == lead(ks) && qs.last() == ks.last(),
@@ -204,11 +197,7 @@ impl Files {
 
 /// Batch and heads for `heads_total` flattened heads (3-D files): from the
 /// flags where given, batch 1 otherwise.
-fn split_heads(
-    heads_total: usize,
-    batch: Option<usize>,
-    heads: Option<usize>,
-) -> Result<(usize, usize)> {
+fn split_heads(heads_total: usize, batch: Option<usize>, heads: Option<usize>) -> Result<(usize, usize)> {
     let (b, h) = match (batch, heads) {
         (None, None) => (1, heads_total),
         (Some(b), None) => (b, heads_total / b.max(1)),
@@ -223,8 +212,7 @@ fn split_heads(
 }
 
 fn params(args: &RunAttention, dim: usize) -> Result<AttentionParams> {
-    let out_scale =
-        (args.int8_out || args.out_scale.is_some()).then(|| args.out_scale.unwrap_or(args.v_scale));
+    let out_scale = (args.int8_out || args.out_scale.is_some()).then(|| args.out_scale.unwrap_or(args.v_scale));
     for (name, s) in [
         ("q-scale", Some(args.q_scale)),
         ("k-scale", Some(args.k_scale)),
@@ -232,19 +220,10 @@ fn params(args: &RunAttention, dim: usize) -> Result<AttentionParams> {
         ("out-scale", out_scale),
     ] {
         if let Some(s) = s {
-            ensure!(
-                s.is_finite() && s > 0.0,
-                "--{name} {s} must be a positive number"
-            );
+            ensure!(s.is_finite() && s > 0.0, "--{name} {s} must be a positive number");
         }
     }
-    Ok(AttentionParams::from_scales(
-        dim,
-        args.q_scale,
-        args.k_scale,
-        args.v_scale,
-        out_scale,
-    )?)
+    Ok(AttentionParams::from_scales(dim, args.q_scale, args.k_scale, args.v_scale, out_scale)?)
 }
 
 fn operands(args: &RunAttention) -> Result<Operands> {
@@ -254,18 +233,16 @@ fn operands(args: &RunAttention) -> Result<Operands> {
     };
     let (batch, heads) = match &files {
         Some(f) => match f.batch_heads() {
-            Some((b, h)) => (
-                agree("batch", args.batch, Some(b))?.unwrap_or(b),
-                agree("heads", args.heads, Some(h))?.unwrap_or(h),
-            ),
+            Some((b, h)) => {
+                (agree("batch", args.batch, Some(b))?.unwrap_or(b), agree("heads", args.heads, Some(h))?.unwrap_or(h))
+            }
             None => split_heads(f.sizes().0, args.batch, args.heads)?,
         },
         None => (args.batch.unwrap_or(1), args.heads.unwrap_or(1)),
     };
     let sizes = files.as_ref().map(Files::sizes);
-    let required = |name: &str, v: Option<usize>| {
-        v.with_context(|| format!("--{name} is required without --q/--k/--v"))
-    };
+    let required =
+        |name: &str, v: Option<usize>| v.with_context(|| format!("--{name} is required without --q/--k/--v"));
     let seq_q = required("seq", agree("seq", args.seq, sizes.map(|s| s.1))?)?;
     let seq_kv = agree("seq-kv", args.seq_kv, sizes.map(|s| s.2))?.unwrap_or(seq_q);
     let dim = required("dim", agree("dim", args.dim, sizes.map(|s| s.3))?)?;
@@ -301,10 +278,7 @@ fn operands(args: &RunAttention) -> Result<Operands> {
 }
 
 fn describe(p: &AttentionProblem) -> String {
-    let mut s = format!(
-        "batch={} heads={} seq={} seq_kv={} d={}",
-        p.batch, p.heads, p.seq_q, p.seq_kv, p.dim
-    );
+    let mut s = format!("batch={} heads={} seq={} seq_kv={} d={}", p.batch, p.heads, p.seq_q, p.seq_kv, p.dim);
     if p.causal {
         s += " +causal";
     }
@@ -321,12 +295,7 @@ fn describe(p: &AttentionProblem) -> String {
 /// Relative Frobenius error of the golden model's output against float64
 /// attention, in the output's own units: Q16 in V's units, or int8 in units
 /// of the output scale (the reference is rescaled by `v_scale / out_scale`).
-fn golden_error(
-    p: &AttentionProblem,
-    ops: &Operands,
-    golden: &AttentionOutput,
-    v_per_out: f64,
-) -> Result<f64> {
+fn golden_error(p: &AttentionProblem, ops: &Operands, golden: &AttentionOutput, v_per_out: f64) -> Result<f64> {
     let mut reference = attention_f64(p, &ops.q, &ops.k, &ops.v)?;
     if p.params.out.is_some() {
         reference.iter_mut().for_each(|r| *r *= v_per_out);
@@ -335,18 +304,13 @@ fn golden_error(
 }
 
 fn first_mismatch(out: &AttentionOutput, golden: &AttentionOutput) -> Option<(usize, i32, i32)> {
-    (0..golden.len())
-        .find(|&i| out.get(i) != golden.get(i))
-        .map(|i| (i, out.get(i), golden.get(i)))
+    (0..golden.len()).find(|&i| out.get(i) != golden.get(i)).map(|i| (i, out.get(i), golden.get(i)))
 }
 
 pub(super) fn run(args: &RunAttention) -> Result<()> {
     let ops = operands(args)?;
     let p = &ops.problem;
-    ensure!(
-        args.trace.is_none() || args.device == AttentionDevice::Sim,
-        "--trace needs --device sim"
-    );
+    ensure!(args.trace.is_none() || args.device == AttentionDevice::Sim, "--trace needs --device sim");
     let mut dev: Box<dyn Device> = match args.device {
         AttentionDevice::Cpu => Box::new(CpuDevice::new(CpuMode::Golden)),
         AttentionDevice::Sim => Box::new(sim_device(
@@ -370,10 +334,7 @@ pub(super) fn run(args: &RunAttention) -> Result<()> {
     println!("problem      {}", describe(p));
     let mismatch = first_mismatch(&out, &golden);
     match mismatch {
-        None => println!(
-            "correct      bit-exact vs the golden model ({} elements)",
-            out.len()
-        ),
+        None => println!("correct      bit-exact vs the golden model ({} elements)", out.len()),
         Some((i, got, want)) => {
             let (row, head) = (i / p.dim, i / (p.seq_q * p.dim));
             println!(
@@ -385,24 +346,14 @@ pub(super) fn run(args: &RunAttention) -> Result<()> {
             );
         }
     }
-    let units = if p.params.out.is_some() {
-        "int8 output"
-    } else {
-        "Q16 output"
-    };
-    println!(
-        "golden/f64   rel. Frobenius {:.2e} ({units} vs float64 attention)",
-        err
-    );
+    let units = if p.params.out.is_some() { "int8 output" } else { "Q16 output" };
+    println!("golden/f64   rel. Frobenius {:.2e} ({units} vs float64 attention)", err);
     print_stats(&stats, args.unit.clock_mhz);
     if let Some(path) = &args.out {
         npy::write_attention(path, &out, &[p.batch, p.heads, p.seq_q, p.dim])?;
         println!("wrote        {}", path.display());
     }
-    ensure!(
-        mismatch.is_none(),
-        "{name} output differs from the golden model"
-    );
+    ensure!(mismatch.is_none(), "{name} output differs from the golden model");
     Ok(())
 }
 
@@ -427,22 +378,12 @@ pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
         dim: cfg.head_dim,
         causal: false,
         kv_len: None,
-        params: AttentionParams::from_scales(
-            cfg.head_dim,
-            DEFAULT_SCALE,
-            DEFAULT_SCALE,
-            DEFAULT_SCALE,
-            None,
-        )?,
+        params: AttentionParams::from_scales(cfg.head_dim, DEFAULT_SCALE, DEFAULT_SCALE, DEFAULT_SCALE, None)?,
     };
     let mut rng = ChaCha8Rng::seed_from_u64(0);
     let n = problem.heads_total() * problem.seq_q * problem.dim;
-    let ops = Operands {
-        q: gaussian_i8(&mut rng, n),
-        k: gaussian_i8(&mut rng, n),
-        v: gaussian_i8(&mut rng, n),
-        problem,
-    };
+    let ops =
+        Operands { q: gaussian_i8(&mut rng, n), k: gaussian_i8(&mut rng, n), v: gaussian_i8(&mut rng, n), problem };
     let p = &ops.problem;
     let golden = attention(p, &ops.q, &ops.k, &ops.v)?;
     let mut devices: Vec<Box<dyn Device>> = vec![Box::new(CpuDevice::new(CpuMode::Golden))];
@@ -459,10 +400,7 @@ pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
         cfg.port_bits,
         cfg.clock_mhz
     );
-    println!(
-        "golden model vs float64 attention: rel. Frobenius {:.2e}",
-        golden_error(p, &ops, &golden, 1.0)?
-    );
+    println!("golden model vs float64 attention: rel. Frobenius {:.2e}", golden_error(p, &ops, &golden, 1.0)?);
     let mut table = demo_table();
     let mut all_exact = true;
     for mut dev in devices {
