@@ -293,13 +293,20 @@ mod tests {
             r.x.next = (x as u32 as u64).to_bits();
             r.mult.next = (m as u32 as u64).to_bits();
             r.shift.next = (s as u64).to_bits();
+            // Settle after each clock change, as rust-hdl's simulator does.
+            let settle = |r: &mut Requantizer| loop {
+                r.update_all();
+                if !r.has_changed() {
+                    break;
+                }
+            };
             for (mul, round) in [(true, false), (false, true)] {
                 r.en_mul.next = mul;
                 r.en_round.next = round;
                 r.clock.next = Clock::from(false);
-                r.update_all();
+                settle(&mut r);
                 r.clock.next = Clock::from(true);
-                r.update_all();
+                settle(&mut r);
             }
             let want = requantize(x, Requant { multiplier: m, shift: s });
             assert_eq!(r.y.val().to_u8() as i8, want, "{x}·{m}>>{s}");
