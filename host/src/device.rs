@@ -9,6 +9,7 @@
 //! [`DeviceError::Unsupported`].
 use ferrite_hw::attention::{AttentionLayout, AttentionProblem};
 use ferrite_hw::gemm::{GemmLayout, GemmProblem};
+use ferrite_hw::moe::{MoeLayout, MoeProblem};
 use ferrite_hw::HwError;
 use std::fmt;
 use std::time::Duration;
@@ -80,6 +81,18 @@ impl Buffer {
 pub enum Problem {
     Gemm(GemmProblem),
     Attention(AttentionProblem),
+    Moe(MoeProblem),
+}
+
+impl Problem {
+    /// The unit's name, for errors.
+    pub fn unit(&self) -> &'static str {
+        match self {
+            Self::Gemm(_) => "gemm",
+            Self::Attention(_) => "attention",
+            Self::Moe(_) => "moe",
+        }
+    }
 }
 
 /// How a problem's operands must be laid out in this device's memory.
@@ -88,6 +101,7 @@ pub enum Problem {
 pub enum Layout {
     Gemm(GemmLayout),
     Attention(AttentionLayout),
+    Moe(MoeLayout),
 }
 
 /// Arguments of one GEMM launch: buffers laid out as `layout` says.
@@ -115,12 +129,32 @@ pub struct AttentionArgs {
     pub kv_len: Option<Buffer>,
 }
 
+/// Arguments of one MoE router launch: buffers laid out as `layout` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeArgs {
+    pub problem: MoeProblem,
+    pub layout: MoeLayout,
+    /// T×H int8 tokens, rows `layout.ldx` apart.
+    pub x: Buffer,
+    /// E×H int8 gate weights (one row per expert), rows `layout.ldw` apart.
+    pub w: Buffer,
+    /// E int32 logit biases; present exactly when `problem.bias` is set.
+    pub bias: Option<Buffer>,
+    /// T route records of [`ferrite_hw::moe::config::RECORD_BYTES`] bytes.
+    pub route: Buffer,
+    /// Per expert, its kept token indices (u32), rows `layout.dpitch` apart.
+    pub dispatch: Buffer,
+    /// u32 words: dropped, capacity, then the E per-expert loads.
+    pub stats: Buffer,
+}
+
 /// A unit launch with typed arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Launch {
     Gemm(GemmArgs),
     Attention(AttentionArgs),
+    Moe(MoeArgs),
 }
 
 impl Launch {
@@ -129,6 +163,7 @@ impl Launch {
         match self {
             Self::Gemm(g) => g.problem.macs(),
             Self::Attention(a) => a.problem.macs(),
+            Self::Moe(m) => m.problem.macs(),
         }
     }
 
@@ -137,6 +172,7 @@ impl Launch {
         match self {
             Self::Gemm(_) => "gemm",
             Self::Attention(_) => "attention",
+            Self::Moe(_) => "moe",
         }
     }
 }
@@ -287,5 +323,45 @@ pub(crate) fn check_gemm_buffers(args: &GemmArgs) -> Result<(), DeviceError> {
         (true, None) => Err(DeviceError::Problem("bias enabled but no bias buffer given".into())),
         (false, Some(_)) => Err(DeviceError::Problem("bias buffer given but the bias flag is off".into())),
         (false, None) => Ok(()),
+    }
+}
+
+/// Check an MoE launch's buffers against its layout (as [`check_gemm_buffers`]).
+pub(crate) fn check_moe_buffers(args: &MoeArgs) -> Result<(), DeviceError> {
+    let (l, p) = (&args.layout, &args.problem);
+    if l.ldx < p.hidden as u64 || l.ldw < p.hidden as u64 || l.dpitch < 4 * p.capacity_slots() as u64 {
+        return Err(DeviceError::Problem(format!(
+            "pitches LDX {} / LDW {} / DPITCH {} are below their rows ({} / {} / {} bytes)",
+            l.ldx,
+            l.ldw,
+            l.dpitch,
+            p.hidden,
+            p.hidden,
+            4 * p.capacity_slots()
+        )));
+    }
+    let (t, e) = (p.tokens as u64, p.experts as u64);
+    let bias_need = if p.bias { 4 * e } else { 0 };
+    for (name, buf, bytes) in [
+        ("X", Some(args.x), l.ldx * t),
+        ("W", Some(args.w), l.ldw * e),
+        ("route", Some(args.route), (ferrite_hw::moe::config::RECORD_BYTES as u64) * t),
+        ("dispatch", Some(args.dispatch), l.dpitch * e),
+        ("stats", Some(args.stats), 4 * (e + 2)),
+        ("bias", args.bias, bias_need),
+    ] {
+        if let Some(buf) = buf {
+            if buf.len() < bytes {
+                return Err(DeviceError::Problem(format!(
+                    "buffer {name} has {} bytes, the layout needs {bytes}",
+                    buf.len()
+                )));
+            }
+        }
+    }
+    match (p.bias, args.bias) {
+        (true, None) => Err(DeviceError::Problem("bias enabled but no bias buffer given".into())),
+        (false, Some(_)) => Err(DeviceError::Problem("bias buffer given but the bias flag is off".into())),
+        _ => Ok(()),
     }
 }

@@ -4,9 +4,10 @@
 //! backend (where the port is `xrtKernelReadRegister`/`WriteRegister`) execute
 //! the same steps against the same [`RegisterMap`]: identify, program
 //! arguments by name, start, poll for `ap_done`, read the cycle counter.
-use crate::device::{AttentionArgs, Buffer, DeviceError, GemmArgs};
+use crate::device::{AttentionArgs, Buffer, DeviceError, GemmArgs, MoeArgs};
 use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::gemm::GemmConfig;
+use ferrite_hw::moe::MoeConfig;
 use ferrite_hw::numerics::Requant;
 use ferrite_hw::regmap::{Register, RegisterMap, CTRL, CTRL_AP_DONE, CTRL_AP_IDLE, CTRL_AP_START};
 
@@ -178,6 +179,38 @@ pub fn attention_args(
             ("SSHIFT", p.params.score.shift as u64),
             ("OMULT", out.multiplier as u32 as u64),
             ("OSHIFT", out.shift as u64),
+        ],
+    })
+}
+
+/// Register values of one MoE router launch, by register name.
+pub fn moe_args(
+    cfg: &MoeConfig,
+    m: &MoeArgs,
+    address: &dyn Fn(Buffer) -> Result<u64, DeviceError>,
+) -> Result<LaunchArgs, DeviceError> {
+    let p = &m.problem;
+    Ok(LaunchArgs {
+        hwinfo: cfg.hwinfo(),
+        values: vec![
+            ("X", address(m.x)?),
+            ("WG", address(m.w)?),
+            // Never read unless FLAGS.bias is set.
+            ("BIAS", m.bias.map_or(Ok(0), address)?),
+            ("ROUTE", address(m.route)?),
+            ("DISPATCH", address(m.dispatch)?),
+            ("STATS", address(m.stats)?),
+            ("T", p.tokens as u64),
+            ("H", p.hidden as u64),
+            ("E", p.experts as u64),
+            ("K", p.top_k as u64),
+            ("LDX", m.layout.ldx),
+            ("LDW", m.layout.ldw),
+            ("DPITCH", m.layout.dpitch),
+            ("FLAGS", p.flags() as u64),
+            ("CF", p.capacity.map_or(0, |c| c.0) as u64),
+            ("SMULT", p.logit.multiplier as u32 as u64),
+            ("SSHIFT", p.logit.shift as u64),
         ],
     })
 }

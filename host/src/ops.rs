@@ -1,9 +1,12 @@
 //! Host-array convenience layer over [`Device`]: pack, launch, unpack.
-use crate::device::{AttentionArgs, Buffer, Device, DeviceError, GemmArgs, Launch, Layout, Problem, RunStats};
+use crate::device::{AttentionArgs, Buffer, Device, DeviceError, GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats};
 use ferrite_hw::attention::model::check_operands as check_attention;
 use ferrite_hw::attention::{AttentionLayout, AttentionOutput, AttentionProblem};
 use ferrite_hw::gemm::model::check_operands;
 use ferrite_hw::gemm::{GemmLayout, GemmOutput, GemmProblem};
+use ferrite_hw::moe::config::RECORD_BYTES;
+use ferrite_hw::moe::model::check_operands as check_moe;
+use ferrite_hw::moe::{MoeLayout, MoeOutput, MoeProblem};
 
 /// Byte the output buffer is filled with before a launch, so elements the unit
 /// never writes read back as 0xA5A5A5A5 / -91 and fail comparisons.
@@ -159,6 +162,95 @@ pub(crate) fn pack_attention(out: &AttentionOutput, p: &AttentionProblem, stride
             head[i * elem..(i + 1) * elem].copy_from_slice(&out.get(h * per_head + i).to_le_bytes()[..elem]);
         }
     }
+}
+
+/// Route `T` tokens `x` (T×H) with gate weights `w` (E×H, one row per
+/// expert) on `dev`. Route records, dispatch plan and statistics are poisoned
+/// before the launch; every buffer is freed afterwards.
+pub fn moe(
+    dev: &mut dyn Device,
+    p: &MoeProblem,
+    x: &[i8],
+    w: &[i8],
+    bias: Option<&[i32]>,
+) -> Result<(MoeOutput, RunStats), DeviceError> {
+    check_moe(p, x, w, bias)?;
+    let Layout::Moe(layout) = dev.layout(&Problem::Moe(*p))? else {
+        return Err(DeviceError::Problem("device answered an MoE problem with another layout".into()));
+    };
+    let mut buffers = Vec::new();
+    let result = run_moe(dev, &mut buffers, p, layout, x, w, bias);
+    let mut freed = Ok(());
+    for buf in buffers {
+        if let Err(e) = dev.free(buf) {
+            freed = freed.and(Err(e));
+        }
+    }
+    let out = result?;
+    freed.map(|()| out)
+}
+
+fn run_moe(
+    dev: &mut dyn Device,
+    buffers: &mut Vec<Buffer>,
+    p: &MoeProblem,
+    l: MoeLayout,
+    x: &[i8],
+    w: &[i8],
+    bias: Option<&[i32]>,
+) -> Result<(MoeOutput, RunStats), DeviceError> {
+    let mut upload = |dev: &mut dyn Device, bytes: u64, data: &[u8]| -> Result<Buffer, DeviceError> {
+        let buf = dev.alloc(bytes)?;
+        buffers.push(buf);
+        dev.upload(buf, 0, data)?;
+        Ok(buf)
+    };
+    let (t, h, e) = (p.tokens, p.hidden, p.experts);
+    let x_buf = upload(dev, l.x_bytes, &pack_rows(&i8_bytes(x), t, h, l.ldx as usize))?;
+    let w_buf = upload(dev, l.w_bytes, &pack_rows(&i8_bytes(w), e, h, l.ldw as usize))?;
+    let bias_buf = match bias {
+        Some(b) => {
+            let mut bytes: Vec<u8> = b.iter().flat_map(|v| v.to_le_bytes()).collect();
+            bytes.resize(l.bias_bytes as usize, 0);
+            Some(upload(dev, l.bias_bytes, &bytes)?)
+        }
+        None => None,
+    };
+    let route = upload(dev, l.route_bytes, &vec![POISON; l.route_bytes as usize])?;
+    let dispatch = upload(dev, l.dispatch_bytes, &vec![POISON; l.dispatch_bytes as usize])?;
+    let stats_buf = upload(dev, l.stats_bytes, &vec![POISON; l.stats_bytes as usize])?;
+    let launch = Launch::Moe(MoeArgs {
+        problem: *p,
+        layout: l,
+        x: x_buf,
+        w: w_buf,
+        bias: bias_buf,
+        route,
+        dispatch,
+        stats: stats_buf,
+    });
+    let stats = dev.launch(&launch)?;
+    let words = |dev: &mut dyn Device, buf: Buffer, offset: u64, n: usize| -> Result<Vec<u32>, DeviceError> {
+        let mut bytes = vec![0; 4 * n];
+        dev.download(buf, offset, &mut bytes)?;
+        Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    };
+    let mut records = vec![0; RECORD_BYTES * t];
+    dev.download(route, 0, &mut records)?;
+    let (experts, weights, slots) = MoeOutput::parse_records(&records, t, p.top_k);
+    let head = words(dev, stats_buf, 0, e + 2)?;
+    let (dropped, capacity, load) = (head[0], head[1], head[2..].to_vec());
+    if capacity as usize > p.tokens || load.iter().any(|&n| n as usize > p.tokens) {
+        return Err(DeviceError::Problem(format!(
+            "the device wrote implausible statistics (capacity {capacity}, loads up to {}) for T = {}",
+            load.iter().max().unwrap_or(&0),
+            p.tokens
+        )));
+    }
+    let dispatch = (0..e)
+        .map(|ex| words(dev, dispatch, ex as u64 * l.dpitch, load[ex].min(capacity) as usize))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((MoeOutput { experts, weights, slots, load, dropped, capacity, dispatch }, stats))
 }
 
 fn i8_bytes(v: &[i8]) -> Vec<u8> {

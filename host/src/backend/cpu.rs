@@ -1,13 +1,15 @@
 //! The CPU device: the golden model itself, or a fast path through a tuned
 //! CPU GEMM that must stay bit-exact with it.
 use crate::device::{
-    check_gemm_buffers, AttentionArgs, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch, Layout,
-    Problem, RunStats,
+    check_gemm_buffers, check_moe_buffers, AttentionArgs, Buffer, Device, DeviceError, DeviceInfo, DeviceKind,
+    GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats,
 };
 use crate::ops::{pack_attention, pack_output, unpack_rows};
 use ferrite_hw::attention::AttentionLayout;
 use ferrite_hw::gemm::model::check_operands;
 use ferrite_hw::gemm::{GemmLayout, GemmOutput, GemmProblem};
+use ferrite_hw::moe::config::RECORD_BYTES;
+use ferrite_hw::moe::MoeLayout;
 use ferrite_hw::numerics::requantize;
 use ferrite_hw::HwError;
 use ndarray::Array2;
@@ -63,6 +65,38 @@ impl CpuDevice {
         let out = ferrite_hw::attention::attention(p, &q, &k, &v)?;
         let o = self.buffer_mut(a.o, 0, (l.o_stride * nh as u64) as usize)?;
         pack_attention(&out, p, l.o_stride as usize, o);
+        Ok(())
+    }
+
+    /// The golden router; writes the same bytes the unit does (dispatch rows
+    /// only up to each expert's kept count, the rest left as it was).
+    fn run_moe(&mut self, m: &MoeArgs) -> Result<(), DeviceError> {
+        check_moe_buffers(m)?;
+        let (p, l) = (&m.problem, &m.layout);
+        let (t, h, e) = (p.tokens, p.hidden, p.experts);
+        let x = to_i8(unpack_rows(self.buffer(m.x, 0, (l.ldx * t as u64) as usize)?, t, h, l.ldx as usize));
+        let w = to_i8(unpack_rows(self.buffer(m.w, 0, (l.ldw * e as u64) as usize)?, e, h, l.ldw as usize));
+        let bias = match m.bias {
+            Some(buf) => Some(
+                self.buffer(buf, 0, 4 * e)?
+                    .chunks_exact(4)
+                    .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect::<Vec<_>>(),
+            ),
+            None => None,
+        };
+        let out = ferrite_hw::moe::route(p, &x, &w, bias.as_deref())?;
+        let route = self.buffer_mut(m.route, 0, RECORD_BYTES * t)?;
+        for (tok, rec) in route.chunks_exact_mut(RECORD_BYTES).enumerate() {
+            rec.copy_from_slice(&out.record(tok, p.top_k));
+        }
+        let words: Vec<u8> =
+            [out.dropped, out.capacity].iter().chain(&out.load).flat_map(|v| v.to_le_bytes()).collect();
+        self.buffer_mut(m.stats, 0, words.len())?.copy_from_slice(&words);
+        for (ex, tokens) in out.dispatch.iter().enumerate() {
+            let row: Vec<u8> = tokens.iter().flat_map(|v| v.to_le_bytes()).collect();
+            self.buffer_mut(m.dispatch, ex as u64 * l.dpitch, row.len())?.copy_from_slice(&row);
+        }
         Ok(())
     }
 
@@ -123,6 +157,10 @@ impl Device for CpuDevice {
                 p.validate()?;
                 Ok(Layout::Attention(AttentionLayout::new(p, 1)))
             }
+            Problem::Moe(p) => {
+                p.validate()?;
+                Ok(Layout::Moe(MoeLayout::with_beat(p, 1)))
+            }
         }
     }
 
@@ -157,6 +195,7 @@ impl Device for CpuDevice {
         match launch {
             Launch::Gemm(g) => self.run_gemm(g)?,
             Launch::Attention(a) => self.run_attention(a)?,
+            Launch::Moe(m) => self.run_moe(m)?,
         }
         Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })
     }

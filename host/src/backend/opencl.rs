@@ -201,7 +201,7 @@ impl Device for OpenClDevice {
                     Flavor::Xclbin => GemmLayout::new(&self.cfg, p),
                 }))
             }
-            Problem::Attention(_) => Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
+            other => Err(DeviceError::Unsupported { device: self.info().name, unit: other.unit() }),
         }
     }
 

@@ -1,12 +1,13 @@
 //! The simulator device: a unit's RTL clocked cycle by cycle against an AXI
 //! memory model, driven through its registers exactly like a board.
 use crate::device::{
-    check_gemm_buffers, AttentionArgs, Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, GemmArgs,
-    Launch, Layout, Problem, RunStats,
+    check_gemm_buffers, check_moe_buffers, AttentionArgs, Buffer, CycleStats, Device, DeviceError, DeviceInfo,
+    DeviceKind, GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats,
 };
 use crate::driver::{self, ControlPort, Poll};
 use ferrite_hw::attention::{self, AttentionConfig, AttentionLayout, AttentionProblem};
 use ferrite_hw::gemm::{rtl, GemmConfig, GemmLayout, GemmProblem};
+use ferrite_hw::moe::{self, MoeConfig, MoeLayout, MoeProblem};
 use ferrite_hw::regmap::RegisterMap;
 use ferrite_hw::vitis::{Inputs, Outputs, PinLevel};
 use ferrite_sim::{verilator_available, MemoryConfig, SimError, Simulation, VerilatorInstance, VerilatorModel};
@@ -101,6 +102,7 @@ impl PinLevel for Dut {
 pub enum SimUnit {
     Gemm(GemmConfig),
     Attention(AttentionConfig),
+    Moe(MoeConfig),
 }
 
 impl From<GemmConfig> for SimUnit {
@@ -115,11 +117,18 @@ impl From<AttentionConfig> for SimUnit {
     }
 }
 
+impl From<MoeConfig> for SimUnit {
+    fn from(cfg: MoeConfig) -> Self {
+        Self::Moe(cfg)
+    }
+}
+
 impl SimUnit {
     fn validate(&self) -> Result<(), DeviceError> {
         match self {
             Self::Gemm(c) => c.validate()?,
             Self::Attention(c) => c.validate()?,
+            Self::Moe(c) => c.validate()?,
         }
         Ok(())
     }
@@ -128,6 +137,7 @@ impl SimUnit {
         Ok(match self {
             Self::Gemm(c) => rtl::verilog(c)?,
             Self::Attention(c) => attention::rtl::verilog(c)?,
+            Self::Moe(c) => moe::rtl::verilog(c)?,
         })
     }
 
@@ -135,6 +145,7 @@ impl SimUnit {
         Ok(match self {
             Self::Gemm(c) => rtl::hdl_model(c)?,
             Self::Attention(c) => attention::rtl::hdl_model(c)?,
+            Self::Moe(c) => moe::rtl::hdl_model(c)?,
         })
     }
 
@@ -142,6 +153,7 @@ impl SimUnit {
         match self {
             Self::Gemm(c) => c.kernel_name(),
             Self::Attention(c) => c.kernel_name(),
+            Self::Moe(c) => c.kernel_name(),
         }
     }
 
@@ -149,6 +161,7 @@ impl SimUnit {
         match self {
             Self::Gemm(c) => c.port_bits,
             Self::Attention(c) => c.port_bits,
+            Self::Moe(c) => c.port_bits,
         }
     }
 
@@ -156,6 +169,7 @@ impl SimUnit {
         match self {
             Self::Gemm(c) => c.register_map(),
             Self::Attention(c) => c.register_map(),
+            Self::Moe(c) => c.register_map(),
         }
     }
 
@@ -163,6 +177,7 @@ impl SimUnit {
         match self {
             Self::Gemm(c) => c.clock_mhz,
             Self::Attention(c) => c.clock_mhz,
+            Self::Moe(c) => c.clock_mhz,
         }
     }
 
@@ -170,6 +185,7 @@ impl SimUnit {
         match self {
             Self::Gemm(c) => c.macs() as u64,
             Self::Attention(c) => c.multipliers() as u64,
+            Self::Moe(c) => c.macs() as u64,
         }
     }
 }
@@ -237,6 +253,41 @@ impl SimDevice {
             SimUnit::Attention(c) => Ok(c),
             _ => Err(DeviceError::Unsupported { device: self.unit.kernel_name(), unit: "attention" }),
         }
+    }
+
+    fn moe_cfg(&self) -> Result<&MoeConfig, DeviceError> {
+        match &self.unit {
+            SimUnit::Moe(c) => Ok(c),
+            _ => Err(DeviceError::Unsupported { device: self.unit.kernel_name(), unit: "moe" }),
+        }
+    }
+
+    fn fits_moe(&self, p: &MoeProblem) -> Result<(), DeviceError> {
+        let cfg = self.moe_cfg()?;
+        p.validate()?;
+        p.validate_for(cfg).map_err(|e| DeviceError::TooBig { device: cfg.kernel_name(), reason: e.to_string() })
+    }
+
+    fn run_moe(&mut self, m: &MoeArgs) -> Result<u64, DeviceError> {
+        let cfg = self.moe_cfg()?.clone();
+        check_moe_buffers(m)?;
+        self.fits_moe(&m.problem)?;
+        let beat = cfg.port_bytes() as u64;
+        for (name, pitch) in [("LDX", m.layout.ldx), ("LDW", m.layout.ldw), ("DPITCH", m.layout.dpitch)] {
+            if !pitch.is_multiple_of(beat) {
+                return Err(DeviceError::Problem(format!(
+                    "{name} = {pitch} is not a multiple of the {beat}-byte beat"
+                )));
+            }
+        }
+        let args = driver::moe_args(&cfg, m, &|buf| self.known(buf))?;
+        let p = &m.problem;
+        // Weights load once; every token streams its row past each lane group and
+        // writes a record plus up to k dispatch entries.
+        let (x_beats, w_beats) = (m.layout.x_bytes / beat, m.layout.w_bytes / beat);
+        let work = w_beats + x_beats * cfg.groups() as u64 + (p.tokens * (p.top_k + 4)) as u64 + p.experts as u64;
+        let poll = Poll { interval: POLL_INTERVAL, limit: self.stretch(work, p.tokens as u64 / 16 + 4) };
+        driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)
     }
 
     pub fn engine(&self) -> Engine {
@@ -348,6 +399,10 @@ impl Device for SimDevice {
                 self.fits_attention(p)?;
                 Ok(Layout::Attention(AttentionLayout::new(p, self.attention_cfg()?.port_bytes() as u64)))
             }
+            Problem::Moe(p) => {
+                self.fits_moe(p)?;
+                Ok(Layout::Moe(MoeLayout::new(self.moe_cfg()?, p)))
+            }
         }
     }
 
@@ -377,6 +432,7 @@ impl Device for SimDevice {
         let cycles = match launch {
             Launch::Gemm(g) => self.run_gemm(g)?,
             Launch::Attention(a) => self.run_attention(a)?,
+            Launch::Moe(m) => self.run_moe(m)?,
         };
         Ok(RunStats {
             wall: start.elapsed(),

@@ -239,7 +239,7 @@ impl Device for XrtDevice {
                 self.fits(p)?;
                 Ok(Layout::Gemm(GemmLayout::new(&self.cfg, p)))
             }
-            Problem::Attention(_) => Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
+            other => Err(DeviceError::Unsupported { device: self.info().name, unit: other.unit() }),
         }
     }
 

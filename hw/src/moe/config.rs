@@ -374,7 +374,11 @@ pub struct MoeLayout {
 
 impl MoeLayout {
     pub fn new(cfg: &MoeConfig, p: &MoeProblem) -> Self {
-        let beat = cfg.port_bytes() as u64;
+        Self::with_beat(p, cfg.port_bytes() as u64)
+    }
+
+    /// Pitches rounded up to `beat` bytes (1 for dense host memory).
+    pub fn with_beat(p: &MoeProblem, beat: u64) -> Self {
         let pitch = |bytes: u64| bytes.div_ceil(beat).max(1) * beat;
         let (ldx, ldw, dpitch) = (pitch(p.hidden as u64), pitch(p.hidden as u64), pitch(4 * p.capacity_slots() as u64));
         Self {

@@ -232,7 +232,7 @@ impl Device for CudaDevice {
                 check_limits(p)?;
                 Ok(Layout::Gemm(cuda_layout(p)))
             }
-            Problem::Attention(_) => Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" }),
+            other => Err(DeviceError::Unsupported { device: self.info().name, unit: other.unit() }),
         }
     }
 
@@ -281,8 +281,8 @@ impl Device for CudaDevice {
         let start = Instant::now();
         match launch {
             Launch::Gemm(g) => self.run_gemm(g)?,
-            Launch::Attention(_) => {
-                return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" })
+            Launch::Attention(_) | Launch::Moe(_) => {
+                return Err(DeviceError::Unsupported { device: self.info().name, unit: launch.unit() })
             }
         }
         Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })
