@@ -91,7 +91,7 @@ pub struct DeployArgs {
     /// manifest.json of a build (`ferrite bitstream build`).
     #[arg(long)]
     manifest: PathBuf,
-    /// XRT device index or PCIe BDF (default 0).
+    /// XRT device index or PCIe BDF (default 0); Alveo only (a PYNQ board has one PL).
     #[arg(long)]
     device: Option<String>,
 }

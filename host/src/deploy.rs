@@ -1,15 +1,16 @@
 //! `ferrite deploy`: load a built image on its board and run a self-test of
 //! the unit against the golden model.
 //!
-//! Alveo images load through XRT ([`crate::backend::xrt`], feature `xrt`).
-//! PYNQ images need the Linux FPGA manager, a UIO device for the control
-//! window and a udmabuf DMA buffer; this build checks those are present and
-//! says which is missing, but does not yet drive a unit through them.
-use crate::device::{Device, DeviceError};
+//! Alveo images load through XRT ([`crate::backend::xrt`], feature `xrt`);
+//! PYNQ images through the Linux FPGA manager, a UIO control window and a
+//! u-dma-buf region ([`crate::backend::pynq`], Linux only). Both then run the
+//! same [`self_test`].
+use crate::device::Device;
 use crate::manifest::{LoadedManifest, Manifest, UnitConfig};
 use crate::ops;
 use anyhow::{bail, Context, Result};
-use ferrite_hw::gemm::{gemm, GemmConfig, GemmProblem};
+use ferrite_hw::gemm::config::BUFFER_ALIGN;
+use ferrite_hw::gemm::{gemm, GemmConfig, GemmLayout, GemmProblem};
 use ferrite_hw::numerics::Requant;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -71,30 +72,89 @@ pub fn self_test(dev: &mut dyn Device, cfg: &GemmConfig) -> Vec<SelfTestCase> {
         .collect()
 }
 
+/// Bytes of DMA memory the self-test needs at once: its largest case's
+/// buffers, each rounded up to the [`BUFFER_ALIGN`] pages drivers give them.
+pub fn self_test_dma_bytes(cfg: &GemmConfig) -> u64 {
+    let page = |b: u64| b.max(1).div_ceil(BUFFER_ALIGN) * BUFFER_ALIGN;
+    self_test_problems(cfg)
+        .iter()
+        .map(|p| {
+            let l = GemmLayout::new(cfg, p);
+            page(l.a_bytes) + page(l.b_bytes) + if p.bias { page(l.bias_bytes) } else { 0 } + page(l.c_bytes)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn load(manifest: &Path) -> Result<LoadedManifest> {
+    Manifest::load(manifest).with_context(|| format!("loading {}", manifest.display()))
+}
+
 /// Load the manifest, open its board, run the self-test; `Err` unless every case is bit-exact.
 pub fn deploy(manifest: &Path, device: Option<&str>) -> Result<Vec<SelfTestCase>> {
-    let loaded = Manifest::load(manifest).with_context(|| format!("loading {}", manifest.display()))?;
+    let loaded = load(manifest)?;
+    let mut dev = if loaded.manifest.board.is_alveo() {
+        open_alveo(&loaded, device)?
+    } else {
+        if let Some(d) = device {
+            bail!(
+                "--device {d}: a {} has one programmable logic region; --device picks an XRT card",
+                loaded.manifest.board
+            );
+        }
+        open_pynq(&loaded, &Default::default())?
+    };
+    run_self_test(&loaded, dev.as_mut())
+}
+
+/// [`deploy`] for a PYNQ image with explicit filesystem roots and timeout (a fake tree in tests).
+#[cfg(target_os = "linux")]
+pub fn deploy_pynq(manifest: &Path, options: &crate::backend::pynq::PynqOptions) -> Result<Vec<SelfTestCase>> {
+    let loaded = load(manifest)?;
+    let mut dev = open_pynq(&loaded, options)?;
+    run_self_test(&loaded, dev.as_mut())
+}
+
+fn run_self_test(loaded: &LoadedManifest, dev: &mut dyn Device) -> Result<Vec<SelfTestCase>> {
     let UnitConfig::Gemm(cfg) = &loaded.manifest.unit;
-    let mut dev = open(&loaded, device)?;
-    let cases = self_test(dev.as_mut(), cfg);
-    let failed = cases.iter().filter(|c| c.failure.is_some()).count();
-    if failed > 0 {
-        let first = cases.iter().find_map(|c| c.failure.clone()).unwrap_or_default();
-        bail!("self-test: {failed} of {} cases differ from the golden model (first: {first})", cases.len());
+    let cases = self_test(dev, cfg);
+    let failed: Vec<&SelfTestCase> = cases.iter().filter(|c| c.failure.is_some()).collect();
+    if let Some(first) = failed.first() {
+        let p = &first.problem;
+        bail!(
+            "self-test on {}: {} of {} cases failed (first, {}×{}×{}: {})",
+            dev.info().name,
+            failed.len(),
+            cases.len(),
+            p.m,
+            p.n,
+            p.k,
+            first.failure.as_deref().unwrap_or_default()
+        );
     }
     Ok(cases)
 }
 
-fn open(loaded: &LoadedManifest, device: Option<&str>) -> Result<Box<dyn Device>> {
-    let board = loaded.manifest.board;
-    if board.is_alveo() {
-        return open_alveo(loaded, device);
+#[cfg(target_os = "linux")]
+fn open_pynq(loaded: &LoadedManifest, options: &crate::backend::pynq::PynqOptions) -> Result<Box<dyn Device>> {
+    use crate::backend::pynq::{PynqDevice, PynqOptions};
+    let UnitConfig::Gemm(cfg) = &loaded.manifest.unit;
+    let options = PynqOptions { min_dma_bytes: options.min_dma_bytes.max(self_test_dma_bytes(cfg)), ..options.clone() };
+    let dev = PynqDevice::open(loaded, &options)
+        .with_context(|| format!("loading {} on the {}", loaded.manifest.kernel, loaded.manifest.board))?;
+    Ok(Box::new(dev))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_pynq(loaded: &LoadedManifest, _options: &()) -> Result<Box<dyn Device>> {
+    Err(crate::device::DeviceError::MissingTool {
+        tool: "the pynq backend",
+        hint: format!(
+            "the {} image loads through the Linux FPGA manager and UIO; run ferrite on the board",
+            loaded.manifest.board
+        ),
     }
-    check_pynq_platform(Path::new("/"))?;
-    bail!(
-        "the {board} image's platform checks passed, but loading through the FPGA manager and \
-         driving the unit over UIO and udmabuf is not implemented in this ferrite yet"
-    )
+    .into())
 }
 
 #[cfg(feature = "xrt")]
@@ -106,30 +166,11 @@ fn open_alveo(loaded: &LoadedManifest, device: Option<&str>) -> Result<Box<dyn D
 
 #[cfg(not(feature = "xrt"))]
 fn open_alveo(loaded: &LoadedManifest, _device: Option<&str>) -> Result<Box<dyn Device>> {
-    Err(DeviceError::MissingTool {
+    Err(crate::device::DeviceError::MissingTool {
         tool: "the xrt backend",
         hint: format!("the {} image loads through XRT; rebuild ferrite with `--features xrt`", loaded.manifest.board),
     }
     .into())
-}
-
-/// What a PYNQ deploy needs from the running Linux, under `root` (`/` on a
-/// board; a fake tree in tests): the FPGA manager to load the bitstream, UIO
-/// for the control window, and a udmabuf device for DMA buffers.
-pub fn check_pynq_platform(root: &Path) -> Result<(), DeviceError> {
-    let need = |path: &str, what: &str, hint: &str| -> Result<(), DeviceError> {
-        if root.join(path).exists() {
-            Ok(())
-        } else {
-            Err(DeviceError::MissingTool {
-                tool: "PYNQ platform",
-                hint: format!("no {what} (/{path} missing): {hint}"),
-            })
-        }
-    };
-    need("sys/class/fpga_manager/fpga0", "FPGA manager", "not a Zynq board, or its kernel lacks FPGA manager support")?;
-    need("sys/class/uio", "UIO", "load the uio_pdrv_genirq driver with a device-tree node for the unit")?;
-    need("dev/udmabuf0", "udmabuf DMA buffer", "load the u-dma-buf module (PYNQ images ship it)")
 }
 
 #[cfg(test)]
@@ -143,16 +184,5 @@ mod tests {
         let cases = self_test(&mut CpuDevice::new(CpuMode::Fast), &cfg);
         assert_eq!(cases.len(), 4);
         assert!(cases.iter().all(|c| c.failure.is_none()), "{cases:?}");
-    }
-
-    #[test]
-    fn pynq_checks_name_what_is_missing() {
-        let root = tempfile::tempdir().unwrap();
-        let e = check_pynq_platform(root.path()).unwrap_err().to_string();
-        assert!(e.contains("no FPGA manager"), "{e}");
-        std::fs::create_dir_all(root.path().join("sys/class/fpga_manager/fpga0")).unwrap();
-        std::fs::create_dir_all(root.path().join("sys/class/uio")).unwrap();
-        let e = check_pynq_platform(root.path()).unwrap_err().to_string();
-        assert!(e.contains("udmabuf"), "{e}");
     }
 }

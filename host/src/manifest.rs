@@ -3,6 +3,7 @@
 //! build. `ferrite deploy` and the XRT backend load images only through a
 //! checked manifest, so a stale, edited or mismatched image is refused before
 //! it reaches a card.
+use crate::bitstream::bitfile::BitFile;
 use crate::bitstream::board::{Board, Flow};
 use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::regmap::RegisterMap;
@@ -61,6 +62,10 @@ pub struct OverlayInfo {
     pub control_range: u64,
     /// The hardware-handoff file PYNQ reads next to the bitstream.
     pub hwh: String,
+    /// Compiled device-tree overlay that creates the unit's UIO node
+    /// (`overlay.dtso` built with `dtc`); `None` when `dtc` was not installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtbo: Option<String>,
 }
 
 /// A built image, as written next to it in `manifest.json`.
@@ -218,18 +223,20 @@ impl Manifest {
             if !manifest.files.contains_key(&o.hwh) && manifest.image.is_some() {
                 return Err(invalid(format!("overlay metadata `{}` has no checksum in `files`", o.hwh)));
             }
+            if let Some(dtbo) = o.dtbo.as_ref().filter(|d| !manifest.files.contains_key(*d)) {
+                return Err(invalid(format!("device-tree overlay `{dtbo}` has no checksum in `files`")));
+            }
         }
         Ok(LoadedManifest { manifest, dir })
     }
 }
 
-/// Leading bytes of every Xilinx `.bit` file (the sync header of its first field).
-const BIT_MAGIC: [u8; 13] = [0x00, 0x09, 0x0f, 0xf0, 0x0f, 0xf0, 0x0f, 0xf0, 0x0f, 0xf0, 0x00, 0x00, 0x01];
 /// Leading bytes of every xclbin (`struct axlf`'s `m_magic`).
 const XCLBIN_MAGIC: &[u8; 8] = b"xclbin2\0";
 
 /// The image is an xclbin (Alveo) or a bitstream (PYNQ) that mentions the
-/// manifest's kernel (xclbin: its IP layout and metadata) or part (bitstream header).
+/// manifest's kernel (xclbin: its IP layout and metadata) or part (bitstream
+/// header, whose data must also convert for the FPGA manager).
 fn check_image(bytes: &[u8], m: &Manifest) -> Result<(), String> {
     let contains = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
     match m.board.spec().flow {
@@ -242,13 +249,11 @@ fn check_image(bytes: &[u8], m: &Manifest) -> Result<(), String> {
             }
         }
         Flow::Pynq { .. } => {
-            if !bytes.starts_with(&BIT_MAGIC) {
-                return Err("not a Xilinx .bit bitstream (bad header)".into());
-            }
+            let bit = BitFile::parse(bytes)?;
             let part = m.board.spec().part;
             let device = part.trim_start_matches("xc").split('-').next().unwrap_or(part);
-            if !contains(device.as_bytes()) {
-                return Err(format!("the bitstream header does not name the {} part ({device})", m.board));
+            if !bit.part.contains(device) {
+                return Err(format!("the bitstream is for part `{}`, not the {} part ({device})", bit.part, m.board));
             }
         }
     }

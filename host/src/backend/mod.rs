@@ -4,6 +4,8 @@ pub mod cpu;
 pub mod cuda;
 #[cfg(feature = "opencl")]
 pub mod opencl;
+#[cfg(target_os = "linux")]
+pub mod pynq;
 pub mod sim;
 #[cfg(feature = "xrt")]
 pub mod xrt;

@@ -3,15 +3,18 @@
 //!
 //! A build directory holds the unit's Verilog, register map and configuration;
 //! for Alveo cards `kernel.xml`, `package_xo.tcl` and `link.cfg`; for PYNQ
-//! boards `overlay.tcl`; a `build.sh` with the exact vendor commands; and a
-//! [`Manifest`] with checksums of all of it.
+//! boards `overlay.tcl` and the UIO device-tree overlay `overlay.dtso` (with
+//! `overlay.dtbo` when `dtc` is installed); a `build.sh` with the exact vendor
+//! commands; and a [`Manifest`] with checksums of all of it.
 //!
 //! Exit policy (see [`BuildReport::success`]): the build fails when something
 //! generated is invalid (a check fails) or a vendor tool ran and failed. A
 //! vendor tool that is not installed is not a failure: the report names the
 //! tool and the command it would have run, and the directory can be copied to
 //! a machine that has it (`sh build.sh`).
+pub mod bitfile;
 pub mod board;
+pub mod dts;
 pub mod kernel_xml;
 pub mod tcl;
 
@@ -245,11 +248,37 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
                 .ok_or_else(|| anyhow::anyhow!("no overlay script for {}", req.board))?;
             write(out, "overlay.tcl", &script, &mut files)?;
             tcl_files.push("overlay.tcl");
+            let dtso = dts::uio_overlay(&map, &spec)
+                .ok_or_else(|| anyhow::anyhow!("no device-tree overlay for {}", req.board))?;
+            write(out, "overlay.dtso", &dtso, &mut files)?;
+            let dtbo = match dts::compile(&out.join("overlay.dtso"), &out.join("overlay.dtbo")) {
+                dts::DtcOutcome::Compiled => {
+                    checks.push(("overlay.dtso".into(), Outcome::Pass("compiled to overlay.dtbo (dtc -@)".into())));
+                    files.push("overlay.dtbo".into());
+                    Some("overlay.dtbo".to_string())
+                }
+                dts::DtcOutcome::NoDtc => {
+                    checks.push((
+                        "overlay.dtso".into(),
+                        Outcome::Skipped(
+                            "dtc not on PATH (Debian: device-tree-compiler); no overlay.dtbo, so deploy \
+                             expects the UIO node to exist already"
+                                .into(),
+                        ),
+                    ));
+                    None
+                }
+                dts::DtcOutcome::Failed(e) => {
+                    checks.push(("overlay.dtso".into(), Outcome::Fail(e)));
+                    None
+                }
+            };
             Some(OverlayInfo {
                 cell: tcl::PYNQ_CELL.into(),
                 control_base,
                 control_range: 1 << map.control_addr_bits,
                 hwh: "overlay.hwh".into(),
+                dtbo,
             })
         }
     };
