@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod bitstream;
 pub mod board_cli;
+pub mod compare;
 pub mod deploy;
 pub mod device;
 pub mod devices;
@@ -15,5 +16,6 @@ pub mod manifest;
 pub mod npy;
 pub mod ops;
 pub mod resources;
+pub mod routing;
 
 pub use device::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats};

@@ -2,6 +2,7 @@
 //! int32 or int8 results.
 use ferrite_hw::attention::AttentionOutput;
 use ferrite_hw::gemm::GemmOutput;
+use ferrite_hw::moe::MoeOutput;
 use ndarray::{Array1, Array2, ArrayD, IxDyn};
 use ndarray_npy::{read_npy, write_npy, ReadNpyError};
 use std::path::{Path, PathBuf};
@@ -91,4 +92,32 @@ pub fn write_output(path: &Path, out: &GemmOutput, m: usize, n: usize) -> Result
         GemmOutput::I8(v) => write_npy(path, &Array2::from_shape_vec((m, n), v.clone()).map_err(shape_err)?),
     };
     written.map_err(|source| NpyError::Write { path: path.into(), source })
+}
+
+/// Write a router's result into `dir` as `experts.npy` (T×k uint8),
+/// `weights.npy` (T×k uint16, Q0.16), `slots.npy` (T×k int32, −1 = dropped),
+/// `load.npy` (E uint32) and `dispatch.npy` (E×capacity int32, −1 past each
+/// expert's kept tokens). Returns the paths written.
+pub fn write_moe(dir: &Path, out: &MoeOutput, k: usize) -> Result<Vec<PathBuf>, NpyError> {
+    let t = out.experts.len() / k.max(1);
+    let cap = out.capacity as usize;
+    let mut dispatch = Array2::from_elem((out.dispatch.len(), cap), -1i32);
+    for (e, toks) in out.dispatch.iter().enumerate() {
+        for (s, &tok) in toks.iter().enumerate().take(cap) {
+            dispatch[(e, s)] = tok as i32;
+        }
+    }
+    let paths: Vec<PathBuf> =
+        ["experts", "weights", "slots", "load", "dispatch"].iter().map(|n| dir.join(format!("{n}.npy"))).collect();
+    let per_token = |path: &Path, len: usize| NpyError::TensorShape { path: path.into(), len, shape: vec![t, k] };
+    save(&paths[0], Array2::from_shape_vec((t, k), out.experts.clone()).map_err(|_| per_token(&paths[0], t * k))?)?;
+    save(&paths[1], Array2::from_shape_vec((t, k), out.weights.clone()).map_err(|_| per_token(&paths[1], t * k))?)?;
+    save(&paths[2], Array2::from_shape_vec((t, k), out.slots.clone()).map_err(|_| per_token(&paths[2], t * k))?)?;
+    save(&paths[3], Array1::from_vec(out.load.clone()))?;
+    save(&paths[4], dispatch)?;
+    Ok(paths)
+}
+
+fn save<A: ndarray_npy::WriteNpyExt>(path: &Path, array: A) -> Result<(), NpyError> {
+    write_npy(path, &array).map_err(|source| NpyError::Write { path: path.into(), source })
 }

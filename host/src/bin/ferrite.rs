@@ -5,6 +5,10 @@
 // Under `ferrite/`: a module file directly in src/bin would be built as a binary of its own.
 #[path = "ferrite/attention.rs"]
 mod attention;
+#[path = "ferrite/moe.rs"]
+mod moe;
+#[path = "ferrite/compare.rs"]
+mod compare;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -44,8 +48,11 @@ enum Cmd {
         unit: RunUnit,
     },
     /// Run one GEMM on cpu, cpu-fast, sim (and cuda where a GPU exists), then one
-    /// attention problem on cpu and sim, and compare them.
+    /// attention problem on cpu and sim, then one MoE routing problem, and compare them.
     Demo(DemoArgs),
+    /// Run the same seeded problems on every available device and compare latency, throughput,
+    /// energy and accuracy; write report.json, report.md and chart.svg; track regressions.
+    Compare(Box<compare::CompareArgs>),
     /// Board images, deployment, device listing and resource estimates.
     #[command(flatten)]
     Board(ferrite_host::board_cli::BoardCmd),
@@ -70,6 +77,8 @@ enum ExportUnit {
     Gemm(ExportGemm),
     /// The streaming attention unit.
     Attention(ExportAttention),
+    /// The MoE router unit.
+    Moe(moe::ExportMoe),
 }
 
 #[derive(Args)]
@@ -94,6 +103,8 @@ enum RunUnit {
     Gemm(Box<RunGemm>),
     /// The streaming attention unit.
     Attention(Box<attention::RunAttention>),
+    /// The MoE router unit (or expert-choice routing on the cpu).
+    Moe(Box<moe::RunMoe>),
 }
 
 /// Generation-time parameters of the GEMM unit (see `GemmConfig`).
@@ -246,9 +257,12 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Export { unit: ExportUnit::Gemm(args) } => export_gemm(&args),
         Cmd::Export { unit: ExportUnit::Attention(args) } => export_attention(&args),
+        Cmd::Export { unit: ExportUnit::Moe(args) } => moe::export_unit(&args),
         Cmd::Run { unit: RunUnit::Gemm(args) } => run_gemm(&args),
         Cmd::Run { unit: RunUnit::Attention(args) } => attention::run(&args),
+        Cmd::Run { unit: RunUnit::Moe(args) } => moe::run(&args),
         Cmd::Demo(args) => demo(&args),
+        Cmd::Compare(args) => compare::run(&args),
         Cmd::Board(cmd) => cmd.run(),
         #[cfg(feature = "cuda")]
         Cmd::Bench { target: BenchTarget::Gpu(args) } => ferrite_host::gpu_bench::run(&args),
@@ -551,7 +565,8 @@ fn demo(args: &DemoArgs) -> Result<()> {
     }
     println!("{table}");
     let attention_exact = attention::demo(&args.sim, engine)?;
-    ensure!(all_exact && attention_exact, "a device disagrees with the golden model");
+    let moe_exact = moe::demo(&args.sim, engine)?;
+    ensure!(all_exact && attention_exact && moe_exact, "a device disagrees with the golden model");
     Ok(())
 }
 

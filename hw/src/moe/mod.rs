@@ -7,4 +7,4 @@ pub mod rtl;
 pub mod tail;
 
 pub use config::{CapacityFactor, GateMode, MoeConfig, MoeLayout, MoeProblem};
-pub use model::{route, route_f64, MoeOutput, RouterF64};
+pub use model::{agreement, route, route_f64, F64Agreement, MoeOutput, RouterF64};

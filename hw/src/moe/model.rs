@@ -111,6 +111,33 @@ pub fn top_k(z: &[i32], k: usize) -> Vec<usize> {
     order
 }
 
+/// `p[e] = exp2_fixed(t[e] − max t)` in Q1.14 for one token's logits.
+fn exp_terms(p: &MoeProblem, lut: &[u32], z: &[i32]) -> Vec<i64> {
+    let t: Vec<i64> = z.iter().map(|&v| round_shift(v as i64 * p.logit.multiplier as i64, p.logit.shift)).collect();
+    let t_max = *t.iter().max().expect("E ≥ 1");
+    t.iter().map(|&v| exp2_fixed(lut, v - t_max) as i64).collect()
+}
+
+/// `floor(2^40 / L)`; L ≥ 2^14 whenever it includes the top-1 expert, whose p is exactly 1.0.
+fn reciprocal(l: i64) -> i64 {
+    (1i64 << RECIP_BITS) / l
+}
+
+/// `min(round(p · r / 2^24), 65535)`: p/L in Q0.16.
+fn weight(p: i64, r: i64) -> u16 {
+    round_shift(p * r, WEIGHT_SHIFT).min(u16::MAX as i64) as u16
+}
+
+/// Softmax over all E experts of one token's logits, Q0.16, with the unit's
+/// arithmetic: entry e equals the weight `route` gives expert e in
+/// softmax-top-k mode without renormalization. Expert-choice routing ranks
+/// tokens by these.
+pub fn softmax_q16(p: &MoeProblem, z: &[i32]) -> Vec<u16> {
+    let pe = exp_terms(p, &exp2_lut(), z);
+    let r = reciprocal(pe.iter().sum());
+    pe.iter().map(|&v| weight(v, r)).collect()
+}
+
 /// Whether the k weights are normalized over the chosen experts only.
 fn over_chosen(p: &MoeProblem) -> bool {
     p.mode == GateMode::TopkSoftmax || p.renormalize
@@ -133,15 +160,12 @@ pub fn route(p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Result
     for tok in 0..p.tokens {
         let z = logits(p, x, w, bias, tok);
         let sel = top_k(&z, k);
-        let t: Vec<i64> = z.iter().map(|&v| round_shift(v as i64 * p.logit.multiplier as i64, p.logit.shift)).collect();
-        let t_max = *t.iter().max().expect("E ≥ 1");
-        let pe: Vec<i64> = t.iter().map(|&v| exp2_fixed(&lut, v - t_max) as i64).collect();
+        let pe = exp_terms(p, &lut, &z);
         let l: i64 = if over_chosen(p) { sel.iter().map(|&e| pe[e]).sum() } else { pe.iter().sum() };
-        // l ≥ 2^14 when it includes the top-1 expert, whose p is exactly 1.0.
-        let r = (1i64 << RECIP_BITS) / l;
+        let r = reciprocal(l);
         for &e in &sel {
             out.experts.push(e as u8);
-            out.weights.push(round_shift(pe[e] * r, WEIGHT_SHIFT).min(u16::MAX as i64) as u16);
+            out.weights.push(weight(pe[e], r));
             let slot = out.load[e] as usize;
             if slot < cap {
                 out.slots.push(slot as i32);
@@ -191,6 +215,46 @@ pub fn route_f64(p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Re
         r.keys.push(keys);
     }
     Ok(r)
+}
+
+/// How the golden router's result compares with the float64 router's.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct F64Agreement {
+    /// Tokens whose chosen sets differ at a float near-tie across the k
+    /// boundary (keys equal within 10⁻¹² relative): allowed by the contract.
+    pub near_ties: usize,
+    /// Tokens whose chosen sets differ without a near-tie: contract violations.
+    pub disagreements: usize,
+    /// Largest |w_fixed − 65536·w_float| over tokens with equal sets, in Q0.16 LSB.
+    pub max_weight_err_lsb: f64,
+}
+
+/// Compare `fixed` (from [`route`]) with `real` (from [`route_f64`]) as
+/// docs/numerics.md states the contract.
+pub fn agreement(p: &MoeProblem, fixed: &MoeOutput, real: &RouterF64) -> F64Agreement {
+    let k = p.top_k;
+    let mut a = F64Agreement::default();
+    for tok in 0..p.tokens {
+        let ours: Vec<usize> = fixed.experts[tok * k..(tok + 1) * k].iter().map(|&v| v as usize).collect();
+        let theirs = &real.experts[tok * k..(tok + 1) * k];
+        let outside: Vec<usize> = ours.iter().copied().filter(|e| !theirs.contains(e)).collect();
+        if !outside.is_empty() {
+            let keys = &real.keys[tok];
+            let kth = keys[theirs[k - 1]];
+            if outside.iter().all(|&e| (kth - keys[e]).abs() <= 1e-12 * kth.abs().max(1e-300)) {
+                a.near_ties += 1;
+            } else {
+                a.disagreements += 1;
+            }
+            continue;
+        }
+        for (i, chosen) in ours.iter().enumerate() {
+            let j = theirs.iter().position(|x| x == chosen).expect("equal sets");
+            let err = (fixed.weights[tok * k + i] as f64 - real.weights[tok * k + j] * 65536.0).abs();
+            a.max_weight_err_lsb = a.max_weight_err_lsb.max(err);
+        }
+    }
+    a
 }
 
 #[cfg(test)]
