@@ -140,8 +140,9 @@ fn open_pynq(loaded: &LoadedManifest, options: &crate::backend::pynq::PynqOption
     use crate::backend::pynq::{PynqDevice, PynqOptions};
     let UnitConfig::Gemm(cfg) = &loaded.manifest.unit;
     let options = PynqOptions { min_dma_bytes: options.min_dma_bytes.max(self_test_dma_bytes(cfg)), ..options.clone() };
+    // Flattened into one message: DeviceError::Backend's source repeats its text in an error chain.
     let dev = PynqDevice::open(loaded, &options)
-        .with_context(|| format!("loading {} on the {}", loaded.manifest.kernel, loaded.manifest.board))?;
+        .map_err(|e| anyhow::anyhow!("loading {} on the {}: {e}", loaded.manifest.kernel, loaded.manifest.board))?;
     Ok(Box::new(dev))
 }
 
