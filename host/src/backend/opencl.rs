@@ -2,22 +2,33 @@
 //!
 //! On a Xilinx platform the unit is the hardware kernel of an xclbin, loaded
 //! as a program binary from a checked manifest; everywhere else (PoCL, GPU
-//! drivers) the unit's integer arithmetic is built from the OpenCL C ports in
-//! `kernels/opencl/` ([`SOURCES`]). Both take their arguments in the order of
-//! the unit's register map, which is also the order of `kernel.xml` and of
-//! the ports' parameter lists, so one launch path serves both.
+//! drivers) the units' integer arithmetic is built from the OpenCL C ports in
+//! `kernels/opencl/` ([`SOURCES`]): GEMM, attention and the MoE router. Both
+//! take their arguments in the order of the unit's register map, which is also
+//! the order of `kernel.xml` and of the ports' parameter lists, so one launch
+//! path serves both. A port appends what the hardware fixes at generation
+//! time or holds on chip (attention's head dimension, the exp2 LUT, scratch).
 use crate::backend::cpu::dense_layout;
 use crate::device::{
-    check_gemm_buffers, Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats,
+    check_gemm_buffers, check_moe_buffers, AttentionArgs, Buffer, Device, DeviceError, DeviceInfo, DeviceKind,
+    GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats,
 };
-use crate::driver;
+use crate::driver::{self, LaunchArgs};
 use crate::manifest::{LoadedManifest, UnitConfig};
+use ferrite_hw::attention::{AttentionConfig, AttentionLayout};
 use ferrite_hw::gemm::{GemmConfig, GemmLayout, GemmProblem};
+use ferrite_hw::moe::config::{
+    E_LIMIT, FLAG_BIAS, FLAG_CAPACITY, FLAG_RENORMALIZE, FLAG_TOPK_SOFTMAX, K_LIMIT, RECORD_BYTES, REC_IDS, REC_SLOTS,
+    REC_WEIGHTS,
+};
+use ferrite_hw::moe::model::{RECIP_BITS, WEIGHT_SHIFT};
+use ferrite_hw::moe::{MoeConfig, MoeLayout};
+use ferrite_hw::numerics::{exp2_lut, EXP2_FRAC_BITS};
 use ferrite_hw::regmap::{ArgKind, RegisterMap};
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::device::{Device as ClDevice, CL_DEVICE_TYPE_ALL};
-use opencl3::kernel::{ExecuteKernel, Kernel};
+use opencl3::kernel::Kernel;
 use opencl3::memory::{Buffer as ClBuffer, ClMem, CL_MEM_READ_WRITE};
 use opencl3::platform::get_platforms;
 use opencl3::program::Program;
@@ -25,9 +36,42 @@ use opencl3::types::{cl_mem, CL_BLOCKING};
 use std::collections::HashMap;
 use std::time::Instant;
 
-/// OpenCL C ports of the units, by kernel name. Attention and MoE add
-/// theirs here (and a `Launch` arm in [`OpenClDevice::launch`]).
-pub const SOURCES: &[(&str, &str)] = &[("ferrite_gemm", include_str!("../../../kernels/opencl/gemm.cl"))];
+/// OpenCL C ports of the units, by file name in `kernels/opencl/`; each is
+/// built as its own program with [`build_options`].
+pub const SOURCES: &[(&str, &str)] = &[
+    ("gemm.cl", include_str!("../../../kernels/opencl/gemm.cl")),
+    ("attention.cl", include_str!("../../../kernels/opencl/attention.cl")),
+    ("moe.cl", include_str!("../../../kernels/opencl/moe.cl")),
+];
+
+/// Most work-items of `ferrite_moe_dispatch`'s single work-group (the size of its local array).
+const DISPATCH_ITEMS: usize = 256;
+
+/// Compiler options of every port: the constants the ports share with the golden
+/// models come from the Rust definitions, so the two cannot drift.
+pub fn build_options() -> String {
+    let defines: [(&str, u64); 14] = [
+        ("EXP2_FRAC_BITS", EXP2_FRAC_BITS.into()),
+        ("MOE_E_LIMIT", E_LIMIT as u64),
+        ("MOE_K_LIMIT", K_LIMIT as u64),
+        ("MOE_RECORD_BYTES", RECORD_BYTES as u64),
+        ("MOE_REC_IDS", REC_IDS as u64),
+        ("MOE_REC_WEIGHTS", REC_WEIGHTS as u64),
+        ("MOE_REC_SLOTS", REC_SLOTS as u64),
+        ("MOE_RECIP_BITS", RECIP_BITS.into()),
+        ("MOE_WEIGHT_SHIFT", WEIGHT_SHIFT.into()),
+        ("MOE_FLAG_BIAS", FLAG_BIAS.into()),
+        ("MOE_FLAG_TOPK_SOFTMAX", FLAG_TOPK_SOFTMAX.into()),
+        ("MOE_FLAG_RENORMALIZE", FLAG_RENORMALIZE.into()),
+        ("MOE_FLAG_CAPACITY", FLAG_CAPACITY.into()),
+        ("MOE_DISPATCH_ITEMS", DISPATCH_ITEMS as u64),
+    ];
+    let mut options = String::from("-cl-std=CL1.2");
+    for (name, value) in defines {
+        options.push_str(&format!(" -D{name}={value}u"));
+    }
+    options
+}
 
 /// Held while platforms are discovered and programs built: two threads doing
 /// that at once crash ocl-icd with PoCL 3.1 (SIGSEGV, seen with parallel tests).
@@ -80,34 +124,90 @@ pub fn list() -> Result<Vec<ClDeviceSummary>, DeviceError> {
     Ok(out)
 }
 
-/// Where the unit's kernel comes from.
+/// The attention and MoE ports, with what their hardware units hold on chip.
+struct Ports {
+    attention: Kernel,
+    moe_gate: Kernel,
+    moe_dispatch: Kernel,
+    /// Work-items of the dispatch work-group: at most [`DISPATCH_ITEMS`] and what the device allows.
+    dispatch_items: usize,
+    /// `exp2_lut()` as little-endian u32 words: the LUT ROM of the attention and MoE units.
+    lut: ClBuffer<u8>,
+    /// Register maps of the default units: the ports' argument order.
+    attention_map: RegisterMap,
+    moe_map: RegisterMap,
+}
+
+impl Ports {
+    fn build(context: &Context, device: &ClDevice, queue: &CommandQueue) -> Result<Self, DeviceError> {
+        let program = |file: &str| {
+            let (_, src) = SOURCES.iter().find(|(f, _)| *f == file).expect("every port is in SOURCES");
+            Program::create_and_build_from_source(context, src, &build_options())
+                .map_err(|log| cl_error(&format!("building kernels/opencl/{file}"), log))
+        };
+        let kernel = |program: &Program, name: &str| {
+            Kernel::create(program, name).map_err(|e| cl_error(&format!("kernel {name}"), e))
+        };
+        let attention = kernel(&program("attention.cl")?, "ferrite_attention")?;
+        let moe = program("moe.cl")?;
+        let (moe_gate, moe_dispatch) = (kernel(&moe, "ferrite_moe_gate")?, kernel(&moe, "ferrite_moe_dispatch")?);
+        let dispatch_items = moe_dispatch
+            .get_work_group_size(device.id())
+            .map_err(|e| cl_error("work-group size of ferrite_moe_dispatch", e))?
+            .min(DISPATCH_ITEMS);
+        let words: Vec<u8> = exp2_lut().iter().flat_map(|w| w.to_le_bytes()).collect();
+        // SAFETY: no host pointer; the buffer is owned by the returned struct.
+        let mut lut = unsafe { ClBuffer::<u8>::create(context, CL_MEM_READ_WRITE, words.len(), std::ptr::null_mut()) }
+            .map_err(|e| cl_error("allocating the exp2 LUT", e))?;
+        // SAFETY: blocking write of the whole buffer.
+        unsafe { queue.enqueue_write_buffer(&mut lut, CL_BLOCKING, 0, &words, &[]) }
+            .map_err(|e| cl_error("writing the exp2 LUT", e))?;
+        Ok(Self {
+            attention,
+            moe_gate,
+            moe_dispatch,
+            dispatch_items,
+            lut,
+            attention_map: AttentionConfig::default().register_map(),
+            moe_map: MoeConfig::default().register_map(),
+        })
+    }
+}
+
+/// Where the units' kernels come from.
 enum Flavor {
-    /// The OpenCL C port; any layout works, so operands are dense.
-    Port,
-    /// The hardware kernel of an xclbin: its config fixes the beat and limits.
+    /// The OpenCL C ports of all three units; any layout works, so operands are dense.
+    Port(Box<Ports>),
+    /// The GEMM hardware kernel of an xclbin: its config fixes the beat and limits.
     Xclbin,
+}
+
+/// One kernel argument: a buffer or a 32-bit scalar.
+enum Arg {
+    Mem(cl_mem),
+    Word(u32),
 }
 
 /// A unit on an OpenCL device.
 pub struct OpenClDevice {
     name: String,
     flavor: Flavor,
-    /// The unit's configuration (for the port: the default, whose register
+    /// The GEMM unit's configuration (for the port: the default, whose register
     /// map gives the argument order; the port has no array or buffer limits).
     cfg: GemmConfig,
     map: RegisterMap,
     context: Context,
     queue: CommandQueue,
-    kernel: Kernel,
+    gemm: Kernel,
     buffers: HashMap<u64, ClBuffer<u8>>,
-    /// Bound to BIAS when a launch has none: kernels may not get a null buffer everywhere.
+    /// Bound to optional buffers a launch lacks: kernels may not get a null buffer everywhere.
     dummy: ClBuffer<u8>,
     next_id: u64,
 }
 
 impl OpenClDevice {
     /// Open device `device` of platform `platform`. A Xilinx platform needs
-    /// `image`, a manifest with an xclbin; other platforms build the port.
+    /// `image`, a manifest with an xclbin; other platforms build the ports.
     pub fn open(platform: usize, device: usize, image: Option<&LoadedManifest>) -> Result<Self, DeviceError> {
         let _guard = discovery_lock();
         let platforms = get_platforms()
@@ -140,27 +240,26 @@ impl OpenClDevice {
                 .map_err(|e| cl_error(&format!("loading {}", path.display()), e))?;
             (Flavor::Xclbin, cfg.clone(), program, m.manifest.kernel.clone())
         } else {
-            let (kernel, src) = SOURCES[0];
-            let program = Program::create_and_build_from_source(&context, src, "-cl-std=CL1.2")
+            let program = Program::create_and_build_from_source(&context, SOURCES[0].1, &build_options())
                 .map_err(|log| cl_error("building kernels/opencl/gemm.cl", log))?;
-            (Flavor::Port, GemmConfig::default(), program, kernel.to_string())
+            let ports = Ports::build(&context, &dev, &queue)?;
+            (Flavor::Port(Box::new(ports)), GemmConfig::default(), program, "ferrite_gemm".to_string())
         };
-        let kernel =
-            Kernel::create(&program, &kernel_name).map_err(|e| cl_error(&format!("kernel {kernel_name}"), e))?;
+        let gemm = Kernel::create(&program, &kernel_name).map_err(|e| cl_error(&format!("kernel {kernel_name}"), e))?;
         // SAFETY: no host pointer; the buffer is owned by the device struct.
         let dummy = unsafe { ClBuffer::<u8>::create(&context, CL_MEM_READ_WRITE, 4, std::ptr::null_mut()) }
             .map_err(|e| cl_error("allocating", e))?;
         Ok(Self {
             name: format!(
                 "opencl {platform}:{device} ({dname}, {})",
-                if matches!(flavor, Flavor::Port) { "OpenCL C port" } else { "xclbin" }
+                if matches!(flavor, Flavor::Port(_)) { "OpenCL C ports" } else { "xclbin" }
             ),
             flavor,
             map: cfg.register_map(),
             cfg,
             context,
             queue,
-            kernel,
+            gemm,
             buffers: HashMap::new(),
             dummy,
             next_id: 1,
@@ -178,11 +277,194 @@ impl OpenClDevice {
     fn fits(&self, p: &GemmProblem) -> Result<(), DeviceError> {
         p.validate()?;
         match self.flavor {
-            Flavor::Port => Ok(()),
+            Flavor::Port(_) => Ok(()),
             Flavor::Xclbin => p
                 .validate_for(&self.cfg)
                 .map_err(|e| DeviceError::TooBig { device: self.name.clone(), reason: e.to_string() }),
         }
+    }
+
+    /// The ports, or `Unsupported` for `unit` on an xclbin (it holds only the GEMM unit).
+    fn ports(&self, unit: &'static str) -> Result<&Ports, DeviceError> {
+        match &self.flavor {
+            Flavor::Port(p) => Ok(p),
+            Flavor::Xclbin => Err(DeviceError::Unsupported { device: self.name.clone(), unit }),
+        }
+    }
+
+    /// Buffers are named by handle id in [`LaunchArgs`]; this checks the handle is ours.
+    fn known(&self, buf: Buffer) -> Result<u64, DeviceError> {
+        if self.buffers.contains_key(&buf.id()) {
+            Ok(buf.id())
+        } else {
+            Err(DeviceError::UnknownBuffer(buf.id()))
+        }
+    }
+
+    /// `args` in `map`'s argument order (the kernels' parameter order); buffer 0
+    /// (an optional buffer the launch lacks) binds the dummy buffer.
+    fn map_args(&self, map: &RegisterMap, args: &LaunchArgs) -> Result<Vec<Arg>, DeviceError> {
+        map.arguments()
+            .map(|reg| {
+                let value = args
+                    .values
+                    .iter()
+                    .find(|(n, _)| *n == reg.name)
+                    .map(|&(_, v)| v)
+                    .ok_or_else(|| DeviceError::Argument(format!("no value for {}", reg.name)))?;
+                if reg.kind == ArgKind::Buffer {
+                    let mem = if value == 0 {
+                        self.dummy.get()
+                    } else {
+                        self.buffers.get(&value).ok_or(DeviceError::UnknownBuffer(value))?.get()
+                    };
+                    Ok(Arg::Mem(mem))
+                } else {
+                    u32::try_from(value)
+                        .map(Arg::Word)
+                        .map_err(|_| DeviceError::Argument(format!("{} = {value} does not fit 32 bits", reg.name)))
+                }
+            })
+            .collect()
+    }
+
+    /// Set `args` on `kernel` and enqueue it over `global` work-items (in work-groups
+    /// of `local`, when given); the in-order queue runs enqueued kernels one after another.
+    fn enqueue(
+        &self,
+        kernel: &Kernel,
+        args: &[Arg],
+        global: &[usize],
+        local: Option<&[usize]>,
+    ) -> Result<(), DeviceError> {
+        let name = kernel.function_name().unwrap_or_default();
+        let want = kernel.num_args().map_err(|e| cl_error(&format!("arguments of {name}"), e))? as usize;
+        if want != args.len() {
+            return Err(DeviceError::Argument(format!("{name} takes {want} arguments, the launch has {}", args.len())));
+        }
+        for (i, arg) in args.iter().enumerate() {
+            // SAFETY: the arguments follow the kernel's parameter list: cl_mem for
+            // buffers, 32-bit values for scalars (checked by the tests of every port).
+            unsafe {
+                match arg {
+                    Arg::Mem(m) => kernel.set_arg(i as u32, m),
+                    Arg::Word(w) => kernel.set_arg(i as u32, w),
+                }
+            }
+            .map_err(|e| cl_error(&format!("argument {i} of {name}"), e))?;
+        }
+        let local = local.map_or(std::ptr::null(), |l| l.as_ptr());
+        // SAFETY: every argument is set, the size arrays have `global.len()` entries, and the
+        // buffers outlive the launch: callers finish the queue before returning.
+        unsafe {
+            self.queue.enqueue_nd_range_kernel(
+                kernel.get(),
+                global.len() as u32,
+                std::ptr::null(),
+                global.as_ptr(),
+                local,
+                &[],
+            )
+        }
+        .map_err(|e| cl_error(&format!("launching {name}"), e))?;
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<(), DeviceError> {
+        self.queue.finish().map_err(|e| cl_error("waiting for the kernels", e))
+    }
+
+    fn run_gemm(&self, g: &GemmArgs) -> Result<(), DeviceError> {
+        check_gemm_buffers(g)?;
+        self.fits(&g.problem)?;
+        let args = self.map_args(&self.map, &driver::gemm_args(&self.cfg, g, &|b| self.known(b))?)?;
+        let p = &g.problem;
+        let global = match self.flavor {
+            Flavor::Port(_) => vec![p.n, p.m],
+            Flavor::Xclbin => vec![1],
+        };
+        self.enqueue(&self.gemm, &args, &global, None)?;
+        self.finish()
+    }
+
+    fn run_attention(&self, a: &AttentionArgs) -> Result<(), DeviceError> {
+        let ports = self.ports("attention")?;
+        self.check_attention(a)?;
+        let p = &a.problem;
+        let rows = p.heads_total() * p.seq_q;
+        let dim = u32::try_from(p.dim).map_err(|_| DeviceError::Problem(format!("dim = {} over 2^32", p.dim)))?;
+        // The 64-bit o accumulators of every row: the registers of the unit's lanes.
+        let acc_bytes = rows
+            .checked_mul(p.dim * 8)
+            .ok_or_else(|| DeviceError::Problem(format!("{rows} rows × dim {} overflow the address space", p.dim)))?;
+        // SAFETY: no host pointer; the buffer lives until the queue is finished below.
+        let acc = unsafe { ClBuffer::<u8>::create(&self.context, CL_MEM_READ_WRITE, acc_bytes, std::ptr::null_mut()) }
+            .map_err(|e| cl_error(&format!("allocating {acc_bytes} bytes of accumulators"), e))?;
+        let cfg = AttentionConfig::default();
+        let mut args = self.map_args(&ports.attention_map, &driver::attention_args(&cfg, a, &|b| self.known(b))?)?;
+        args.extend([Arg::Word(dim), Arg::Mem(ports.lut.get()), Arg::Mem(acc.get())]);
+        self.enqueue(&ports.attention, &args, &[rows], None)?;
+        self.finish()
+    }
+
+    /// What the kernel relies on: a valid problem, strides that hold a head, buffers
+    /// that hold the layout, and a KVLEN buffer that says what the problem says.
+    fn check_attention(&self, a: &AttentionArgs) -> Result<(), DeviceError> {
+        let (p, l) = (&a.problem, &a.layout);
+        p.validate()?;
+        let (nh, elem) = (p.heads_total() as u64, AttentionLayout::out_elem_bytes(p) as u64);
+        let (q_row, kv_row) = ((p.seq_q * p.dim) as u64, (p.seq_kv * p.dim) as u64);
+        for (name, buf, stride, head) in [
+            ("Q", a.q, l.q_stride, q_row),
+            ("K", a.k, l.kv_stride, kv_row),
+            ("V", a.v, l.kv_stride, kv_row),
+            ("O", a.o, l.o_stride, q_row * elem),
+        ] {
+            if stride < head {
+                return Err(DeviceError::Problem(format!(
+                    "{name} head stride {stride} is below a head's {head} bytes"
+                )));
+            }
+            if buf.len() < stride * nh {
+                return Err(DeviceError::Problem(format!(
+                    "buffer {name} has {} bytes, the layout needs {}",
+                    buf.len(),
+                    stride * nh
+                )));
+            }
+        }
+        match (&p.kv_len, a.kv_len) {
+            (None, None) => Ok(()),
+            (Some(lens), Some(buf)) => {
+                let mut bytes = vec![0; 4 * lens.len()];
+                let cl = self.buffer(buf, 0, bytes.len())?;
+                // SAFETY: blocking read of a range checked against the buffer's size.
+                unsafe { self.queue.enqueue_read_buffer(cl, CL_BLOCKING, 0, &mut bytes, &[]) }
+                    .map_err(|e| cl_error("reading the key-length buffer", e))?;
+                let found: Vec<i32> =
+                    bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                if found.iter().zip(lens).any(|(&f, &want)| f as i64 != want as i64) {
+                    return Err(DeviceError::Problem(format!(
+                        "the key-length buffer holds {found:?}, the problem's kv_len is {lens:?}"
+                    )));
+                }
+                Ok(())
+            }
+            _ => Err(DeviceError::Problem("the key-length buffer must be given exactly when kv_len is".into())),
+        }
+    }
+
+    fn run_moe(&self, m: &MoeArgs) -> Result<(), DeviceError> {
+        let ports = self.ports("moe")?;
+        m.problem.validate()?;
+        check_moe_buffers(m)?;
+        let cfg = MoeConfig::default();
+        let mut args = self.map_args(&ports.moe_map, &driver::moe_args(&cfg, m, &|b| self.known(b))?)?;
+        args.push(Arg::Mem(ports.lut.get()));
+        let items = m.problem.experts.min(ports.dispatch_items);
+        self.enqueue(&ports.moe_gate, &args, &[m.problem.tokens], None)?;
+        self.enqueue(&ports.moe_dispatch, &args, &[items], Some(&[items]))?;
+        self.finish()
     }
 }
 
@@ -197,11 +479,20 @@ impl Device for OpenClDevice {
             Problem::Gemm(p) => {
                 self.fits(p)?;
                 Ok(Layout::Gemm(match self.flavor {
-                    Flavor::Port => dense_layout(p),
+                    Flavor::Port(_) => dense_layout(p),
                     Flavor::Xclbin => GemmLayout::new(&self.cfg, p),
                 }))
             }
-            other => Err(DeviceError::Unsupported { device: self.info().name, unit: other.unit() }),
+            Problem::Attention(p) => {
+                self.ports("attention")?;
+                p.validate()?;
+                Ok(Layout::Attention(AttentionLayout::new(p, 1)))
+            }
+            Problem::Moe(p) => {
+                self.ports("moe")?;
+                p.validate()?;
+                Ok(Layout::Moe(MoeLayout::with_beat(p, 1)))
+            }
         }
     }
 
@@ -249,65 +540,11 @@ impl Device for OpenClDevice {
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
-        let Launch::Gemm(g) = launch else {
-            return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" });
-        };
-        check_gemm_buffers(g)?;
-        self.fits(&g.problem)?;
-        // Buffers are named by handle id here; 0 (no bias) binds the dummy buffer.
-        let known = |buf: Buffer| {
-            if self.buffers.contains_key(&buf.id()) {
-                Ok(buf.id())
-            } else {
-                Err(DeviceError::UnknownBuffer(buf.id()))
-            }
-        };
-        let args = driver::gemm_args(&self.cfg, g, &known)?;
-        let mut mems: Vec<cl_mem> = Vec::new();
-        let mut scalars: Vec<u32> = Vec::new();
-        let mut order = Vec::new();
-        for reg in self.map.arguments() {
-            let value = args
-                .values
-                .iter()
-                .find(|(n, _)| *n == reg.name)
-                .map(|&(_, v)| v)
-                .ok_or_else(|| DeviceError::Argument(format!("no value for {}", reg.name)))?;
-            if reg.kind == ArgKind::Buffer {
-                let mem = if value == 0 {
-                    self.dummy.get()
-                } else {
-                    self.buffers.get(&value).ok_or(DeviceError::UnknownBuffer(value))?.get()
-                };
-                order.push((true, mems.len()));
-                mems.push(mem);
-            } else {
-                let v = u32::try_from(value)
-                    .map_err(|_| DeviceError::Argument(format!("{} = {value} does not fit 32 bits", reg.name)))?;
-                order.push((false, scalars.len()));
-                scalars.push(v);
-            }
+        match launch {
+            Launch::Gemm(g) => self.run_gemm(g)?,
+            Launch::Attention(a) => self.run_attention(a)?,
+            Launch::Moe(m) => self.run_moe(m)?,
         }
-        let p = &g.problem;
-        let mut exec = ExecuteKernel::new(&self.kernel);
-        for (is_mem, i) in order {
-            // SAFETY: the arguments follow the kernel's parameter list (register-map order):
-            // cl_mem for buffers, 32-bit values for scalars.
-            unsafe {
-                if is_mem {
-                    exec.set_arg(&mems[i]);
-                } else {
-                    exec.set_arg(&scalars[i]);
-                }
-            }
-        }
-        match self.flavor {
-            Flavor::Port => exec.set_global_work_sizes(&[p.n, p.m]),
-            Flavor::Xclbin => exec.set_global_work_size(1),
-        };
-        // SAFETY: every argument is set and the buffers outlive the blocking wait below.
-        let event = unsafe { exec.enqueue_nd_range(&self.queue) }.map_err(|e| cl_error("launching", e))?;
-        event.wait().map_err(|e| cl_error("waiting for the kernel", e))?;
         Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })
     }
 }
