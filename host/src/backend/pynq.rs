@@ -284,7 +284,7 @@ impl Registers {
     /// Byte offset of an aligned word inside the window.
     fn word(&self, offset: u32) -> Result<usize, DeviceError> {
         let at = offset as usize;
-        if offset % 4 != 0 || at + 4 > self.map.len() {
+        if !offset.is_multiple_of(4) || at + 4 > self.map.len() {
             return Err(pynq_error(format!(
                 "register offset {offset:#x} is unaligned or outside the {:#x}-byte control window",
                 self.map.len()

@@ -57,7 +57,7 @@ impl<'a> BitFile<'a> {
         }
         let len = u32::from_be_bytes(take(4, "the data length")?.try_into().expect("4 bytes")) as usize;
         let data = take(len, "the configuration data")?;
-        if len % 4 != 0 {
+        if !len.is_multiple_of(4) {
             return Err(format!("configuration data of {len} bytes is not whole 32-bit words"));
         }
         if !data.chunks_exact(4).any(|w| w == SYNC_WORD) {
