@@ -6,7 +6,8 @@
 # folder stays well under the 64 MiB a device call may carry.
 #
 #   scripts/gpu-bundle.sh            # build
-#   (on the GPU machine) gpu-bundle/run.sh [OUTDIR]
+#   (on the GPU machine) gpu-bundle/run.sh [OUTDIR] [STEPS]
+#   STEPS: comma-separated subset of tests,cli,demo,bench (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -35,6 +36,7 @@ cat > "$out/run.sh" <<'RUN'
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 outdir=${1:-$here/out}
+steps=",${2:-tests,cli,demo,bench},"
 mkdir -p "$outdir"
 nvrtc=$(python3 -c 'import nvidia.cu13, os; print(os.path.join(os.path.dirname(nvidia.cu13.__file__), "lib"))' 2>/dev/null || true)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${nvrtc:+$nvrtc:}${LD_LIBRARY_PATH:-}
@@ -48,11 +50,22 @@ step() {
   local rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || { echo "FAILED (exit $rc): $*"; status=1; }
 }
-step tests.log "$here/test-cuda" --test-threads=1 --nocapture
-step run.log "$here/ferrite" run gemm --device cuda --m 1000 --n 777 --k 1234 --bias --relu --requant 1073741824,40
+want() { [[ $steps == *",$1,"* ]]; }
+# Time limits: a hung kernel must not eat the whole device call.
+want tests && step tests.log timeout 300 "$here/test-cuda" --test-threads=1 --nocapture
+if want cli; then
+  step run.log "$here/ferrite" run gemm --device cuda --m 1000 --n 777 --k 1234 --bias --relu --requant 1073741824,40
+  step run-attention.log "$here/ferrite" run attention --device cuda --batch 2 --heads 4 --seq 300 --seq-kv 500 --dim 128 --causal
+  step run-attention-int8.log "$here/ferrite" run attention --device cuda --seq 77 --dim 64 --kv-len 50 --int8-out
+  if "$here/ferrite" run moe --help >/dev/null 2>&1; then
+    step run-moe.log "$here/ferrite" run moe --device cuda
+  else
+    echo "== ferrite run moe: not in this build"
+  fi
+fi
 # The demo also simulates the RTL; without Verilator there that is rust-hdl (slow), so keep it small.
-step demo.log timeout 120 "$here/ferrite" demo --size 32
-step bench.log "$here/ferrite" bench gpu --script "$here/torch_reference.py" --json "$outdir/bench.json"
+want demo && step demo.log timeout 120 "$here/ferrite" demo --size 32
+want bench && step bench.log timeout 300 "$here/ferrite" bench gpu --script "$here/torch_reference.py" --json "$outdir/bench.json"
 exit $status
 RUN
 chmod +x "$out/run.sh"

@@ -9,14 +9,18 @@
 //! attention cases on sampled rows, for the MoE gate on every token.
 use crate::backend::cuda::float::{flash_attention, from_bf16, gemm_bf16, moe_gate, to_bf16};
 use crate::backend::cuda::runtime::{driver, Gpu};
-use crate::device::DeviceError;
+use crate::backend::cuda::CudaDevice;
+use crate::device::{Device, DeviceError, Layout, MoeArgs, Problem};
+use crate::ops;
 use anyhow::{bail, Context, Result};
-use cudarc::driver::{sys::CUevent_flags, CudaSlice};
+use cudarc::driver::{sys::CUevent_flags, CudaContext, CudaSlice, CudaStream};
+use ferrite_hw::moe::{route, CapacityFactor, GateMode, MoeProblem};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 
 /// Options of `ferrite bench gpu`.
 #[derive(Debug, Clone, clap::Args)]
@@ -65,19 +69,29 @@ fn normal(rng: &mut ChaCha8Rng) -> f32 {
 }
 
 /// Median kernel time in ms over `iters` runs (after 3 warm-ups), by events.
-fn time_ms(gpu: &Gpu, iters: usize, mut f: impl FnMut() -> Result<(), DeviceError>) -> Result<f64> {
+fn time_ms(gpu: &Gpu, iters: usize, f: impl FnMut() -> Result<(), DeviceError>) -> Result<f64> {
+    time_on(&gpu.ctx, &gpu.stream, iters, f)
+}
+
+/// [`time_ms`] for callers that hold the device mutably (the router twin).
+fn time_on(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    iters: usize,
+    mut f: impl FnMut() -> Result<(), DeviceError>,
+) -> Result<f64> {
     for _ in 0..3 {
         f()?;
     }
-    gpu.sync()?;
+    stream.synchronize().map_err(driver("running a kernel"))?;
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let mut times = Vec::with_capacity(iters);
     for _ in 0..iters.max(1) {
-        let start = gpu.ctx.new_event(flags).map_err(driver("creating an event"))?;
-        let end = gpu.ctx.new_event(flags).map_err(driver("creating an event"))?;
-        start.record(&gpu.stream).map_err(driver("recording an event"))?;
+        let start = ctx.new_event(flags).map_err(driver("creating an event"))?;
+        let end = ctx.new_event(flags).map_err(driver("creating an event"))?;
+        start.record(stream).map_err(driver("recording an event"))?;
         f()?;
-        end.record(&gpu.stream).map_err(driver("recording an event"))?;
+        end.record(stream).map_err(driver("recording an event"))?;
         times.push(start.elapsed_ms(&end).map_err(driver("timing"))? as f64);
     }
     times.sort_by(f64::total_cmp);
@@ -219,6 +233,57 @@ fn bench_moe(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, e: usize, k: usize) 
     })
 }
 
+/// The MoE router twin (int8 logits, fixed-point softmax, top-k, capacity
+/// slots, dispatch plan) on T = 16384, H = 1024: checked bit for bit against
+/// `ferrite_hw::moe::route` with poisoned outputs, then timed. PyTorch has no
+/// such kernel, so it has no reference figure; its rate is in tokens/s.
+fn bench_moe_twin(dev: &mut CudaDevice, rng: &mut ChaCha8Rng, iters: usize, e: usize, k: usize) -> Result<Case> {
+    let (t, h) = (16384usize, 1024usize);
+    let p = MoeProblem {
+        renormalize: true,
+        capacity: Some(CapacityFactor::from_f64(1.25)?),
+        ..MoeProblem::new(t, h, e, k, GateMode::SoftmaxTopk, 1.0 / 32.0, 1.0 / 64.0)?
+    };
+    let x: Vec<i8> = (0..t * h).map(|_| rng.gen()).collect();
+    let w: Vec<i8> = (0..e * h).map(|_| rng.gen_range(-40..=40)).collect();
+    let want = route(&p, &x, &w, None)?;
+    let (got, _) = ops::moe(dev, &p, &x, &w, None)?;
+    let exact = got == want;
+    let Layout::Moe(layout) = dev.layout(&Problem::Moe(p))? else { bail!("the cuda device gave no MoE layout") };
+    let pad = |v: &[i8], pitch: u64| -> Vec<u8> {
+        v.chunks(h).flat_map(|r| r.iter().map(|&b| b as u8).chain(std::iter::repeat_n(0, pitch as usize - h))).collect()
+    };
+    let mut alloc = |dev: &mut CudaDevice, bytes: u64, data: Option<Vec<u8>>| -> Result<_> {
+        let b = dev.alloc(bytes)?;
+        dev.upload(b, 0, &data.unwrap_or_else(|| vec![ops::POISON; bytes as usize]))?;
+        Ok(b)
+    };
+    let args = MoeArgs {
+        problem: p,
+        layout,
+        x: alloc(dev, layout.x_bytes, Some(pad(&x, layout.ldx)))?,
+        w: alloc(dev, layout.w_bytes, Some(pad(&w, layout.ldw)))?,
+        bias: None,
+        route: alloc(dev, layout.route_bytes, None)?,
+        dispatch: alloc(dev, layout.dispatch_bytes, None)?,
+        stats: alloc(dev, layout.stats_bytes, None)?,
+    };
+    let (ctx, stream) = (dev.gpu().ctx.clone(), dev.gpu().stream.clone());
+    let ours_ms = time_on(&ctx, &stream, iters, || dev.enqueue_moe(&args))?;
+    for b in [args.x, args.w, args.route, args.dispatch, args.stats] {
+        dev.free(b)?;
+    }
+    Ok(Case {
+        name: format!("moe_router_twin_e{e}_k{k}"),
+        // Tokens routed stand in for FLOPs.
+        flops: t as f64,
+        ours_ms,
+        rel_err: if exact { 0.0 } else { f64::INFINITY },
+        tol: 0.0,
+        refs: Vec::new(),
+    })
+}
+
 fn torch_reference(args: &BenchGpuArgs) -> Result<Value> {
     let text = match &args.torch {
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
@@ -244,18 +309,22 @@ fn torch_reference(args: &BenchGpuArgs) -> Result<Value> {
 /// Run every case, print the ratio table, write the JSON; fails if any output
 /// is wrong (the figures are still printed and written first).
 pub fn run(args: &BenchGpuArgs) -> Result<()> {
-    let gpu = Gpu::open(0)?;
-    println!("device {} ({}, {} SMs)", gpu.name, gpu.arch, gpu.sm_count);
+    let mut dev = CudaDevice::new(0)?;
+    let gpu = dev.gpu();
+    let (name, arch, sm_count) = (gpu.name.clone(), gpu.arch.clone(), gpu.sm_count);
+    println!("device {name} ({arch}, {sm_count} SMs)");
     let mut rng = rng();
     let it = args.iters;
-    let mut cases = vec![bench_gemm(&gpu, &mut rng, it, 8192)?];
+    let mut cases = vec![bench_gemm(gpu, &mut rng, it, 8192)?];
     for d in [64, 128] {
         for causal in [false, true] {
-            cases.push(bench_attention(&gpu, &mut rng, it, d, causal)?);
+            cases.push(bench_attention(gpu, &mut rng, it, d, causal)?);
         }
     }
-    cases.push(bench_moe(&gpu, &mut rng, it.max(100), 8, 2)?);
-    cases.push(bench_moe(&gpu, &mut rng, it.max(100), 64, 8)?);
+    cases.push(bench_moe(gpu, &mut rng, it.max(100), 8, 2)?);
+    cases.push(bench_moe(gpu, &mut rng, it.max(100), 64, 8)?);
+    cases.push(bench_moe_twin(&mut dev, &mut rng, it, 8, 2)?);
+    cases.push(bench_moe_twin(&mut dev, &mut rng, it, 64, 8)?);
     let torch = torch_reference(args)?;
     let mut rows = Vec::new();
     println!(
@@ -263,8 +332,20 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
         "case", "ours ms", "rate", "rel err", "reference", "ref ms", "ratio"
     );
     for c in &cases {
-        let unit = if c.name.starts_with("moe") { ("GB/s", 1e9) } else { ("TFLOP/s", 1e12) };
+        let unit = if c.name.starts_with("moe_router") {
+            ("Mtok/s", 1e6)
+        } else if c.name.starts_with("moe") {
+            ("GB/s", 1e9)
+        } else {
+            ("TFLOP/s", 1e12)
+        };
         let rate = c.flops / (c.ours_ms * 1e-3) / unit.1;
+        if c.refs.is_empty() {
+            println!(
+                "{:<22} {:>10.4} {:>7.1} {:<7} {:>7.1e}  {:<12} {:>10} {:>7}",
+                c.name, c.ours_ms, rate, unit.0, c.rel_err, "(none)", "n/a", "n/a"
+            );
+        }
         let mut refs = serde_json::Map::new();
         for (label, key) in &c.refs {
             let ms = torch["cases"][key]["ms"].as_f64();
@@ -290,7 +371,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
         }));
     }
     let report = json!({
-        "device": gpu.name, "arch": gpu.arch, "sm_count": gpu.sm_count,
+        "device": name, "arch": arch, "sm_count": sm_count,
         "date_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         "torch": torch.get("torch"), "torch_device": torch.get("device"),
         "cases": rows,

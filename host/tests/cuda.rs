@@ -3,11 +3,13 @@
 //! (`scripts/gpu-bundle.sh` builds this binary for it).
 #![cfg(feature = "cuda")]
 use ferrite_host::backend::cuda::float::{flash_attention, from_bf16, gemm_bf16, moe_gate, to_bf16};
+use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::backend::cuda::CudaDevice;
-use ferrite_host::device::{Buffer, GemmArgs};
+use ferrite_host::device::{AttentionArgs, Buffer, GemmArgs, MoeArgs};
 use ferrite_host::{ops, Device, DeviceError, Launch, Layout, Problem};
 use ferrite_hw::attention::{attention, AttentionParams, AttentionProblem};
 use ferrite_hw::gemm::{gemm, GemmProblem};
+use ferrite_hw::moe::{route, CapacityFactor, GateMode, MoeProblem};
 use ferrite_hw::numerics::Requant;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -176,6 +178,98 @@ fn attention_problem(
     }
 }
 
+/// Dense rows of `row` bytes into rows `pitch` bytes apart; the padding is
+/// junk (0x7F), so a kernel that reads it gives a wrong answer.
+fn pitched(dense: &[u8], row: usize, pitch: usize) -> Vec<u8> {
+    let rows = dense.len() / row.max(1);
+    let mut out = vec![0x7f; rows * pitch];
+    for (r, src) in dense.chunks(row).enumerate() {
+        out[r * pitch..r * pitch + row].copy_from_slice(src);
+    }
+    out
+}
+
+fn bytes(v: &[i8]) -> Vec<u8> {
+    v.iter().map(|&x| x as u8).collect()
+}
+
+/// Run one launch on `dev` with `inputs` uploaded and `outputs` (sizes)
+/// poisoned with [`ops::POISON`]; returns every output buffer whole.
+fn run_raw(
+    dev: &mut dyn Device,
+    inputs: &[Vec<u8>],
+    outputs: &[u64],
+    make: impl Fn(&[Buffer], &[Buffer]) -> Launch,
+) -> Result<Vec<Vec<u8>>, DeviceError> {
+    let mut ins = Vec::new();
+    for data in inputs {
+        let b = dev.alloc(data.len() as u64)?;
+        dev.upload(b, 0, data)?;
+        ins.push(b);
+    }
+    let mut outs = Vec::new();
+    for &n in outputs {
+        let b = dev.alloc(n)?;
+        dev.upload(b, 0, &vec![ops::POISON; n as usize])?;
+        outs.push(b);
+    }
+    dev.launch(&make(&ins, &outs))?;
+    let mut got = Vec::new();
+    for &b in &outs {
+        let mut data = vec![0; b.len() as usize];
+        dev.download(b, 0, &mut data)?;
+        got.push(data);
+    }
+    for b in ins.into_iter().chain(outs) {
+        dev.free(b)?;
+    }
+    Ok(got)
+}
+
+/// The attention twin through `Launch::Attention` against the golden model:
+/// the decoded output, and the whole O buffer (head padding must stay
+/// poisoned) against the cpu backend given the same layout.
+fn check_attention(dev: &mut CudaDevice, p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> Result<(), String> {
+    let want = attention(p, q, k, v).map_err(|e| e.to_string())?;
+    let (got, _) = ops::attention(dev, p, q, k, v).map_err(|e| e.to_string())?;
+    if got.len() != want.len() {
+        return Err(format!("{} outputs, golden {}", got.len(), want.len()));
+    }
+    if let Some(i) = (0..want.len()).find(|&i| got.get(i) != want.get(i)) {
+        return Err(format!("{p:?}: element {i}: cuda {}, golden {}", got.get(i), want.get(i)));
+    }
+    let Ok(Layout::Attention(l)) = dev.layout(&Problem::Attention(p.clone())) else {
+        return Err("no attention layout".into());
+    };
+    let (nh, d) = (p.heads_total(), p.dim);
+    let mut inputs = vec![
+        pitched(&bytes(q), p.seq_q * d, l.q_stride as usize),
+        pitched(&bytes(k), p.seq_kv * d, l.kv_stride as usize),
+        pitched(&bytes(v), p.seq_kv * d, l.kv_stride as usize),
+    ];
+    if let Some(kv) = &p.kv_len {
+        inputs.push(kv.iter().flat_map(|&n| (n as u32).to_le_bytes()).collect());
+    }
+    let make = |i: &[Buffer], o: &[Buffer]| {
+        Launch::Attention(AttentionArgs {
+            problem: p.clone(),
+            layout: l,
+            q: i[0],
+            k: i[1],
+            v: i[2],
+            o: o[0],
+            kv_len: i.get(3).copied(),
+        })
+    };
+    let o_bytes = l.o_stride * nh as u64;
+    let gpu = run_raw(dev, &inputs, &[o_bytes], make).map_err(|e| e.to_string())?;
+    let cpu = run_raw(&mut CpuDevice::new(CpuMode::Golden), &inputs, &[o_bytes], make).map_err(|e| e.to_string())?;
+    match gpu[0].iter().zip(&cpu[0]).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(i) => Err(format!("{p:?}: O byte {i}: cuda {:#x}, cpu {:#x}", gpu[0][i], cpu[0][i])),
+    }
+}
+
 #[test]
 fn attention_twin_is_bit_exact() {
     let Some(mut dev) = gpu("attention_twin_is_bit_exact") else {
@@ -209,16 +303,203 @@ fn attention_twin_is_bit_exact() {
             let hq = p.heads_total() * p.seq_q * p.dim;
             let hkv = p.heads_total() * p.seq_kv * p.dim;
             let (q, k, v) = (gen(hq), gen(hkv), gen(hkv));
-            let want = attention(&p, &q, &k, &v).unwrap();
-            let (got, _) = dev.attention(&p, &q, &k, &v).unwrap();
-            assert_eq!(got.len(), want.len());
-            if let Some(i) = (0..want.len()).find(|&i| got.get(i) != want.get(i)) {
-                panic!("{p:?} extreme={extreme}: element {i}: cuda {}, golden {}", got.get(i), want.get(i));
-            }
+            check_attention(&mut dev, &p, &q, &k, &v).unwrap();
         }
     }
     let bad = attention_problem(16, 2, 3, false, None, None);
-    assert!(dev.attention(&bad, &[0; 10], &[0; 96], &[0; 96]).unwrap_err().to_string().contains("Q has 10"));
+    let err = ops::attention(&mut dev, &bad, &[0; 10], &[0; 96], &[0; 96]).unwrap_err();
+    assert!(err.to_string().contains("Q has 10"), "{err}");
+    let too_wide = attention_problem(256, 2, 3, false, None, None);
+    assert!(matches!(dev.layout(&Problem::Attention(too_wide)), Err(DeviceError::TooBig { .. })));
+}
+
+#[test]
+fn attention_launch_random_problems_are_bit_exact() {
+    let Some(dev) = gpu("attention_launch_random_problems_are_bit_exact") else {
+        return;
+    };
+    let dev = std::cell::RefCell::new(dev);
+    let i8s = |n: usize| prop::collection::vec(prop_oneof![Just(-128i8), Just(127i8), any::<i8>()], n);
+    let strategy = (
+        1usize..=2,
+        1usize..=3,
+        1usize..40,
+        1usize..70,
+        prop_oneof![Just(16usize), Just(32), Just(64), Just(128)],
+        any::<bool>(),
+        any::<bool>(),
+        prop::option::of(prop_oneof![Just(1.0 / 8.0), Just(1.0 / 64.0)]),
+    )
+        .prop_flat_map(move |(batch, heads, seq_q, seq_kv, dim, causal, padded, out)| {
+            let kv_len = if padded {
+                prop::collection::vec(1..=seq_kv, batch).prop_map(Some).boxed()
+            } else {
+                Just(None).boxed()
+            };
+            (Just((batch, heads, seq_q, seq_kv, dim, causal, out)), kv_len).prop_flat_map(
+                move |((batch, heads, seq_q, seq_kv, dim, causal, out), kv_len)| {
+                    let s = 1.0 / 32.0;
+                    let p = AttentionProblem {
+                        batch,
+                        heads,
+                        seq_q,
+                        seq_kv,
+                        dim,
+                        causal,
+                        kv_len,
+                        params: AttentionParams::from_scales(dim, s, s, s, out).unwrap(),
+                    };
+                    let (nq, nkv) = (batch * heads * seq_q * dim, batch * heads * seq_kv * dim);
+                    (Just(p), i8s(nq), i8s(nkv), i8s(nkv))
+                },
+            )
+        });
+    let mut runner = TestRunner::new(Config { cases: 48, ..Config::default() });
+    runner
+        .run(&strategy, |(p, q, k, v)| {
+            check_attention(&mut dev.borrow_mut(), &p, &q, &k, &v).map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+/// The router twin through `Launch::Moe`: route records, statistics and the
+/// whole dispatch buffer (unwritten entries must stay poisoned) byte for byte
+/// against the cpu backend given the same layout, and decoded against
+/// `ferrite_hw::moe::route`.
+fn check_moe(dev: &mut CudaDevice, p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Result<(), String> {
+    let want = route(p, x, w, bias).map_err(|e| e.to_string())?;
+    let (got, _) = ops::moe(dev, p, x, w, bias).map_err(|e| e.to_string())?;
+    if got != want {
+        return Err(format!("{p:?}: decoded output differs from the golden model"));
+    }
+    let Ok(Layout::Moe(l)) = dev.layout(&Problem::Moe(*p)) else { return Err("no MoE layout".into()) };
+    let mut inputs = vec![pitched(&bytes(x), p.hidden, l.ldx as usize), pitched(&bytes(w), p.hidden, l.ldw as usize)];
+    if let Some(b) = bias {
+        inputs.push(b.iter().flat_map(|v| v.to_le_bytes()).collect());
+    }
+    let make = |i: &[Buffer], o: &[Buffer]| {
+        Launch::Moe(MoeArgs {
+            problem: *p,
+            layout: l,
+            x: i[0],
+            w: i[1],
+            bias: i.get(2).copied(),
+            route: o[0],
+            dispatch: o[1],
+            stats: o[2],
+        })
+    };
+    let sizes = [l.route_bytes, l.dispatch_bytes, l.stats_bytes];
+    let gpu = run_raw(dev, &inputs, &sizes, make).map_err(|e| e.to_string())?;
+    let cpu = run_raw(&mut CpuDevice::new(CpuMode::Golden), &inputs, &sizes, make).map_err(|e| e.to_string())?;
+    for (name, (g, c)) in ["route", "dispatch", "stats"].iter().zip(gpu.iter().zip(&cpu)) {
+        if let Some(i) = g.iter().zip(c).position(|(a, b)| a != b) {
+            return Err(format!("{p:?}: {name} byte {i}: cuda {:#x}, cpu {:#x}", g[i], c[i]));
+        }
+    }
+    Ok(())
+}
+
+fn moe_problem(t: usize, h: usize, e: usize, k: usize, mode: GateMode, scale: f64) -> MoeProblem {
+    MoeProblem::new(t, h, e, k, mode, scale, scale).unwrap()
+}
+
+#[test]
+fn moe_twin_edge_cases_are_bit_exact() {
+    let Some(mut dev) = gpu("moe_twin_edge_cases_are_bit_exact") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let cf = |f: f64| Some(CapacityFactor::from_f64(f).unwrap());
+    let sm = GateMode::SoftmaxTopk;
+    let cases = [
+        moe_problem(1, 1, 1, 1, sm, 1.0 / 16.0),
+        moe_problem(1, 17, 256, 8, GateMode::TopkSoftmax, 1.0 / 32.0),
+        MoeProblem { capacity: cf(1.0), ..moe_problem(1000, 64, 8, 2, sm, 1.0 / 32.0) },
+        MoeProblem { capacity: cf(0.3), renormalize: true, ..moe_problem(777, 33, 64, 8, sm, 1.0 / 64.0) },
+        MoeProblem { bias: true, capacity: cf(1.25), ..moe_problem(513, 100, 256, 8, sm, 1.0 / 8.0) },
+        MoeProblem { bias: true, ..moe_problem(300, 5, 3, 3, GateMode::TopkSoftmax, 1.0 / 4.0) },
+    ];
+    for p in cases {
+        let (nx, nw) = (p.tokens * p.hidden, p.experts * p.hidden);
+        let bias: Vec<i32> = (0..p.experts).map(|_| rng.gen()).collect();
+        let bias = p.bias.then_some(&bias[..]);
+        // Random; all-equal logits (every expert ties); the largest products.
+        let x: Vec<i8> = (0..nx).map(|_| rng.gen()).collect();
+        let w: Vec<i8> = (0..nw).map(|_| rng.gen()).collect();
+        check_moe(&mut dev, &p, &x, &w, bias).unwrap();
+        check_moe(&mut dev, &p, &x, &vec![3; nw], bias).unwrap();
+        check_moe(&mut dev, &p, &vec![-128; nx], &vec![-128; nw], bias).unwrap();
+        let signs: Vec<i8> = (0..nw).map(|i| if i % 3 == 0 { 127 } else { -128 }).collect();
+        check_moe(&mut dev, &p, &vec![-128; nx], &signs, bias).unwrap();
+    }
+    // Every token prefers expert 2: slots 0..C, the rest dropped.
+    let p = MoeProblem { bias: true, capacity: Some(CapacityFactor::ONE), ..moe_problem(600, 2, 4, 1, sm, 1.0 / 4.0) };
+    check_moe(&mut dev, &p, &[1; 1200], &[0; 8], Some(&[0, 0, 100, 0])).unwrap();
+
+    let bad = moe_problem(4, 4, 4, 2, sm, 1.0 / 32.0);
+    assert!(dev.layout(&Problem::Moe(MoeProblem { top_k: 0, ..bad })).is_err());
+    let err = ops::moe(&mut dev, &bad, &[0; 15], &[0; 16], None).unwrap_err();
+    assert!(err.to_string().contains("x has 15"), "{err}");
+    let Ok(Layout::Moe(mut l)) = dev.layout(&Problem::Moe(bad)) else { panic!("no MoE layout") };
+    l.ldx = 4;
+    let bufs: Vec<Buffer> = [64, 64, 256, 64, 64].iter().map(|&n| dev.alloc(n).unwrap()).collect();
+    let launch = Launch::Moe(MoeArgs {
+        problem: bad,
+        layout: l,
+        x: bufs[0],
+        w: bufs[1],
+        bias: None,
+        route: bufs[2],
+        dispatch: bufs[3],
+        stats: bufs[4],
+    });
+    let err = dev.launch(&launch).unwrap_err();
+    assert!(err.to_string().contains("multiple of 16"), "{err}");
+}
+
+#[test]
+fn moe_twin_random_problems_are_bit_exact() {
+    let Some(dev) = gpu("moe_twin_random_problems_are_bit_exact") else {
+        return;
+    };
+    let dev = std::cell::RefCell::new(dev);
+    let strategy = (1usize..700, 1usize..80, 1usize..=256)
+        .prop_flat_map(|(t, h, e)| {
+            (
+                Just((t, h, e)),
+                1..=e.min(8),
+                prop_oneof![Just(GateMode::SoftmaxTopk), Just(GateMode::TopkSoftmax)],
+                any::<bool>(),
+                prop::option::of(0.05f64..3.0),
+                any::<bool>(),
+                prop_oneof![Just(1.0 / 256.0), Just(1.0 / 32.0), Just(1.0 / 4.0)],
+                0u8..4,
+            )
+        })
+        .prop_flat_map(|((t, h, e), k, mode, renormalize, cf, bias, scale, kind)| {
+            let p = MoeProblem {
+                renormalize,
+                bias,
+                capacity: cf.map(|f| CapacityFactor::from_f64(f).unwrap()),
+                ..moe_problem(t, h, e, k, mode, scale)
+            };
+            // kind 0: random; 1: all logits equal; 2: ±128/127 extremes; 3: small values (near-ties).
+            let vals = move |n: usize| match kind {
+                1 => Just(vec![0i8; n]).boxed(),
+                2 => prop::collection::vec(prop_oneof![Just(-128i8), Just(127i8)], n).boxed(),
+                3 => prop::collection::vec(-2i8..=2, n).boxed(),
+                _ => prop::collection::vec(any::<i8>(), n).boxed(),
+            };
+            let biases = prop::collection::vec(prop_oneof![Just(i32::MIN), Just(i32::MAX), any::<i32>(), -3i32..3], e);
+            (Just(p), vals(t * h), prop::collection::vec(any::<i8>(), e * h), biases)
+        });
+    let mut runner = TestRunner::new(Config { cases: 96, ..Config::default() });
+    runner
+        .run(&strategy, |(p, x, w, bias)| {
+            check_moe(&mut dev.borrow_mut(), &p, &x, &w, p.bias.then_some(&bias[..])).map_err(TestCaseError::fail)
+        })
+        .unwrap();
 }
 
 fn rel(got: &[f64], want: &[f64]) -> f64 {
@@ -238,16 +519,19 @@ fn float_kernels_match_float64() {
     let mut bf = |n: usize| -> Vec<u16> { (0..n).map(|_| to_bf16(rng.gen_range(-1.0f32..1.0))).collect() };
     let f = |x: u16| from_bf16(x) as f64;
 
-    let (m, n, k) = (256, 384, 192);
-    let (a, b) = (bf(m * k), bf(n * k));
-    let (da, db) = (g.stream.clone_htod(&a).unwrap(), g.stream.clone_htod(&b).unwrap());
-    let mut dc = g.stream.clone_htod(&vec![0xffffu16; m * n]).unwrap();
-    gemm_bf16(g, &da, &db, &mut dc, (m, n, k)).unwrap();
-    let c = g.stream.clone_dtoh(&dc).unwrap();
-    let want: Vec<f64> = (0..m * n).map(|i| (0..k).map(|x| f(a[i / n * k + x]) * f(b[i % n * k + x])).sum()).collect();
-    let err = rel(&c.iter().map(|&x| f(x)).collect::<Vec<_>>(), &want);
-    assert!(err < 1e-2, "bf16 GEMM rel err {err}");
-    assert!(gemm_bf16(g, &da, &db, &mut dc, (100, n, k)).is_err());
+    // 384 is no multiple of the wgmma kernel's 256 columns: that shape runs the mma.sync kernel.
+    for (m, n, k) in [(256, 384, 192), (384, 768, 1024)] {
+        let (a, b) = (bf(m * k), bf(n * k));
+        let (da, db) = (g.stream.clone_htod(&a).unwrap(), g.stream.clone_htod(&b).unwrap());
+        let mut dc = g.stream.clone_htod(&vec![0xffffu16; m * n]).unwrap();
+        gemm_bf16(g, &da, &db, &mut dc, (m, n, k)).unwrap();
+        let c = g.stream.clone_dtoh(&dc).unwrap();
+        let want: Vec<f64> =
+            (0..m * n).map(|i| (0..k).map(|x| f(a[i / n * k + x]) * f(b[i % n * k + x])).sum()).collect();
+        let err = rel(&c.iter().map(|&x| f(x)).collect::<Vec<_>>(), &want);
+        assert!(err < 1e-2, "bf16 GEMM {m}×{n}×{k} rel err {err}");
+        assert!(gemm_bf16(g, &da, &db, &mut dc, (100, n, k)).is_err());
+    }
 
     for (d, causal) in [(64, false), (64, true), (128, false), (128, true)] {
         let (bh, sn) = (3, 256);

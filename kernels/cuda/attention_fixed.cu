@@ -20,21 +20,24 @@ __device__ __forceinline__ long long round_shift(long long p, unsigned s) {
     return (p + half - (p < 0 ? 1 : 0)) >> s;
 }
 
-// Lanes own x = lane + 32·i for i < 4 (head_dim ≤ 128).
+// Lanes own x = lane + 32·i for i < 4 (head_dim ≤ 128). Each head's rows are
+// contiguous; heads are q_stride / kv_stride / o_stride bytes apart (the layout).
 extern "C" __global__ void ferrite_attention_fixed(
     const signed char* __restrict__ Q, const signed char* __restrict__ K,
     const signed char* __restrict__ V, const unsigned* __restrict__ lut,
     const int* __restrict__ kv_len,  // per batch entry
     void* __restrict__ out, int heads, int heads_total, int seq_q, int seq_kv, int d,
+    long long q_stride, long long kv_stride, long long o_stride,
     int causal, int score_mult, unsigned score_shift, int out_requant, int out_mult,
     unsigned out_shift) {
     const int lane = threadIdx.x & 31;
     const long long row = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= (long long)heads_total * seq_q) return;
     const int h = (int)(row / seq_q), i = (int)(row % seq_q), b = h / heads;
-    const signed char* q = Q + row * d;
-    const signed char* kh = K + (long long)h * seq_kv * d;
-    const signed char* vh = V + (long long)h * seq_kv * d;
+    const signed char* q = Q + h * q_stride + (long long)i * d;
+    const signed char* kh = K + h * kv_stride;
+    const signed char* vh = V + h * kv_stride;
+    char* oh = reinterpret_cast<char*>(out) + h * o_stride;
     int keys = kv_len[b];
     if (causal && keys > i + 1) keys = i + 1;
 
@@ -90,9 +93,9 @@ extern "C" __global__ void ferrite_attention_fixed(
         if (out_requant) {
             long long qv = round_shift((long long)fixed * (long long)out_mult, out_shift);
             qv = qv < -128 ? -128 : (qv > 127 ? 127 : qv);
-            reinterpret_cast<signed char*>(out)[row * d + x] = (signed char)qv;
+            reinterpret_cast<signed char*>(oh)[(long long)i * d + x] = (signed char)qv;
         } else {
-            reinterpret_cast<int*>(out)[row * d + x] = fixed;
+            reinterpret_cast<int*>(oh)[(long long)i * d + x] = fixed;
         }
     }
 }

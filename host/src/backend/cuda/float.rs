@@ -5,9 +5,9 @@
 //!
 //! bf16 values are raw `u16` bit patterns on both sides; [`to_bf16`] and
 //! [`from_bf16`] convert on the host.
-use super::runtime::{driver, Gpu, FLASH_ATTN, GEMM_BF16, MOE_GATE};
+use super::runtime::{driver, Gpu, FLASH_ATTN, GEMM_BF16, GEMM_BF16_WGMMA, MOE_GATE};
 use crate::device::DeviceError;
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 
 /// f32 → bf16 bits, round to nearest even (NaN stays NaN).
 pub fn to_bf16(x: f32) -> u16 {
@@ -38,7 +38,8 @@ pub const GEMM_TILE_MN: usize = 128;
 pub const GEMM_TILE_K: usize = 64;
 const GEMM_SMEM: u32 = 3 * 2 * 128 * 64 * 2;
 
-/// `C[M,N] = A[M,K] · B[N,K]ᵀ` in bf16 with f32 accumulation.
+/// `C[M,N] = A[M,K] · B[N,K]ᵀ` in bf16 with f32 accumulation: the wgmma kernel
+/// on Hopper when N is a multiple of [`WGMMA_TILE_N`], else the mma.sync one.
 pub fn gemm_bf16(
     gpu: &Gpu,
     a: &CudaSlice<u16>,
@@ -57,6 +58,9 @@ pub fn gemm_bf16(
     need_len("A", a, m * k)?;
     need_len("B", b, n * k)?;
     need_len("C", c, m * n)?;
+    if gpu.arch == "sm_90a" && n.is_multiple_of(WGMMA_TILE_N) {
+        return gemm_bf16_wgmma(gpu, a, b, c, (m, n, k));
+    }
     let f = gpu.function(GEMM_BF16, "ferrite_gemm_bf16_mma")?;
     gpu.set_dynamic_smem(&f, GEMM_SMEM)?;
     let tiles = (m / GEMM_TILE_MN) * (n / GEMM_TILE_MN);
@@ -66,6 +70,74 @@ pub fn gemm_bf16(
     l.arg(a).arg(b).arg(c).arg(&mi).arg(&ni).arg(&ki);
     // SAFETY: argument order and types match the kernel; lengths checked above.
     unsafe { l.launch(cfg) }.map_err(driver("launching ferrite_gemm_bf16_mma"))?;
+    Ok(())
+}
+
+/// Block tile of the Hopper kernel (`gemm_bf16_wgmma.cu`): 128 × 256 × 64.
+pub const WGMMA_TILE_N: usize = 256;
+/// Four stages of a 128×64 A tile and a 256×64 B tile, the mbarriers, and
+/// slack to align the tiles to the 1024-byte swizzle period.
+const WGMMA_SMEM: u32 = 4 * (128 * 64 * 2 + 256 * 64 * 2) + 64 + 1024;
+
+/// A TMA descriptor as a kernel argument (128 opaque bytes, by value).
+#[repr(transparent)]
+struct TmaMap(sys::CUtensorMap);
+// SAFETY: plain bytes the kernel reads as its `TmaMap` parameter.
+unsafe impl DeviceRepr for TmaMap {}
+
+/// TMA descriptor of a K-major bf16 matrix `[rows][k]`, loaded in boxes of
+/// `box_rows` × 64 with the 128-byte swizzle wgmma reads.
+fn tma_map(ptr: sys::CUdeviceptr, rows: usize, k: usize, box_rows: u32) -> Result<TmaMap, DeviceError> {
+    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    let dims = [k as u64, rows as u64];
+    let strides = [2 * k as u64];
+    let boxes = [64u32, box_rows];
+    let elem = [1u32, 1];
+    // SAFETY: every pointer is to a local array of the rank the call names;
+    // `map` is written by the driver before it is read.
+    let r = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            2,
+            ptr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            elem.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    r.result().map_err(driver("encoding a TMA descriptor"))?;
+    // SAFETY: initialized by the successful call above.
+    Ok(TmaMap(unsafe { map.assume_init() }))
+}
+
+/// The Hopper kernel: TMA + wgmma, warp-specialized (shapes checked by the caller).
+fn gemm_bf16_wgmma(
+    gpu: &Gpu,
+    a: &CudaSlice<u16>,
+    b: &CudaSlice<u16>,
+    c: &mut CudaSlice<u16>,
+    (m, n, k): (usize, usize, usize),
+) -> Result<(), DeviceError> {
+    let f = gpu.function(GEMM_BF16_WGMMA, "ferrite_gemm_bf16_wgmma")?;
+    gpu.set_dynamic_smem(&f, WGMMA_SMEM)?;
+    let s = &gpu.stream;
+    let (pa, _ra) = a.device_ptr(s);
+    let (pb, _rb) = b.device_ptr(s);
+    let (ma, mb) = (tma_map(pa, m, k, 128)?, tma_map(pb, n, k, WGMMA_TILE_N as u32)?);
+    let tiles = (m / GEMM_TILE_MN) * (n / WGMMA_TILE_N);
+    let cfg = LaunchConfig { grid_dim: (tiles as u32, 1, 1), block_dim: (384, 1, 1), shared_mem_bytes: WGMMA_SMEM };
+    let (mi, ni, ki) = (m as i32, n as i32, k as i32);
+    let mut l = s.launch_builder(&f);
+    l.arg(&ma).arg(&mb).arg(c).arg(&mi).arg(&ni).arg(&ki);
+    // SAFETY: argument order and types match the kernel; the descriptors
+    // cover exactly A and B, whose lengths the caller checked.
+    unsafe { l.launch(cfg) }.map_err(driver("launching ferrite_gemm_bf16_wgmma"))?;
     Ok(())
 }
 
@@ -128,16 +200,21 @@ pub fn moe_gate(
     indices: &mut CudaSlice<i32>,
     (t, e, k): (usize, usize, usize),
 ) -> Result<(), DeviceError> {
-    let (lanes, func) = match e {
-        1..=8 => (8, "ferrite_moe_gate_8x1"),
-        9..=32 => (32, "ferrite_moe_gate_32x1"),
-        33..=64 => (32, "ferrite_moe_gate_32x2"),
-        65..=128 => (32, "ferrite_moe_gate_32x4"),
-        129..=256 => (32, "ferrite_moe_gate_32x8"),
+    // Lanes per token and values per lane (see moe_gate.cu); float4 loads
+    // need 16-byte rows.
+    let (lanes, shape) = match e {
+        1..=4 => (1, "1x4"),
+        5..=8 => (2, "2x4"),
+        9..=16 => (4, "4x4"),
+        17..=32 => (4, "4x8"),
+        33..=64 => (8, "8x8"),
+        65..=128 => (16, "16x8"),
+        129..=256 => (32, "32x8"),
         _ => return Err(bad(format!("MoE gate: E = {e} (supported: 1..=256)"))),
     };
-    if k == 0 || k > e {
-        return Err(bad(format!("MoE gate: k = {k} must be in 1..=E ({e})")));
+    let func = format!("ferrite_moe_gate_{shape}{}", if e % 4 == 0 { "v" } else { "" });
+    if k == 0 || k > e.min(8) {
+        return Err(bad(format!("MoE gate: k = {k} must be in 1..=min(E, 8) (E = {e})")));
     }
     if t == 0 || t > i32::MAX as usize / 32 {
         return Err(bad(format!("MoE gate: T = {t} out of range")));
@@ -145,7 +222,7 @@ pub fn moe_gate(
     need_len("logits", logits, t * e)?;
     need_len("weights", weights, t * k)?;
     need_len("indices", indices, t * k)?;
-    let f = gpu.function(MOE_GATE, func)?;
+    let f = gpu.function(MOE_GATE, &func)?;
     let threads = (t * lanes) as u64;
     let cfg =
         LaunchConfig { grid_dim: (threads.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };

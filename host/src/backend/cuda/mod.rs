@@ -3,10 +3,12 @@
 //! [`CudaDevice`] implements [`Device`] for the GEMM unit with the integer
 //! tensor cores (`kernels/cuda/gemm_i8.cu`), equal to
 //! `ferrite_hw::gemm::gemm` bit for bit, so a board's output can be checked
-//! against a GPU. The attention twin ([`CudaDevice::attention`]) is an inherent
-//! method because the [`Device`] trait has no attention launch yet.
-//! [`float`] holds the fast bf16/f32 kernels the GPU benchmark measures.
+//! against a GPU; likewise the attention unit ([`attention`]) and the MoE
+//! router ([`moe`]). [`float`] holds the fast bf16/f32 kernels the GPU
+//! benchmark measures.
+pub mod attention;
 pub mod float;
+pub mod moe;
 pub mod runtime;
 
 use crate::device::{
@@ -14,16 +16,16 @@ use crate::device::{
     RunStats,
 };
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
-use ferrite_hw::attention::model::check_operands as check_attention;
-use ferrite_hw::attention::{AttentionOutput, AttentionProblem};
+use ferrite_hw::attention::AttentionLayout;
 use ferrite_hw::gemm::{GemmLayout, GemmProblem};
+use ferrite_hw::moe::MoeLayout;
 use ferrite_hw::numerics::exp2_lut;
-use runtime::{driver, Gpu, ATTENTION_FIXED, GEMM_I8};
+use runtime::{driver, Gpu, GEMM_I8};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// Row pitches must be multiples of this: the GEMM kernel loads rows in
-/// aligned 16-byte chunks.
+/// Row pitches must be multiples of this: the GEMM and MoE kernels load rows
+/// in aligned 16-byte chunks.
 pub const PITCH_ALIGN: u64 = 16;
 /// Output tile of the int8 GEMM kernel (grid = ⌈N/64⌉ × ⌈M/64⌉).
 const GEMM_TILE: usize = 64;
@@ -33,6 +35,10 @@ pub struct CudaDevice {
     gpu: Gpu,
     buffers: HashMap<u64, CudaSlice<u8>>,
     next_id: u64,
+    /// The exp2 LUT, uploaded on first use ([`CudaDevice::lut`]).
+    lut: Option<CudaSlice<u32>>,
+    /// The MoE twin's per-chunk expert counts, grown as needed.
+    moe_counts: Option<CudaSlice<u32>>,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -49,7 +55,7 @@ impl CudaDevice {
     /// Open GPU `ordinal`. Without a driver, NVRTC or GPU this is an error
     /// ([`DeviceError::MissingTool`]), never a panic.
     pub fn new(ordinal: usize) -> Result<Self, DeviceError> {
-        Ok(Self { gpu: Gpu::open(ordinal)?, buffers: HashMap::new(), next_id: 1 })
+        Ok(Self { gpu: Gpu::open(ordinal)?, buffers: HashMap::new(), next_id: 1, lut: None, moe_counts: None })
     }
 
     /// The opened GPU (for the float kernels and the benchmark).
@@ -109,90 +115,13 @@ impl CudaDevice {
         self.gpu.sync()
     }
 
-    /// The attention unit's golden model on the GPU, bit for bit: Q16 fixed
-    /// point, or int8 when `p.params.out` is set. Returns the kernel's time too.
-    pub fn attention(
-        &mut self,
-        p: &AttentionProblem,
-        q: &[i8],
-        k: &[i8],
-        v: &[i8],
-    ) -> Result<(AttentionOutput, Duration), DeviceError> {
-        check_attention(p, q, k, v)?;
-        if p.dim > 128 {
-            return Err(DeviceError::TooBig {
-                device: self.gpu.name.clone(),
-                reason: format!("dim = {} (the attention twin holds at most 128 per warp)", p.dim),
-            });
+    /// The exp2 LUT of `ferrite_hw::numerics::exp2_lut` on the GPU, uploaded
+    /// once: both the attention and the MoE twin read it.
+    fn lut(&mut self) -> Result<(), DeviceError> {
+        if self.lut.is_none() {
+            self.lut = Some(self.gpu.stream.clone_htod(&exp2_lut()).map_err(driver("uploading the exp2 LUT"))?);
         }
-        let rows = p.heads_total() * p.seq_q;
-        let fits_i32 = |x: usize| i32::try_from(x).is_ok();
-        if !(fits_i32(p.heads_total()) && fits_i32(p.seq_q) && fits_i32(p.seq_kv))
-            || (rows as u64).div_ceil(4) > u32::MAX as u64
-        {
-            return Err(DeviceError::TooBig {
-                device: self.gpu.name.clone(),
-                reason: "more rows or heads than the kernel indexes".into(),
-            });
-        }
-        let s = &self.gpu.stream;
-        let up = |x: &[i8]| {
-            let bytes: Vec<u8> = x.iter().map(|&v| v as u8).collect();
-            s.clone_htod(&bytes).map_err(driver("uploading attention operands"))
-        };
-        let (dq, dk, dv) = (up(q)?, up(k)?, up(v)?);
-        let lut = s.clone_htod(&exp2_lut()).map_err(driver("uploading the exp2 LUT"))?;
-        let kv: Vec<i32> = (0..p.batch).map(|b| p.keys(b) as i32).collect();
-        let dkv = s.clone_htod(&kv).map_err(driver("uploading kv_len"))?;
-        let out_bytes = rows * p.dim * if p.params.out.is_some() { 1 } else { 4 };
-        let mut out =
-            s.clone_htod(&vec![crate::ops::POISON; out_bytes]).map_err(driver("allocating the attention output"))?;
-        let func = self.gpu.function(ATTENTION_FIXED, "ferrite_attention_fixed")?;
-        let (heads, heads_total) = (p.heads as i32, p.heads_total() as i32);
-        let (seq_q, seq_kv, dim) = (p.seq_q as i32, p.seq_kv as i32, p.dim as i32);
-        let causal = i32::from(p.causal);
-        let (sm, ss) = (p.params.score.multiplier, p.params.score.shift);
-        let requant = i32::from(p.params.out.is_some());
-        let (om, os) = p.params.out.map_or((0, 0), |rq| (rq.multiplier, rq.shift));
-        let cfg = LaunchConfig {
-            grid_dim: ((rows as u64).div_ceil(4) as u32, 1, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let start = Instant::now();
-        let mut launch = s.launch_builder(&func);
-        launch
-            .arg(&dq)
-            .arg(&dk)
-            .arg(&dv)
-            .arg(&lut)
-            .arg(&dkv)
-            .arg(&mut out)
-            .arg(&heads)
-            .arg(&heads_total)
-            .arg(&seq_q)
-            .arg(&seq_kv)
-            .arg(&dim)
-            .arg(&causal)
-            .arg(&sm)
-            .arg(&ss)
-            .arg(&requant)
-            .arg(&om)
-            .arg(&os);
-        // SAFETY: argument order and types match ferrite_attention_fixed; the
-        // operand lengths were checked against the problem above.
-        unsafe { launch.launch(cfg) }.map_err(driver("launching ferrite_attention_fixed"))?;
-        self.gpu.sync()?;
-        let elapsed = start.elapsed();
-        let bytes = s.clone_dtoh(&out).map_err(driver("downloading the attention output"))?;
-        let out = if p.params.out.is_some() {
-            AttentionOutput::I8(bytes.into_iter().map(|b| b as i8).collect())
-        } else {
-            AttentionOutput::Fixed(
-                bytes.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect(),
-            )
-        };
-        Ok((out, elapsed))
+        Ok(())
     }
 }
 
@@ -232,7 +161,14 @@ impl Device for CudaDevice {
                 check_limits(p)?;
                 Ok(Layout::Gemm(cuda_layout(p)))
             }
-            other => Err(DeviceError::Unsupported { device: self.info().name, unit: other.unit() }),
+            Problem::Attention(p) => {
+                attention::check_limits(p, &self.gpu.name)?;
+                Ok(Layout::Attention(AttentionLayout::new(p, PITCH_ALIGN)))
+            }
+            Problem::Moe(p) => {
+                moe::check_limits(p, &self.gpu.name)?;
+                Ok(Layout::Moe(MoeLayout::with_beat(p, PITCH_ALIGN)))
+            }
         }
     }
 
@@ -281,8 +217,10 @@ impl Device for CudaDevice {
         let start = Instant::now();
         match launch {
             Launch::Gemm(g) => self.run_gemm(g)?,
-            Launch::Attention(_) | Launch::Moe(_) => {
-                return Err(DeviceError::Unsupported { device: self.info().name, unit: launch.unit() })
+            Launch::Attention(a) => self.run_attention(a)?,
+            Launch::Moe(m) => {
+                self.enqueue_moe(m)?;
+                self.gpu.sync()?
             }
         }
         Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })

@@ -29,14 +29,19 @@ pub struct Source {
 pub const GEMM_I8: Source = Source { name: "gemm_i8.cu", text: include_str!("../../../../kernels/cuda/gemm_i8.cu") };
 pub const ATTENTION_FIXED: Source =
     Source { name: "attention_fixed.cu", text: include_str!("../../../../kernels/cuda/attention_fixed.cu") };
+pub const MOE_ROUTER: Source =
+    Source { name: "moe_router.cu", text: include_str!("../../../../kernels/cuda/moe_router.cu") };
 pub const MOE_GATE: Source = Source { name: "moe_gate.cu", text: include_str!("../../../../kernels/cuda/moe_gate.cu") };
 pub const GEMM_BF16: Source =
     Source { name: "gemm_bf16.cu", text: include_str!("../../../../kernels/cuda/gemm_bf16.cu") };
+pub const GEMM_BF16_WGMMA: Source =
+    Source { name: "gemm_bf16_wgmma.cu", text: include_str!("../../../../kernels/cuda/gemm_bf16_wgmma.cu") };
 pub const FLASH_ATTN: Source =
     Source { name: "flash_attn.cu", text: include_str!("../../../../kernels/cuda/flash_attn.cu") };
 
 /// Every kernel source, for tools that compile them all ahead of a benchmark.
-pub const ALL_SOURCES: [Source; 5] = [GEMM_I8, ATTENTION_FIXED, MOE_GATE, GEMM_BF16, FLASH_ATTN];
+pub const ALL_SOURCES: [Source; 7] =
+    [GEMM_I8, ATTENTION_FIXED, MOE_ROUTER, MOE_GATE, GEMM_BF16, GEMM_BF16_WGMMA, FLASH_ATTN];
 
 fn expand(src: &str) -> String {
     src.replace("#include \"common_bf16.cuh\"", COMMON_BF16)

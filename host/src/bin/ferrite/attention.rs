@@ -23,15 +23,16 @@ const DEFAULT_SCALE: f64 = 1.0 / 32.0;
 /// Standard deviation, in LSB, of generated operands (before clamping to int8).
 const SIGMA: f64 = 32.0;
 
-/// Devices with an attention path through the `Device` trait (the CUDA
-/// backend answers attention launches with `Unsupported`, cpu-fast has no
-/// faster bit-exact attention than the golden model).
+/// Devices with an attention path through the `Device` trait (cpu-fast has
+/// no faster bit-exact attention than the golden model).
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(super) enum AttentionDevice {
     /// The golden model.
     Cpu,
     /// The RTL in cycle-level simulation.
     Sim,
+    /// The bit-exact twin on an NVIDIA GPU (needs the driver and NVRTC).
+    Cuda,
 }
 
 /// Generation-time parameters of the attention unit (see `AttentionConfig`);
@@ -320,6 +321,7 @@ pub(super) fn run(args: &RunAttention) -> Result<()> {
             args.seed,
             args.trace.as_deref(),
         )?),
+        AttentionDevice::Cuda => ferrite_host::backend::open_cuda()?,
     };
     let name = dev.info().name;
     let bar = spinner(format!("running {} on {name}", describe(p)));
