@@ -507,3 +507,28 @@ fn pynq_builds_write_the_uio_overlay_source_and_compile_it_with_dtc() {
         }
     }
 }
+
+#[test]
+fn manifests_refuse_a_bitstream_for_another_part_and_an_unchecksummed_dtbo() {
+    let image = tempfile::tempdir().unwrap();
+    let dir = image.path();
+    let manifest = built_image(dir);
+    let mut bit = fake_bit(&[]);
+    let at = bit.windows(PART.len()).position(|w| w == PART.as_bytes()).unwrap();
+    bit[at..at + PART.len()].copy_from_slice(b"7z010clg400");
+    let m = Manifest::load(&manifest).unwrap().manifest;
+    fs::write(dir.join("overlay.bit"), &bit).unwrap();
+    let files: Vec<String> = m.files.keys().cloned().collect();
+    let path = Manifest::new(m.unit.clone(), m.board, m.clock_mhz, m.image.clone(), m.overlay.clone(), dir, &files)
+        .unwrap()
+        .write(dir)
+        .unwrap();
+    let e = Manifest::load(&path).unwrap_err().to_string();
+    assert!(e.contains("for part `7z010clg400`"), "{e}");
+
+    fs::write(dir.join("overlay.bit"), fake_bit(&[])).unwrap();
+    let files: Vec<String> = m.files.keys().filter(|f| *f != "overlay.dtbo").cloned().collect();
+    Manifest::new(m.unit, m.board, m.clock_mhz, m.image, m.overlay, dir, &files).unwrap().write(dir).unwrap();
+    let e = Manifest::load(&path).unwrap_err().to_string();
+    assert!(e.contains("`overlay.dtbo` has no checksum"), "{e}");
+}
