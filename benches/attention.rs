@@ -5,8 +5,12 @@
 //! attention docs: (N = 1024, d = 64) on the default unit and (N = 4096,
 //! d = 128) on a d = 128 unit, each with 64 queries against N keys. Building
 //! those two units with Verilator takes minutes the first time (cached after).
+//! The OpenCL and CUDA backends are tried on the same problem and skipped,
+//! with the reason, where they cannot be opened or do not run attention.
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ferrite::host::backend::sim::{Engine, SimDevice};
+use ferrite::host::compare::open_device;
+use ferrite::host::compare::report::DeviceId;
 use ferrite::host::ops;
 use ferrite::hw::attention::{attention, AttentionConfig, AttentionParams, AttentionProblem};
 use ferrite::sim::MemoryConfig;
@@ -43,6 +47,33 @@ fn golden(c: &mut Criterion) {
     g.throughput(Throughput::Elements(p.macs()));
     g.bench_function(BenchmarkId::new("N1024-d64", "self"), |b| b.iter(|| attention(&p, &q, &k, &v).unwrap()));
     g.finish();
+    eprintln!("attention-cpu-fast skipped: cpu-fast runs the golden model for attention (no path of its own)");
+}
+
+/// The golden model's problem through the `Device` trait on OpenCL and CUDA.
+fn gpu(c: &mut Criterion) {
+    let p = problem(1, 1024, 1024, 64);
+    let (q, k, v) = operands(&p, 1);
+    for id in [DeviceId::Opencl, DeviceId::Cuda] {
+        let mut dev = match open_device(id) {
+            Ok(dev) => dev,
+            Err(reason) => {
+                eprintln!("attention-{} skipped: {reason}", id.id());
+                continue;
+            }
+        };
+        if let Err(e) = ops::attention(dev.as_mut(), &p, &q, &k, &v) {
+            eprintln!("attention-{} skipped: {e}", id.id());
+            continue;
+        }
+        let mut g = c.benchmark_group(format!("attention-{}", id.id()));
+        g.sample_size(10);
+        g.throughput(Throughput::Elements(p.macs()));
+        g.bench_function(BenchmarkId::new("N1024-d64", id.id()), |b| {
+            b.iter(|| ops::attention(dev.as_mut(), &p, &q, &k, &v).unwrap())
+        });
+        g.finish();
+    }
 }
 
 /// Simulated cycles per wall-clock second on a small unit (d = 16, 4 lanes,
@@ -93,5 +124,5 @@ fn sim(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, golden, sim);
+criterion_group!(benches, golden, gpu, sim);
 criterion_main!(benches);

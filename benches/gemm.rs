@@ -1,10 +1,13 @@
-//! GEMM benchmarks: the golden model, the CPU library path, and the simulated
+//! GEMM benchmarks: the golden model, the CPU library path, the simulated
 //! unit on Verilator and on rust-hdl's simulator (throughput in simulated
 //! cycles per second), plus the utilization of the default 16×16 unit on
-//! 256×256×256 printed once.
+//! 256×256×256 printed once, and the OpenCL and CUDA backends where present
+//! (each skipped with the reason when it cannot be opened).
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ferrite::host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite::host::backend::sim::{Engine, SimDevice};
+use ferrite::host::compare::open_device;
+use ferrite::host::compare::report::DeviceId;
 use ferrite::host::ops;
 use ferrite::hw::gemm::{gemm, GemmConfig, GemmProblem};
 use ferrite::sim::MemoryConfig;
@@ -32,9 +35,35 @@ fn cpu(c: &mut Criterion) {
     g.finish();
 }
 
+/// The same GEMMs through the `Device` trait on the OpenCL port (PoCL here,
+/// with `--features ferrite-host/opencl`) and on the first CUDA GPU.
+fn gpu(c: &mut Criterion) {
+    for id in [DeviceId::Opencl, DeviceId::Cuda] {
+        let mut dev = match open_device(id) {
+            Ok(dev) => dev,
+            Err(reason) => {
+                eprintln!("gemm-{} skipped: {reason}", id.id());
+                continue;
+            }
+        };
+        let mut g = c.benchmark_group(format!("gemm-{}", id.id()));
+        g.sample_size(10);
+        for s in [64usize, 256] {
+            let p = GemmProblem::new(s, s, s);
+            let (a, b) = operands(&p, 1);
+            g.throughput(Throughput::Elements(p.macs()));
+            g.bench_function(BenchmarkId::new(id.id(), s), |bch| {
+                bch.iter(|| ops::gemm(dev.as_mut(), &p, &a, &b, None).unwrap())
+            });
+        }
+        g.finish();
+    }
+}
+
 /// Simulated cycles per wall-clock second for one engine on the 16×16 unit.
 fn sim(c: &mut Criterion) {
     if !ferrite::sim::verilator_available() {
+        assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing");
         eprintln!("gemm-sim skipped: Verilator is not installed (scripts/install-deps.sh)");
         return;
     }
@@ -71,5 +100,5 @@ fn sim(c: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, cpu, sim);
+criterion_group!(benches, cpu, gpu, sim);
 criterion_main!(benches);

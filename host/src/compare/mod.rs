@@ -1,0 +1,663 @@
+//! `ferrite compare`: the same seeded inputs on every available device, with
+//! latency, throughput, energy and accuracy side by side.
+//!
+//! CPU and GPU figures are measured (median launch time over repeated runs).
+//! FPGA figures are projected from the simulated unit's exact cycle count at
+//! its clock, with the board and the resource estimate beside them; FPGA
+//! energy comes from the power model in [`energy`] and is labelled estimated.
+//! The simulator's own wall time is kept apart: it says how fast Verilator
+//! is, not how fast the hardware would be.
+pub mod baseline;
+pub mod chart;
+pub mod energy;
+pub mod report;
+
+use crate::backend::cpu::{CpuDevice, CpuMode};
+use crate::backend::sim::{Engine, SimDevice, SimUnit};
+use crate::bitstream::board::Board;
+use crate::device::{Device, DeviceError, DeviceKind, RunStats};
+use crate::ops;
+use anyhow::{bail, ensure, Context, Result};
+use energy::Meter;
+use ferrite_hw::attention::model::rel_fro_error;
+use ferrite_hw::attention::{
+    attention, attention_f64, AttentionConfig, AttentionOutput, AttentionParams, AttentionProblem,
+};
+use ferrite_hw::gemm::model::error_vs_f64;
+use ferrite_hw::gemm::{gemm, gemm_f64, GemmConfig, GemmOutput, GemmProblem};
+use ferrite_hw::moe::{route, route_f64, CapacityFactor, GateMode, MoeConfig, MoeOutput, MoeProblem, RouterF64};
+use ferrite_hw::numerics::Requant;
+use ferrite_sim::{verilator_available, MemoryConfig};
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use report::{
+    Accuracy, Case, DeviceId, Energy, Figure, FpgaProjection, HostInfo, Report, Resources, Row, Skip, Workload,
+};
+use std::collections::HashMap;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// The size of one problem, as given on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    /// `M×N×K` (or `S` for a cube).
+    Gemm { m: usize, n: usize, k: usize },
+    /// `HEADS×SEQ×DIM`: one batch entry, self-attention.
+    Attention { heads: usize, seq: usize, dim: usize },
+    /// `TOKENS×HIDDEN×EXPERTS×K`.
+    Moe { tokens: usize, hidden: usize, experts: usize, top_k: usize },
+}
+
+impl fmt::Display for Size {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Gemm { m, n, k } => write!(f, "{m}x{n}x{k}"),
+            Self::Attention { heads, seq, dim } => write!(f, "{heads}x{seq}x{dim}"),
+            Self::Moe { tokens, hidden, experts, top_k } => write!(f, "{tokens}x{hidden}x{experts}x{top_k}"),
+        }
+    }
+}
+
+impl Size {
+    pub fn workload(&self) -> Workload {
+        match self {
+            Self::Gemm { .. } => Workload::Gemm,
+            Self::Attention { .. } => Workload::Attention,
+            Self::Moe { .. } => Workload::Moe,
+        }
+    }
+
+    /// `s` for `workload`: `S` or `MxNxK` (gemm), `HEADSxSEQxDIM` (attention),
+    /// `TOKENSxHIDDENxEXPERTSxK` (moe); every number ≥ 1.
+    pub fn parse(workload: Workload, s: &str) -> Result<Self> {
+        let dims: Vec<usize> = s
+            .split(['x', 'X', '×'])
+            .map(|d| {
+                d.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&v| v > 0)
+                    .with_context(|| format!("size `{s}`: `{d}` is not a positive integer"))
+            })
+            .collect::<Result<_>>()?;
+        Ok(match (workload, dims.as_slice()) {
+            (Workload::Gemm, &[s]) => Self::Gemm { m: s, n: s, k: s },
+            (Workload::Gemm, &[m, n, k]) => Self::Gemm { m, n, k },
+            (Workload::Attention, &[heads, seq, dim]) => Self::Attention { heads, seq, dim },
+            (Workload::Moe, &[tokens, hidden, experts, top_k]) => Self::Moe { tokens, hidden, experts, top_k },
+            (w, _) => bail!("size `{s}` for {}: expected {}", w.id(), Self::syntax(w)),
+        })
+    }
+
+    fn syntax(w: Workload) -> &'static str {
+        match w {
+            Workload::Gemm => "S or MxNxK",
+            Workload::Attention => "HEADSxSEQxDIM",
+            Workload::Moe => "TOKENSxHIDDENxEXPERTSxK",
+        }
+    }
+
+    /// Sizes that finish in seconds on two cores, on units whose Verilator
+    /// builds are small.
+    pub fn defaults(w: Workload) -> Vec<Self> {
+        match w {
+            Workload::Gemm => vec![Self::Gemm { m: 64, n: 64, k: 64 }, Self::Gemm { m: 128, n: 128, k: 128 }],
+            Workload::Attention => {
+                vec![Self::Attention { heads: 2, seq: 64, dim: 16 }, Self::Attention { heads: 2, seq: 128, dim: 16 }]
+            }
+            Workload::Moe => vec![Self::Moe { tokens: 256, hidden: 64, experts: 12, top_k: 2 }],
+        }
+    }
+}
+
+/// What to compare, and how.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub sizes: Vec<Size>,
+    /// Devices to try, in this order; the rest are not opened.
+    pub devices: Vec<DeviceId>,
+    pub seed: u64,
+    /// Clock of every simulated unit for the projection (default: the config's).
+    pub clock_mhz: Option<f64>,
+    /// Board the projection is for: resource family, capacity, static power.
+    pub board: Board,
+    /// Run yosys for resource estimates (cached by configuration).
+    pub resources: bool,
+    /// Measured devices repeat a launch until this much time has passed (at least [`MIN_RUNS`]).
+    pub min_time: Duration,
+    /// Show progress bars on stderr.
+    pub progress: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            sizes: Workload::ALL.iter().flat_map(|w| Size::defaults(*w)).collect(),
+            devices: DeviceId::ALL.to_vec(),
+            seed: 0,
+            clock_mhz: None,
+            board: Board::U55c,
+            resources: false,
+            min_time: Duration::from_millis(200),
+            progress: false,
+        }
+    }
+}
+
+/// Fewest timed launches behind a measured median.
+pub const MIN_RUNS: usize = 3;
+/// Most timed launches behind a measured median.
+pub const MAX_RUNS: usize = 200;
+
+/// Real value of one int8 LSB of attention Q, K and V: σ = 32 LSB inputs are unit-variance reals.
+const ATTENTION_SCALE: f64 = 1.0 / 32.0;
+
+/// One problem with its seeded inputs, the golden output and the float64 reference.
+enum Inputs {
+    Gemm { p: GemmProblem, a: Vec<i8>, b: Vec<i8>, bias: Vec<i32>, golden: GemmOutput, reference: Vec<f64> },
+    Attention { p: AttentionProblem, q: Vec<i8>, k: Vec<i8>, v: Vec<i8>, golden: AttentionOutput, reference: Vec<f64> },
+    Moe { p: MoeProblem, x: Vec<i8>, w: Vec<i8>, bias: Vec<i32>, golden: MoeOutput, reference: RouterF64 },
+}
+
+/// A device's output of one launch.
+enum Output {
+    Gemm(GemmOutput),
+    Attention(AttentionOutput),
+    Moe(MoeOutput),
+}
+
+/// Int8 values of a Gaussian with σ = 32 LSB (Box–Muller), clamped: the
+/// inputs the attention unit's error budget is stated for.
+fn gaussian_i8(rng: &mut ChaCha8Rng, len: usize) -> Vec<i8> {
+    (0..len)
+        .map(|_| {
+            let (u1, u2): (f64, f64) = (rng.gen_range(f64::MIN_POSITIVE..1.0), rng.gen());
+            let g = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            (g * 32.0).round().clamp(-128.0, 127.0) as i8
+        })
+        .collect()
+}
+
+impl Inputs {
+    fn new(size: Size, seed: u64) -> Result<Self> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        Ok(match size {
+            Size::Gemm { m, n, k } => {
+                let requant = Requant::from_scale(1.0 / 512.0).context("GEMM requantization scale")?;
+                let p = GemmProblem { bias: true, relu: true, requant: Some(requant), ..GemmProblem::new(m, n, k) };
+                p.validate()?;
+                let a: Vec<i8> = (0..m * k).map(|_| rng.gen()).collect();
+                let b: Vec<i8> = (0..k * n).map(|_| rng.gen()).collect();
+                let bias: Vec<i32> = (0..n).map(|_| rng.gen_range(-(1 << 16)..1 << 16)).collect();
+                let golden = gemm(&p, &a, &b, Some(&bias))?;
+                let reference = gemm_f64(&p, &a, &b, Some(&bias))?;
+                Self::Gemm { p, a, b, bias, golden, reference }
+            }
+            Size::Attention { heads, seq, dim } => {
+                let s = ATTENTION_SCALE;
+                let p = AttentionProblem {
+                    batch: 1,
+                    heads,
+                    seq_q: seq,
+                    seq_kv: seq,
+                    dim,
+                    causal: false,
+                    kv_len: None,
+                    params: AttentionParams::from_scales(dim, s, s, s, None)?,
+                };
+                p.validate()?;
+                let len = heads * seq * dim;
+                let (q, k, v) = (gaussian_i8(&mut rng, len), gaussian_i8(&mut rng, len), gaussian_i8(&mut rng, len));
+                let golden = attention(&p, &q, &k, &v)?;
+                let reference = attention_f64(&p, &q, &k, &v)?;
+                Self::Attention { p, q, k, v, golden, reference }
+            }
+            Size::Moe { tokens, hidden, experts, top_k } => {
+                let p = MoeProblem {
+                    bias: true,
+                    capacity: Some(CapacityFactor::ONE),
+                    ..MoeProblem::new(tokens, hidden, experts, top_k, GateMode::SoftmaxTopk, 1.0 / 16.0, 1.0 / 32.0)?
+                };
+                p.validate()?;
+                let x: Vec<i8> = (0..tokens * hidden).map(|_| rng.gen()).collect();
+                let w: Vec<i8> = (0..experts * hidden).map(|_| rng.gen()).collect();
+                let bias: Vec<i32> = (0..experts).map(|_| rng.gen_range(-5000..5000)).collect();
+                let golden = route(&p, &x, &w, Some(&bias))?;
+                let reference = route_f64(&p, &x, &w, Some(&bias))?;
+                Self::Moe { p, x, w, bias, golden, reference }
+            }
+        })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Self::Gemm { p, .. } => {
+                format!("int8 GEMM M={} N={} K={} +bias +relu, requantized to int8 by 1/512", p.m, p.n, p.k)
+            }
+            Self::Attention { p, .. } => format!(
+                "int8 attention, {} heads, {} queries × {} keys, d={}, Q16 output, σ = 32 LSB inputs",
+                p.heads, p.seq_q, p.seq_kv, p.dim
+            ),
+            Self::Moe { p, .. } => format!(
+                "MoE router T={} H={} E={} top-{}, softmax-top-k, bias, capacity factor 1",
+                p.tokens, p.hidden, p.experts, p.top_k
+            ),
+        }
+    }
+
+    /// Two operations per useful multiply-accumulate.
+    fn ops(&self) -> u64 {
+        2 * match self {
+            Self::Gemm { p, .. } => p.macs(),
+            Self::Attention { p, .. } => p.macs(),
+            Self::Moe { p, .. } => p.macs(),
+        }
+    }
+
+    fn run(&self, dev: &mut dyn Device) -> Result<(Output, RunStats), DeviceError> {
+        Ok(match self {
+            Self::Gemm { p, a, b, bias, .. } => {
+                let (o, s) = ops::gemm(dev, p, a, b, Some(bias))?;
+                (Output::Gemm(o), s)
+            }
+            Self::Attention { p, q, k, v, .. } => {
+                let (o, s) = ops::attention(dev, p, q, k, v)?;
+                (Output::Attention(o), s)
+            }
+            Self::Moe { p, x, w, bias, .. } => {
+                let (o, s) = ops::moe(dev, p, x, w, Some(bias))?;
+                (Output::Moe(o), s)
+            }
+        })
+    }
+
+    /// Bit-exactness with the golden model and the error against float64.
+    fn check(&self, out: &Output) -> Result<(bool, Accuracy)> {
+        Ok(match (self, out) {
+            (Self::Gemm { golden, reference, .. }, Output::Gemm(o)) => {
+                let e = error_vs_f64(o, reference);
+                let unit = if matches!(o, GemmOutput::I8(_)) { "LSB (int8, unsaturated)" } else { "int32" };
+                (
+                    o == golden,
+                    Accuracy { max_abs: e.max_abs, rel_fro: e.rel_fro, expert_agreement: None, unit: unit.into() },
+                )
+            }
+            (Self::Attention { golden, reference, .. }, Output::Attention(o)) => {
+                let max_abs = reference.iter().enumerate().fold(0f64, |m, (i, &r)| {
+                    let got = match o {
+                        AttentionOutput::Fixed(_) => o.get(i) as f64 / 65536.0,
+                        AttentionOutput::I8(_) => o.get(i) as f64,
+                    };
+                    m.max((got - r).abs())
+                });
+                let accuracy = Accuracy {
+                    max_abs,
+                    rel_fro: rel_fro_error(o, reference),
+                    expert_agreement: None,
+                    unit: "V LSB".into(),
+                };
+                (o == golden, accuracy)
+            }
+            (Self::Moe { p, golden, reference, .. }, Output::Moe(o)) => (o == golden, moe_accuracy(p, o, reference)),
+            _ => bail!("a device answered with the output of another unit"),
+        })
+    }
+
+    /// The unit the simulator builds for this problem.
+    fn sim_unit(&self, clock_mhz: Option<f64>) -> SimUnit {
+        match self {
+            Self::Gemm { .. } => {
+                let d = GemmConfig::default();
+                SimUnit::Gemm(GemmConfig { clock_mhz: clock_mhz.unwrap_or(d.clock_mhz), ..d })
+            }
+            Self::Attention { p, .. } => {
+                // Four lanes and the narrowest port that carries a K/V row: quick Verilator builds.
+                let d = AttentionConfig::default();
+                SimUnit::Attention(AttentionConfig {
+                    head_dim: p.dim,
+                    lanes: 4,
+                    dot_par: p.dim,
+                    port_bits: (8 * p.dim).max(128),
+                    read_fifo_depth: 32,
+                    clock_mhz: clock_mhz.unwrap_or(d.clock_mhz),
+                })
+            }
+            Self::Moe { p, .. } => {
+                let small = MoeConfig::small();
+                let fits = p.validate_for(&small).is_ok();
+                let cfg = if fits { small } else { MoeConfig::default() };
+                SimUnit::Moe(MoeConfig { clock_mhz: clock_mhz.unwrap_or(cfg.clock_mhz), ..cfg })
+            }
+        }
+    }
+}
+
+/// Expert-set agreement with the float router over all tokens, and the
+/// weight error over the tokens that agree (weights of different experts are
+/// not comparable).
+fn moe_accuracy(p: &MoeProblem, o: &MoeOutput, r: &RouterF64) -> Accuracy {
+    let k = p.top_k;
+    let (mut agree, mut max_abs, mut num, mut den) = (0usize, 0f64, 0f64, 0f64);
+    for t in 0..p.tokens {
+        let ours: Vec<usize> = o.experts[t * k..(t + 1) * k].iter().map(|&e| e as usize).collect();
+        let theirs = &r.experts[t * k..(t + 1) * k];
+        let (mut a, mut b) = (ours.clone(), theirs.to_vec());
+        a.sort_unstable();
+        b.sort_unstable();
+        if a != b {
+            continue;
+        }
+        agree += 1;
+        for (i, e) in ours.iter().enumerate() {
+            let j = theirs.iter().position(|x| x == e).unwrap_or(i);
+            let (got, want) = (o.weights[t * k + i] as f64 / 65536.0, r.weights[t * k + j]);
+            max_abs = max_abs.max((got - want).abs());
+            num += (got - want) * (got - want);
+            den += want * want;
+        }
+    }
+    Accuracy {
+        max_abs,
+        rel_fro: if den > 0.0 { (num / den).sqrt() } else { 0.0 },
+        expert_agreement: Some(agree as f64 / p.tokens.max(1) as f64),
+        unit: "gate weight (of 1)".into(),
+    }
+}
+
+/// A shared device (cpu, cpu-fast, opencl, cuda), or why it cannot be used.
+pub fn open_device(id: DeviceId) -> Result<Box<dyn Device>, String> {
+    match id {
+        DeviceId::Cpu => Ok(Box::new(CpuDevice::new(CpuMode::Golden))),
+        DeviceId::CpuFast => Ok(Box::new(CpuDevice::new(CpuMode::Fast))),
+        DeviceId::Opencl => open_opencl().map_err(|e| e.to_string()),
+        DeviceId::Cuda => crate::backend::open_cuda().map_err(|e| e.to_string()),
+        DeviceId::Sim => Err("the simulator is built per unit: use open_sim".into()),
+    }
+}
+
+/// The first device of the first OpenCL platform (PoCL's CPU device here).
+/// Without the `opencl` feature this is an error that says so.
+pub fn open_opencl() -> Result<Box<dyn Device>, DeviceError> {
+    #[cfg(feature = "opencl")]
+    {
+        Ok(Box::new(crate::backend::opencl::OpenClDevice::open(0, 0, None)?))
+    }
+    #[cfg(not(feature = "opencl"))]
+    {
+        Err(DeviceError::MissingTool {
+            tool: "OpenCL support",
+            hint: "this ferrite was built without the `opencl` feature (cargo build --features opencl)".into(),
+        })
+    }
+}
+
+/// Why simulator rows are missing without Verilator.
+pub const NO_VERILATOR: &str = "verilator not found (scripts/install-deps.sh installs it); rust-hdl's own \
+    simulator is too slow for comparisons and is not used";
+
+/// The unit in Verilator; `Ok(Err(reason))` when Verilator is missing outside CI.
+pub fn open_sim(unit: SimUnit, seed: u64) -> Result<Result<SimDevice, String>> {
+    if !verilator_available() {
+        ensure!(std::env::var_os("CI").is_none(), "CI is set but {NO_VERILATOR}");
+        return Ok(Err(NO_VERILATOR.into()));
+    }
+    let name = unit.kernel_name();
+    let mem = MemoryConfig { seed, ..MemoryConfig::default() };
+    Ok(Ok(SimDevice::new(unit, mem, Engine::Verilator, None).with_context(|| format!("building {name}"))?))
+}
+
+/// The energy meter for a measured device, or why there is none.
+fn meter_for(id: DeviceId, name: &str) -> Result<Box<dyn Meter>, String> {
+    let on_cpu = match id {
+        DeviceId::Cpu | DeviceId::CpuFast => true,
+        // PoCL runs kernels on the host CPU, where RAPL sees them.
+        DeviceId::Opencl => {
+            let n = name.to_lowercase();
+            n.contains("cpu") || n.contains("pthread")
+        }
+        DeviceId::Cuda | DeviceId::Sim => false,
+    };
+    if on_cpu {
+        energy::Rapl::open(std::path::Path::new(energy::RAPL_DIR))
+            .map(|m| Box::new(m) as Box<dyn Meter>)
+            .map_err(|e| format!("{e:#}"))
+    } else if id == DeviceId::Cuda {
+        energy::NvmlMeter::open(0).map(|m| Box::new(m) as Box<dyn Meter>).map_err(|e| format!("{e:#}"))
+    } else {
+        Err("no power meter for this OpenCL device".into())
+    }
+}
+
+/// Progress on stderr, or nothing (tests, `--quiet`).
+fn progress_bar(show: bool, len: u64) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} {msg} [{elapsed}]") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
+/// Devices opened once per comparison: shared ones by id, simulators by kernel.
+#[derive(Default)]
+struct Pool {
+    shared: HashMap<DeviceId, Result<Box<dyn Device>, String>>,
+    sims: HashMap<String, Result<SimDevice, String>>,
+    resources: HashMap<String, (Option<Resources>, String)>,
+}
+
+/// Run the comparison `opts` describes.
+pub fn run(opts: &Options) -> Result<Report> {
+    if let Some(c) = opts.clock_mhz {
+        ensure!(c.is_finite() && c > 0.0, "--clock-mhz {c} must be a positive number of MHz");
+    }
+    ensure!(!opts.sizes.is_empty(), "nothing to compare: no sizes");
+    ensure!(!opts.devices.is_empty(), "nothing to compare: no devices");
+    let bar = progress_bar(opts.progress, (opts.sizes.len() * opts.devices.len()) as u64);
+    let mut pool = Pool::default();
+    let mut cases = Vec::new();
+    for size in &opts.sizes {
+        bar.set_message(format!("{} {size}: preparing inputs and the float64 reference", size.workload().id()));
+        let inputs = Inputs::new(*size, opts.seed).with_context(|| format!("{} {size}", size.workload().id()))?;
+        let mut case = Case {
+            workload: size.workload(),
+            size: size.to_string(),
+            problem: inputs.describe(),
+            ops: inputs.ops(),
+            rows: Vec::new(),
+            skipped: Vec::new(),
+        };
+        for &id in &opts.devices {
+            bar.set_message(format!("{} {size} on {}", case.workload.id(), id.id()));
+            match run_one(opts, &mut pool, &inputs, id, &bar)
+                .with_context(|| format!("{} {size} on {}", case.workload.id(), id.id()))?
+            {
+                Ok(row) => case.rows.push(row),
+                Err(reason) => case.skipped.push(Skip { device: id, reason }),
+            }
+            bar.inc(1);
+        }
+        cases.push(case);
+    }
+    bar.finish_and_clear();
+    Ok(Report {
+        version: report::REPORT_VERSION,
+        created_unix: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        ferrite_version: env!("CARGO_PKG_VERSION").into(),
+        host: HostInfo::current(),
+        seed: opts.seed,
+        fpga_power_model: energy::fpga_model_text(),
+        cases,
+    })
+}
+
+/// One device on one problem: a row, `Ok(Err(reason))` when the device is
+/// unavailable or refuses the unit, `Err` when it fails.
+fn run_one(
+    opts: &Options,
+    pool: &mut Pool,
+    inputs: &Inputs,
+    id: DeviceId,
+    bar: &ProgressBar,
+) -> Result<Result<Row, String>> {
+    if id == DeviceId::CpuFast && !matches!(inputs, Inputs::Gemm { .. }) {
+        return Ok(Err("cpu-fast has a GEMM path only; other units run the same golden model as cpu".into()));
+    }
+    let dev: &mut dyn Device = if id == DeviceId::Sim {
+        let unit = inputs.sim_unit(opts.clock_mhz);
+        let kernel = unit.kernel_name();
+        if !pool.sims.contains_key(&kernel) {
+            bar.set_message(format!("building {kernel} with Verilator (minutes the first time, cached after)"));
+            pool.sims.insert(kernel.clone(), open_sim(unit, opts.seed)?);
+        }
+        match pool.sims.get_mut(&kernel) {
+            Some(Ok(d)) => d,
+            Some(Err(reason)) => return Ok(Err(reason.clone())),
+            None => bail!("simulator {kernel} vanished from the pool"),
+        }
+    } else {
+        match pool.shared.entry(id).or_insert_with(|| open_device(id)) {
+            Ok(d) => d.as_mut(),
+            Err(reason) => return Ok(Err(reason.clone())),
+        }
+    };
+    let info = dev.info();
+    let (out, first) = match inputs.run(dev) {
+        Ok(r) => r,
+        Err(e @ (DeviceError::Unsupported { .. } | DeviceError::TooBig { .. })) => return Ok(Err(e.to_string())),
+        Err(e) => return Err(e).context(format!("running on {}", info.name)),
+    };
+    let (bit_exact, accuracy) = inputs.check(&out)?;
+    let ops = inputs.ops() as f64;
+    if info.kind == DeviceKind::Simulator {
+        let cycles = first.cycles.context("the simulator reported no cycle count")?;
+        let latency = first.projected().context("the simulator reported no projected time")?.as_secs_f64();
+        let kernel = inputs.sim_unit(opts.clock_mhz);
+        let (resources, resources_note) = fpga_resources(opts, pool, &kernel);
+        let energy = match &resources {
+            Some(r) => {
+                let watts = energy::fpga_watts(opts.board, r, cycles.clock_mhz);
+                Energy {
+                    joules: Some(Figure::estimated(watts * latency)),
+                    per_op: Some(Figure::estimated(watts * latency / ops)),
+                    source: format!(
+                        "FPGA power model: {watts:.2} W on {} (estimate, see report)",
+                        opts.board.spec().name
+                    ),
+                }
+            }
+            None => Energy {
+                joules: None,
+                per_op: None,
+                source: "no FPGA estimate: the power model needs the resource estimate".into(),
+            },
+        };
+        return Ok(Ok(Row {
+            device: id,
+            name: info.name,
+            latency_s: Figure::projected(latency),
+            ops_per_s: Figure::projected(ops / latency),
+            runs: 1,
+            energy,
+            bit_exact,
+            accuracy,
+            fpga: Some(FpgaProjection {
+                kernel: kernel.kernel_name(),
+                board: opts.board.spec().name.into(),
+                clock_mhz: cycles.clock_mhz,
+                cycles: cycles.cycles,
+                utilization: first.utilization().unwrap_or(0.0),
+                multipliers: cycles.multipliers,
+                resources,
+                resources_note,
+                sim_wall_s: first.wall.as_secs_f64(),
+            }),
+        }));
+    }
+    let (median, runs, energy) = measure(dev, inputs, id, &info.name, opts.min_time, ops)?;
+    Ok(Ok(Row {
+        device: id,
+        name: info.name,
+        latency_s: Figure::measured(median),
+        ops_per_s: Figure::measured(ops / median),
+        runs,
+        energy,
+        bit_exact,
+        accuracy,
+        fpga: None,
+    }))
+}
+
+/// Timed launches until `min_time` has passed (at least [`MIN_RUNS`], at most
+/// [`MAX_RUNS`]) under the device's energy meter: the median launch time, the
+/// launches, and the energy of one call.
+fn measure(
+    dev: &mut dyn Device,
+    inputs: &Inputs,
+    id: DeviceId,
+    name: &str,
+    min_time: Duration,
+    ops: f64,
+) -> Result<(f64, u32, Energy)> {
+    let mut meter = meter_for(id, name);
+    if let Ok(m) = &mut meter {
+        m.start()?;
+    }
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while times.len() < MIN_RUNS || (start.elapsed() < min_time && times.len() < MAX_RUNS) {
+        let (_, stats) = inputs.run(dev).with_context(|| format!("timed run on {name}"))?;
+        times.push(stats.wall.as_secs_f64());
+    }
+    let calls = times.len();
+    let energy = match &mut meter {
+        Ok(m) => {
+            let joules = m.stop()? / calls as f64;
+            Energy {
+                joules: Some(Figure::measured(joules)),
+                per_op: Some(Figure::measured(joules / ops)),
+                source: format!("{}, over {calls} calls including host-side packing", m.source()),
+            }
+        }
+        Err(reason) => Energy { joules: None, per_op: None, source: format!("not measured: {reason}") },
+    };
+    times.sort_by(f64::total_cmp);
+    Ok((times[calls / 2], calls as u32, energy))
+}
+
+/// Resource counts of a simulated unit on the board, or why there are none.
+fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &SimUnit) -> (Option<Resources>, String) {
+    let kernel = unit.kernel_name();
+    pool.resources
+        .entry(kernel)
+        .or_insert_with(|| {
+            if !opts.resources {
+                return (None, "not requested: pass --resources (yosys synth_xilinx, cached by configuration)".into());
+            }
+            let SimUnit::Gemm(cfg) = unit else {
+                return (None, "host/src/resources.rs synthesizes GEMM units only".into());
+            };
+            let family = opts.board.spec().yosys_family;
+            match crate::resources::synthesize(cfg, family) {
+                Ok(m) => {
+                    let how = if m.cached { "cached".to_string() } else { format!("took {:.0} s", m.seconds) };
+                    let c = m.counts;
+                    let r = Resources {
+                        lut: c.lut,
+                        ff: c.ff,
+                        dsp: c.dsp,
+                        bram36: c.bram36,
+                        uram: c.uram,
+                        source: format!("yosys synth_xilinx -family {family}, {how}; an estimate, not Vivado"),
+                    };
+                    (Some(r), String::new())
+                }
+                Err(e) => (None, format!("no resource estimate: {e:#}")),
+            }
+        })
+        .clone()
+}
