@@ -146,7 +146,7 @@ fn require_dir(path: &Path, tool: &'static str, what: &str, hint: &str) -> Resul
 }
 
 /// Check the FPGA manager exists; the first thing a PYNQ deploy needs.
-pub fn require_fpga_manager(paths: &PynqPaths) -> Result<(), DeviceError> {
+fn require_fpga_manager(paths: &PynqPaths) -> Result<(), DeviceError> {
     require_dir(
         &paths.fpga_manager,
         "FPGA manager",
@@ -372,7 +372,6 @@ impl Arena {
 
 /// One u-dma-buf region, mapped with the CPU cache on and synced by hand.
 pub struct UdmaBuf {
-    name: String,
     sysfs: PathBuf,
     /// Physical (bus) address of byte 0, as the PL sees it.
     pub phys_addr: u64,
@@ -398,11 +397,7 @@ impl UdmaBuf {
         }
         let map = map_shared(&paths.dev.join(name), size, &format!("u-dma-buf {name}"))?;
         write_attr(&sysfs.join("sync_direction"), "0")?;
-        Ok(Self { name: name.to_string(), sysfs, phys_addr, size, map, arena: Arena::new(size) })
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
+        Ok(Self { sysfs, phys_addr, size, map, arena: Arena::new(size) })
     }
 
     /// Offset of a new block of `bytes`; [`DeviceError::OutOfMemory`] when no gap fits.
@@ -420,11 +415,11 @@ impl UdmaBuf {
     }
 
     /// `len` bytes at `offset`, which the caller bounds-checked.
-    pub fn bytes(&self, offset: u64, len: usize) -> &[u8] {
+    fn bytes(&self, offset: u64, len: usize) -> &[u8] {
         &self.map[offset as usize..offset as usize + len]
     }
 
-    pub fn bytes_mut(&mut self, offset: u64, len: usize) -> &mut [u8] {
+    fn bytes_mut(&mut self, offset: u64, len: usize) -> &mut [u8] {
         &mut self.map[offset as usize..offset as usize + len]
     }
 
@@ -539,10 +534,6 @@ impl PynqDevice {
             next_id: 1,
             timeout: opts.timeout,
         })
-    }
-
-    pub fn config(&self) -> &GemmConfig {
-        &self.cfg
     }
 
     /// Offset of `buf` in the u-dma-buf after checking `offset..offset + len` is inside it.
