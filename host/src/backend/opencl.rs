@@ -36,20 +36,23 @@ use opencl3::types::{cl_mem, CL_BLOCKING};
 use std::collections::HashMap;
 use std::time::Instant;
 
+/// The GEMM port: `ferrite_gemm`.
+const GEMM_CL: (&str, &str) = ("gemm.cl", include_str!("../../../kernels/opencl/gemm.cl"));
+/// The attention port: `ferrite_attention`.
+const ATTENTION_CL: (&str, &str) = ("attention.cl", include_str!("../../../kernels/opencl/attention.cl"));
+/// The MoE router port: `ferrite_moe_gate`, then `ferrite_moe_dispatch`.
+const MOE_CL: (&str, &str) = ("moe.cl", include_str!("../../../kernels/opencl/moe.cl"));
+
 /// OpenCL C ports of the units, by file name in `kernels/opencl/`; each is
 /// built as its own program with [`build_options`].
-pub const SOURCES: &[(&str, &str)] = &[
-    ("gemm.cl", include_str!("../../../kernels/opencl/gemm.cl")),
-    ("attention.cl", include_str!("../../../kernels/opencl/attention.cl")),
-    ("moe.cl", include_str!("../../../kernels/opencl/moe.cl")),
-];
+pub const SOURCES: &[(&str, &str)] = &[GEMM_CL, ATTENTION_CL, MOE_CL];
 
 /// Most work-items of `ferrite_moe_dispatch`'s single work-group (the size of its local array).
 const DISPATCH_ITEMS: usize = 256;
 
 /// Compiler options of every port: the constants the ports share with the golden
 /// models come from the Rust definitions, so the two cannot drift.
-pub fn build_options() -> String {
+fn build_options() -> String {
     let defines: [(&str, u64); 14] = [
         ("EXP2_FRAC_BITS", EXP2_FRAC_BITS.into()),
         ("MOE_E_LIMIT", E_LIMIT as u64),
@@ -71,6 +74,12 @@ pub fn build_options() -> String {
         options.push_str(&format!(" -D{name}={value}u"));
     }
     options
+}
+
+/// Build one port (a `(file, source)` of [`SOURCES`]); a failure carries the build log.
+fn build(context: &Context, (file, src): (&str, &str)) -> Result<Program, DeviceError> {
+    Program::create_and_build_from_source(context, src, &build_options())
+        .map_err(|log| cl_error(&format!("building kernels/opencl/{file}"), log))
 }
 
 /// Held while platforms are discovered and programs built: two threads doing
@@ -140,16 +149,11 @@ struct Ports {
 
 impl Ports {
     fn build(context: &Context, device: &ClDevice, queue: &CommandQueue) -> Result<Self, DeviceError> {
-        let program = |file: &str| {
-            let (_, src) = SOURCES.iter().find(|(f, _)| *f == file).expect("every port is in SOURCES");
-            Program::create_and_build_from_source(context, src, &build_options())
-                .map_err(|log| cl_error(&format!("building kernels/opencl/{file}"), log))
-        };
         let kernel = |program: &Program, name: &str| {
             Kernel::create(program, name).map_err(|e| cl_error(&format!("kernel {name}"), e))
         };
-        let attention = kernel(&program("attention.cl")?, "ferrite_attention")?;
-        let moe = program("moe.cl")?;
+        let attention = kernel(&build(context, ATTENTION_CL)?, "ferrite_attention")?;
+        let moe = build(context, MOE_CL)?;
         let (moe_gate, moe_dispatch) = (kernel(&moe, "ferrite_moe_gate")?, kernel(&moe, "ferrite_moe_dispatch")?);
         let dispatch_items = moe_dispatch
             .get_work_group_size(device.id())
@@ -240,8 +244,7 @@ impl OpenClDevice {
                 .map_err(|e| cl_error(&format!("loading {}", path.display()), e))?;
             (Flavor::Xclbin, cfg.clone(), program, m.manifest.kernel.clone())
         } else {
-            let program = Program::create_and_build_from_source(&context, SOURCES[0].1, &build_options())
-                .map_err(|log| cl_error("building kernels/opencl/gemm.cl", log))?;
+            let program = build(&context, GEMM_CL)?;
             let ports = Ports::build(&context, &dev, &queue)?;
             (Flavor::Port(Box::new(ports)), GemmConfig::default(), program, "ferrite_gemm".to_string())
         };
@@ -394,9 +397,10 @@ impl OpenClDevice {
         let rows = p.heads_total() * p.seq_q;
         let dim = u32::try_from(p.dim).map_err(|_| DeviceError::Problem(format!("dim = {} over 2^32", p.dim)))?;
         // The 64-bit o accumulators of every row: the registers of the unit's lanes.
-        let acc_bytes = rows
-            .checked_mul(p.dim * 8)
-            .ok_or_else(|| DeviceError::Problem(format!("{rows} rows × dim {} overflow the address space", p.dim)))?;
+        let acc_bytes =
+            p.dim.checked_mul(8).and_then(|row| row.checked_mul(rows)).ok_or_else(|| {
+                DeviceError::Problem(format!("{rows} rows × dim {} overflow the address space", p.dim))
+            })?;
         // SAFETY: no host pointer; the buffer lives until the queue is finished below.
         let acc = unsafe { ClBuffer::<u8>::create(&self.context, CL_MEM_READ_WRITE, acc_bytes, std::ptr::null_mut()) }
             .map_err(|e| cl_error(&format!("allocating {acc_bytes} bytes of accumulators"), e))?;
