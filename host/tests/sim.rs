@@ -93,3 +93,41 @@ fn a_memory_that_never_answers_times_out() {
     let err = ops::gemm(&mut dev, &p, &[1; 16], &[1; 16], None).unwrap_err();
     assert!(matches!(err, DeviceError::Timeout { unit: "cycles", .. }), "{err}");
 }
+
+/// Attention state (running max, sums, masks) must not leak from one launch into the next.
+#[test]
+fn several_attention_launches_on_one_device() {
+    use ferrite_hw::attention::{attention, AttentionConfig, AttentionParams, AttentionProblem};
+    if !matches!(Engine::detect(), Ok(Engine::Verilator)) {
+        eprintln!("skipped: needs Verilator (rust-hdl takes minutes per attention launch)");
+        return;
+    }
+    let cfg = AttentionConfig {
+        head_dim: 16,
+        lanes: 4,
+        dot_par: 16,
+        port_bits: 128,
+        read_fifo_depth: 32,
+        ..AttentionConfig::default()
+    };
+    let mut dev = SimDevice::new(cfg, MemoryConfig::default(), Engine::Verilator, None).unwrap();
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    for (batch, seq_q, seq_kv, causal, kv_len) in
+        [(1, 9, 9, true, None), (2, 5, 7, false, Some(vec![3, 7])), (1, 1, 1, false, None)]
+    {
+        let p = AttentionProblem {
+            batch,
+            heads: 1,
+            seq_q,
+            seq_kv,
+            dim: 16,
+            causal,
+            kv_len,
+            params: AttentionParams::from_scales(16, 1.0 / 32.0, 1.0 / 32.0, 1.0 / 32.0, None).unwrap(),
+        };
+        let mut int8 = |n: usize| -> Vec<i8> { (0..n).map(|_| rng.gen()).collect() };
+        let (q, k, v) = (int8(batch * seq_q * 16), int8(batch * seq_kv * 16), int8(batch * seq_kv * 16));
+        let (out, _) = ops::attention(&mut dev, &p, &q, &k, &v).unwrap();
+        assert_eq!(out, attention(&p, &q, &k, &v).unwrap(), "batch {batch} seq {seq_q}×{seq_kv} causal {causal}");
+    }
+}

@@ -781,8 +781,6 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                     self.cgoff.d.next = 0.into();
                     self.inflight.d.next = 0.into();
                     self.tokens_out.d.next = 0.into();
-                    self.loads.d.next = 0.into();
-                    self.dropped.d.next = 0.into();
                     self.phase.d.next = Phase::Run;
                 }
             }
@@ -1079,6 +1077,13 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             self.loads.d.next = self.loads.q.val() + self.inc_chain[last].val();
             self.dropped.d.next = self.dropped.q.val() + self.drop_chain[last].val();
             self.o_rec.d.next = self.rec_chain[last].val();
+        }
+        // Each run's statistics start from zero. This comes after the accumulation
+        // above so that it wins (an earlier clear was overwritten, and a second run
+        // on the same unit counted on from the first).
+        if (self.phase.q.val() == Phase::CapDiv) & (self.cap_i.q.val() == 64) {
+            self.loads.d.next = 0.into();
+            self.dropped.d.next = 0.into();
         }
         self.ofifo.clock.next = self.ap_clk.val();
         self.ofifo.reset.next = !self.ap_rst_n.val();

@@ -227,7 +227,7 @@ fn describe(p: &MoeProblem) -> String {
     };
     let mut s = format!("T={} H={} E={} k={} {mode}", p.tokens, p.hidden, p.experts, p.top_k);
     match p.capacity {
-        Some(cf) => s += &format!(" capacity {} (cf {})", p.capacity_slots(), cf.to_f64()),
+        Some(cf) => s += &format!(" capacity {} (cf {:.6} in Q16.16)", p.capacity_slots(), cf.to_f64()),
         None => s += " capacity unlimited",
     }
     if p.bias {
