@@ -104,7 +104,7 @@ fn pynq_error(msg: String) -> DeviceError {
 }
 
 /// An I/O error on `path`; permission problems say how to get permission.
-pub fn io_error(action: &str, path: &Path, e: std::io::Error) -> DeviceError {
+fn io_error(action: &str, path: &Path, e: std::io::Error) -> DeviceError {
     let hint = if e.kind() == ErrorKind::PermissionDenied {
         " (the FPGA manager, configfs, /lib/firmware and the UIO/u-dma-buf nodes need root: run as root, e.g. with sudo)"
     } else {
