@@ -185,11 +185,9 @@ fn check_attention(dev: &mut dyn Device, case: &AttentionCase) -> Result<(), Str
     let (p, q, k, v, align) = case;
     let want = attention(p, q, k, v).map_err(|e| e.to_string())?;
     let (got, _) = ops::attention(dev, p, q, k, v).map_err(|e| e.to_string())?;
-    if got.len() != want.len() {
-        return Err(format!("{p:?}: {} elements, golden {}", got.len(), want.len()));
-    }
-    if let Some(i) = (0..want.len()).find(|&i| got.get(i) != want.get(i)) {
-        return Err(format!("{p:?}: element {i}: got {}, golden {}", got.get(i), want.get(i)));
+    if got != want {
+        let i = (0..want.len().min(got.len())).find(|&i| got.get(i) != want.get(i));
+        return Err(format!("{p:?}: first difference at {i:?} (got {} elements, golden {})", got.len(), want.len()));
     }
     let l = AttentionLayout::new(p, *align);
     let (nh, d) = (p.heads_total(), p.dim);
@@ -249,18 +247,18 @@ fn attention_port_edges() {
     // All −128: the largest score d·2^14, every key equal.
     let p = problem(64, 3, 5, AttentionParams::from_scales(64, 1.0 / 32.0, 1.0 / 32.0, 1.0 / 32.0, None).unwrap());
     check_attention(&mut dev, &(p, vec![-128; 192], vec![-128; 320], vec![-128; 320], 1)).unwrap();
-    // The largest scale: t near 2^62, so the running maximum jumps by more than 62 and p shifts past 31.
+    // The largest scale (t up to 2^46): the running maximum jumps by far more than 62 and p shifts past 31.
     let p = problem(2, 2, 6, fixed(i32::MAX, 0));
     let k = [1, 0, -128, -128, 0, 0, 127, 127, -1, -1, 127, -128];
     let v = [127, -128, 1, -1, 0, 5, -7, 9, 100, -100, 3, 3];
     check_attention(&mut dev, &(p, vec![127, -128, -128, 127], k.to_vec(), v.to_vec(), 4)).unwrap();
-    // int8 output that saturates and rounds ties; causal with per-batch key lengths.
+    // int8 output of twice the average (large ones saturate); causal with per-batch key lengths.
     let p = AttentionProblem {
         batch: 2,
         heads: 2,
         causal: true,
         kv_len: Some(vec![1, 4]),
-        params: AttentionParams { out: Some(Requant { multiplier: 1 << 30, shift: 40 }), ..fixed(1 << 20, 20) },
+        params: AttentionParams { out: Some(Requant { multiplier: 1 << 30, shift: 45 }), ..fixed(1 << 20, 20) },
         ..problem(3, 5, 4, fixed(1, 0))
     };
     let q: Vec<i8> = (0..4 * 5 * 3).map(|i| (i * 37 % 256) as u8 as i8).collect();
@@ -279,7 +277,7 @@ fn moe_case() -> impl Strategy<Value = MoeCase> {
     let mode = prop_oneof![Just(GateMode::SoftmaxTopk), Just(GateMode::TopkSoftmax)];
     (prop_oneof![Just(1usize), 1usize..=40], prop_oneof![Just(1usize), 1usize..=33], experts, mode, capacity)
         .prop_flat_map(|(tokens, hidden, experts, mode, capacity)| {
-            // 0: random gate rows, 1: every row the same (all logits equal without a bias).
+            // true: every gate row the same, so all logits are equal without a bias (ties).
             let ties = prop_oneof![3 => Just(false), 1 => Just(true)];
             let bias_values = prop_oneof![any::<i32>(), -5000i32..5000, Just(i32::MAX), Just(i32::MIN)];
             (
