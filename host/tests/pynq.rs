@@ -532,3 +532,18 @@ fn manifests_refuse_a_bitstream_for_another_part_and_an_unchecksummed_dtbo() {
     let e = Manifest::load(&path).unwrap_err().to_string();
     assert!(e.contains("`overlay.dtbo` has no checksum"), "{e}");
 }
+
+#[test]
+fn deploy_cli_refuses_device_for_a_pynq_image() {
+    let image = tempfile::tempdir().unwrap();
+    let manifest = built_image(image.path());
+    let out = assert_cmd::Command::cargo_bin("ferrite")
+        .unwrap()
+        .args(["deploy", "--device", "0", "--manifest"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--device 0: a pynq-z2 has one programmable logic region"), "{err}");
+}
