@@ -263,16 +263,15 @@ fn first_mismatch(p: &MoeProblem, out: &MoeOutput, golden: &MoeOutput) -> Option
     Some(format!("dispatch row of expert {e}: got {:?}, golden {:?}", out.dispatch[e], golden.dispatch[e]))
 }
 
-fn open(args: &RunMoe) -> Result<Box<dyn Device>> {
+fn open(args: &RunMoe, p: &MoeProblem) -> Result<Box<dyn Device>> {
     Ok(match args.device {
         MoeDevice::Cpu => Box::new(CpuDevice::new(CpuMode::Golden)),
-        MoeDevice::Sim => Box::new(sim_device(
-            args.unit.config()?,
-            &args.sim,
-            super::engine(args.sim.engine)?,
-            args.seed,
-            args.trace.as_deref(),
-        )?),
+        MoeDevice::Sim => {
+            let cfg = args.unit.config()?;
+            // Refuse before the (minutes-long) Verilator build of an unsuitable unit.
+            p.validate_for(&cfg).with_context(|| format!("problem too big for {}", cfg.kernel_name()))?;
+            Box::new(sim_device(cfg, &args.sim, super::engine(args.sim.engine)?, args.seed, args.trace.as_deref())?)
+        }
         MoeDevice::Cuda => ferrite_host::backend::open_cuda()?,
     })
 }
@@ -289,7 +288,7 @@ pub(super) fn run(args: &RunMoe) -> Result<()> {
         ensure!(args.out.is_none(), "--out writes token-choice results; expert-choice prints its summary only");
         return run_expert_choice(&ops);
     }
-    let mut dev = open(args)?;
+    let mut dev = open(args, p)?;
     let name = dev.info().name;
     let bar = spinner(format!("routing {} on {name}", describe(p)));
     let result = ops::moe(dev.as_mut(), p, &ops.x, &ops.w, ops.bias.as_deref());
