@@ -3,8 +3,8 @@
 # Verilator builds and runs the exported RTL; yosys runs resource estimates and
 # the synthesis check. The board path needs XRT's headers and libraries
 # (libxrt-dev, bindgen's libclang-dev) for the `xrt` feature, an OpenCL ICD
-# loader and PoCL for the `opencl` feature's tests, and tclsh to check the
-# generated Vivado Tcl. Safe to run again: installed packages are skipped.
+# loader and PoCL for the `opencl` feature's tests, tclsh to check the
+# generated Vivado Tcl, and dtc to compile the PYNQ device-tree overlay. Safe to run again: installed packages are skipped.
 set -euo pipefail
 
 need=()
@@ -13,12 +13,13 @@ command -v yosys >/dev/null 2>&1 || need+=(yosys)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v tclsh >/dev/null 2>&1 || need+=(tcl)
+command -v dtc >/dev/null 2>&1 || need+=(device-tree-compiler)
 for pkg in libxrt-dev libclang-dev pocl-opencl-icd ocl-icd-opencl-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 
 if [ ${#need[@]} -eq 0 ]; then
-  echo "install-deps: verilator, yosys, g++, make, tclsh, XRT, libclang, OpenCL and PoCL are present"
+  echo "install-deps: verilator, yosys, g++, make, tclsh, dtc, XRT, libclang, OpenCL and PoCL are present"
   exit 0
 fi
 
