@@ -27,6 +27,7 @@
  * or implementation-defined in OpenCL C): wrapping sums run in uint, floors
  * and rounding shifts work on magnitudes.
  */
+/* FLAGS bits, as AttentionProblem::flags() sets them. */
 #define FLAG_CAUSAL 1u
 #define FLAG_KVLEN 2u
 #define FLAG_INT8 4u

@@ -24,14 +24,14 @@
  *
  * Signed overflow and right shifts of negative values are avoided (undefined
  * or implementation-defined in OpenCL C), as in gemm.cl.
- */
-/*
+ *
  * Constants shared with the golden model come from the host's build options
  * (opencl.rs build_options, from the Rust definitions): EXP2_FRAC_BITS,
  * MOE_E_LIMIT, MOE_K_LIMIT, MOE_RECORD_BYTES, MOE_REC_IDS / _WEIGHTS / _SLOTS,
  * MOE_RECIP_BITS, MOE_WEIGHT_SHIFT, MOE_FLAG_*, and MOE_DISPATCH_ITEMS (the
  * most work-items the host launches ferrite_moe_dispatch with).
  */
+
 /* p / 2^s rounded half away from zero, for |p| <= 2^62 and s in 0..=62. */
 static long round_shift(long p, uint s)
 {
