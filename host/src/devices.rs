@@ -19,12 +19,13 @@ fn entry(kind: &str, name: impl Into<String>, detail: impl Into<String>) -> Entr
     Entry { kind: kind.into(), name: name.into(), detail: detail.into() }
 }
 
-/// Every row: CPU, CUDA, OpenCL, XRT, tools.
+/// Every row: CPU, CUDA, OpenCL, XRT, PYNQ programmable logic, tools.
 pub fn detect() -> Vec<Entry> {
     let mut v = vec![cpu()];
     v.extend(cuda());
     v.extend(opencl());
     v.extend(xrt());
+    v.extend(pynq());
     v.extend(tools());
     v
 }
@@ -196,6 +197,52 @@ fn xrt() -> Vec<Entry> {
     vec![entry("xrt", "not built", "rebuild with `--features xrt` to use Alveo cards")]
 }
 
+/// The programmable logic of a Zynq/ZynqMP board as the PYNQ backend uses it:
+/// the FPGA manager's state, UIO devices (one per loaded unit) and u-dma-buf buffers.
+#[cfg(target_os = "linux")]
+fn pynq() -> Vec<Entry> {
+    pynq_at(&crate::backend::pynq::PynqPaths::default())
+}
+
+#[cfg(target_os = "linux")]
+fn pynq_at(paths: &crate::backend::pynq::PynqPaths) -> Vec<Entry> {
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).map(|s| s.trim().to_string()).ok();
+    let Some(state) = read(paths.fpga_manager.join("state")) else {
+        return vec![entry("pynq", "none", "no FPGA manager (not a Zynq/ZynqMP board)")];
+    };
+    let manager = read(paths.fpga_manager.join("name")).unwrap_or_else(|| "fpga0".into());
+    let mut v = vec![entry("pynq", format!("FPGA manager {manager}"), format!("state {state}"))];
+    let listing = |dir: &std::path::Path| -> Vec<std::path::PathBuf> {
+        let mut d: Vec<_> = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).collect();
+        d.sort();
+        d
+    };
+    for uio in listing(&paths.uio_class) {
+        let name = read(uio.join("name")).unwrap_or_default();
+        let size = read(uio.join("maps/map0/size")).unwrap_or_else(|| "?".into());
+        v.push(entry(
+            "pynq",
+            uio.file_name().unwrap_or_default().to_string_lossy(),
+            format!("UIO {name}, window {size}"),
+        ));
+    }
+    for buf in listing(&paths.udmabuf_class) {
+        let size = read(buf.join("size")).unwrap_or_else(|| "?".into());
+        let phys = read(buf.join("phys_addr")).unwrap_or_else(|| "?".into());
+        v.push(entry(
+            "pynq",
+            buf.file_name().unwrap_or_default().to_string_lossy(),
+            format!("u-dma-buf {size} bytes at {phys}"),
+        ));
+    }
+    v
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pynq() -> Vec<Entry> {
+    vec![entry("pynq", "none", "the PYNQ backend needs Linux")]
+}
+
 /// First line of `tool args`' output, or why there is none.
 fn version(tool: &str, args: &[&str]) -> String {
     match Command::new(tool).args(args).output() {
@@ -213,9 +260,37 @@ fn tools() -> Vec<Entry> {
         entry("tool", "verilator", version("verilator", &["--version"])),
         entry("tool", "yosys", version("yosys", &["-V"])),
     ];
-    for t in ["tclsh", "vivado", "v++"] {
+    for t in ["tclsh", "dtc", "vivado", "v++"] {
         let found = crate::bitstream::on_path(t);
         v.push(entry("tool", t, if found { "on PATH" } else { "not found" }));
     }
     v
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use crate::backend::pynq::PynqPaths;
+
+    #[test]
+    fn pynq_rows_come_from_sysfs() {
+        let root = tempfile::tempdir().unwrap();
+        let paths = PynqPaths::under(root.path());
+        assert_eq!(pynq_at(&paths)[0].name, "none");
+        let write = |p: std::path::PathBuf, text: &str| {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        write(paths.fpga_manager.join("state"), "operating\n");
+        write(paths.fpga_manager.join("name"), "Xilinx ZynqMP FPGA Manager\n");
+        write(paths.uio_class.join("uio4/name"), "ferrite_gemm_r4_c4_p128\n");
+        write(paths.uio_class.join("uio4/maps/map0/size"), "0x10000\n");
+        write(paths.udmabuf_class.join("udmabuf0/size"), "67108864\n");
+        write(paths.udmabuf_class.join("udmabuf0/phys_addr"), "0x70000000\n");
+        let rows = pynq_at(&paths);
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        assert_eq!(rows[0].detail, "state operating");
+        assert_eq!(rows[1].detail, "UIO ferrite_gemm_r4_c4_p128, window 0x10000");
+        assert_eq!(rows[2].detail, "u-dma-buf 67108864 bytes at 0x70000000");
+    }
 }
