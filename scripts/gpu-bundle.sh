@@ -58,7 +58,10 @@ if want cli; then
   step run-attention.log "$here/ferrite" run attention --device cuda --batch 2 --heads 4 --seq 300 --seq-kv 500 --dim 128 --causal
   step run-attention-int8.log "$here/ferrite" run attention --device cuda --seq 77 --dim 64 --kv-len 50 --int8-out
   if "$here/ferrite" run moe --help >/dev/null 2>&1; then
-    step run-moe.log "$here/ferrite" run moe --device cuda
+    step run-moe.log "$here/ferrite" run moe --device cuda --tokens 4096 --hidden 1024 --experts 64 --top-k 8 \
+      --capacity-factor 1.25 --renormalize --bias
+    step run-moe-topk.log "$here/ferrite" run moe --device cuda --tokens 1000 --hidden 96 --experts 256 --top-k 8 \
+      --mode topk-softmax
   else
     echo "== ferrite run moe: not in this build"
   fi

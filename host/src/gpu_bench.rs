@@ -253,7 +253,7 @@ fn bench_moe_twin(dev: &mut CudaDevice, rng: &mut ChaCha8Rng, iters: usize, e: u
     let pad = |v: &[i8], pitch: u64| -> Vec<u8> {
         v.chunks(h).flat_map(|r| r.iter().map(|&b| b as u8).chain(std::iter::repeat_n(0, pitch as usize - h))).collect()
     };
-    let mut alloc = |dev: &mut CudaDevice, bytes: u64, data: Option<Vec<u8>>| -> Result<_> {
+    let alloc = |dev: &mut CudaDevice, bytes: u64, data: Option<Vec<u8>>| -> Result<_> {
         let b = dev.alloc(bytes)?;
         dev.upload(b, 0, &data.unwrap_or_else(|| vec![ops::POISON; bytes as usize]))?;
         Ok(b)

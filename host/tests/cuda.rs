@@ -2,8 +2,8 @@
 //! why it skipped and passes; on the GPU machine they run for real
 //! (`scripts/gpu-bundle.sh` builds this binary for it).
 #![cfg(feature = "cuda")]
-use ferrite_host::backend::cuda::float::{flash_attention, from_bf16, gemm_bf16, moe_gate, to_bf16};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
+use ferrite_host::backend::cuda::float::{flash_attention, from_bf16, gemm_bf16, moe_gate, to_bf16};
 use ferrite_host::backend::cuda::CudaDevice;
 use ferrite_host::device::{AttentionArgs, Buffer, GemmArgs, MoeArgs};
 use ferrite_host::{ops, Device, DeviceError, Launch, Layout, Problem};

@@ -8,22 +8,15 @@
 // never exponentiates the E − k others.
 //
 // G lanes serve one token, each holding V consecutive logits in registers
-// (float4 loads when rows are 16-byte aligned). Top-k is k rounds of a 64-bit
-// key argmax — order-preserving float bits above, 2^32−1−index below, so ties
-// go to the lower expert index as a stable sort would — local over V values,
-// then a log2(G)-step butterfly. Register arrays are only indexed with
-// unrolled constants, so nothing spills to local memory.
+// (float4 loads when rows are 16-byte aligned). Top-k is k rounds of: the
+// group's largest value (a local max over V, then a log2(G)-step butterfly),
+// then the lowest expert index holding it (the same for indices) — so ties
+// go to the lower expert index, as a stable sort would — which its lane
+// marks taken. Floats and 32-bit indices keep every step one instruction
+// wide; register arrays are only indexed with unrolled constants, so nothing
+// spills to local memory.
 
-__device__ __forceinline__ unsigned long long gate_key(float x, int e) {
-    unsigned u = __float_as_uint(x);
-    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((unsigned long long)u << 32) | (0xffffffffu - (unsigned)e);
-}
-
-__device__ __forceinline__ float key_value(unsigned long long key) {
-    unsigned u = (unsigned)(key >> 32);
-    return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
-}
+#define NEG_INF __int_as_float(0xff800000)
 
 template <int G, int V, bool VEC>
 __device__ __forceinline__ void moe_gate(const float* __restrict__ logits, float* __restrict__ w_out,
@@ -35,49 +28,59 @@ __device__ __forceinline__ void moe_gate(const float* __restrict__ logits, float
     const unsigned mask = G == 32 ? 0xffffffffu : (((1u << G) - 1u) << (lane / G * G));
     const float* x = logits + token * E + sub * V;
     const int e0 = sub * V;
-    unsigned long long key[V];
+    float v[V];
     if (VEC) {
 #pragma unroll
         for (int c = 0; c < V; c += 4) {
             float4 f = e0 + c < E ? __ldg(reinterpret_cast<const float4*>(x + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
-            key[c] = gate_key(f.x, e0 + c);
-            key[c + 1] = gate_key(f.y, e0 + c + 1);
-            key[c + 2] = gate_key(f.z, e0 + c + 2);
-            key[c + 3] = gate_key(f.w, e0 + c + 3);
+            v[c] = f.x;
+            v[c + 1] = f.y;
+            v[c + 2] = f.z;
+            v[c + 3] = f.w;
         }
     } else {
 #pragma unroll
-        for (int c = 0; c < V; c++) key[c] = e0 + c < E ? gate_key(__ldg(x + c), e0 + c) : 0ull;
+        for (int c = 0; c < V; c++) v[c] = e0 + c < E ? __ldg(x + c) : 0.f;
     }
+    // Bit c: value c is taken or is no expert (its value reads as −∞ too).
+    unsigned taken = 0;
 #pragma unroll
     for (int c = 0; c < V; c++)
-        if (e0 + c >= E) key[c] = 0ull;  // never selected
+        if (e0 + c >= E) {
+            v[c] = NEG_INF;
+            taken |= 1u << c;
+        }
 
     // Choices this lane writes: r = s·G + sub for s < S (k ≤ 8).
     constexpr int S = (8 + G - 1) / G;
     float mx = 0.f, sum = 0.f, my_x[S];
     int my_e[S];
     for (int r = 0; r < k; r++) {
-        unsigned long long best = 0ull;
+        float best = v[0];
 #pragma unroll
-        for (int c = 0; c < V; c++) best = key[c] > best ? key[c] : best;
+        for (int c = 1; c < V; c++) best = fmaxf(best, v[c]);
 #pragma unroll
-        for (int off = G / 2; off > 0; off >>= 1) {
-            unsigned long long o = __shfl_xor_sync(mask, best, off, G);
-            best = o > best ? o : best;
-        }
+        for (int off = G / 2; off > 0; off >>= 1) best = fmaxf(best, __shfl_xor_sync(mask, best, off, G));
+        int bi = 0x7fffffff;
+#pragma unroll
+        for (int c = V - 1; c >= 0; c--)
+            if (v[c] == best && !(taken >> c & 1)) bi = e0 + c;
+#pragma unroll
+        for (int off = G / 2; off > 0; off >>= 1) bi = min(bi, __shfl_xor_sync(mask, bi, off, G));
 #pragma unroll
         for (int c = 0; c < V; c++)
-            if (key[c] == best) key[c] = 0ull;
-        const float v = key_value(best);
-        if (r == 0) mx = v;
-        sum += expf(v - mx);
+            if (e0 + c == bi) {
+                v[c] = NEG_INF;
+                taken |= 1u << c;
+            }
+        if (r == 0) mx = best;
+        sum += exp2f((best - mx) * 1.4426950408889634f);
         // Lane r % G writes choice r: its value and expert, kept in registers.
 #pragma unroll
         for (int s = 0; s < S; s++)
             if (r == s * G + sub) {
-                my_x[s] = v;
-                my_e[s] = (int)(0xffffffffu - (unsigned)best);
+                my_x[s] = best;
+                my_e[s] = bi;
             }
     }
     const float inv = 1.f / sum;
@@ -85,7 +88,7 @@ __device__ __forceinline__ void moe_gate(const float* __restrict__ logits, float
     for (int s = 0; s < S; s++) {
         const int r = s * G + sub;
         if (r < k) {
-            w_out[token * k + r] = expf(my_x[s] - mx) * inv;
+            w_out[token * k + r] = exp2f((my_x[s] - mx) * 1.4426950408889634f) * inv;
             i_out[token * k + r] = my_e[s];
         }
     }
@@ -101,13 +104,13 @@ GATE(1, 4, true, 1x4v)
 GATE(2, 4, true, 2x4v)
 GATE(4, 4, true, 4x4v)
 GATE(4, 8, true, 4x8v)
-GATE(8, 8, true, 8x8v)
+GATE(4, 16, true, 4x16v)
 GATE(16, 8, true, 16x8v)
 GATE(32, 8, true, 32x8v)
 GATE(1, 4, false, 1x4)
 GATE(2, 4, false, 2x4)
 GATE(4, 4, false, 4x4)
 GATE(4, 8, false, 4x8)
-GATE(8, 8, false, 8x8)
+GATE(4, 16, false, 4x16)
 GATE(16, 8, false, 16x8)
 GATE(32, 8, false, 32x8)

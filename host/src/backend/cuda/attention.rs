@@ -18,8 +18,7 @@ pub(super) fn check_limits(p: &AttentionProblem, device: &str) -> Result<(), Dev
     }
     let rows = p.heads_total() as u64 * p.seq_q as u64;
     let fits = |x: usize| i32::try_from(x).is_ok();
-    if !(fits(p.heads_total()) && fits(p.seq_q) && fits(p.seq_kv)) || rows.div_ceil(ROWS_PER_BLOCK) > u32::MAX as u64
-    {
+    if !(fits(p.heads_total()) && fits(p.seq_q) && fits(p.seq_kv)) || rows.div_ceil(ROWS_PER_BLOCK) > u32::MAX as u64 {
         return too_big("more rows or heads than the kernel indexes".into());
     }
     Ok(())
@@ -98,7 +97,10 @@ fn check_buffers(a: &AttentionArgs) -> Result<(), DeviceError> {
         }
         let need = stride * (nh - 1) + row;
         if buf.len() < need {
-            return Err(DeviceError::Problem(format!("buffer {name} has {} bytes, the layout needs {need}", buf.len())));
+            return Err(DeviceError::Problem(format!(
+                "buffer {name} has {} bytes, the layout needs {need}",
+                buf.len()
+            )));
         }
     }
     if l.o_stride % elem != 0 {

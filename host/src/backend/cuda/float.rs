@@ -5,7 +5,7 @@
 //!
 //! bf16 values are raw `u16` bit patterns on both sides; [`to_bf16`] and
 //! [`from_bf16`] convert on the host.
-use super::runtime::{driver, Gpu, FLASH_ATTN, GEMM_BF16, GEMM_BF16_WGMMA, MOE_GATE};
+use super::runtime::{driver, Gpu, FLASH_ATTN, FLASH_ATTN_WGMMA, GEMM_BF16, GEMM_BF16_WGMMA, MOE_GATE};
 use crate::device::DeviceError;
 use cudarc::driver::{sys, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 
@@ -173,6 +173,11 @@ pub fn flash_attention(
         need_len(name, s, len)?;
     }
     need_len("O", o, len)?;
+    let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    let (ni, ci) = (n as i32, i32::from(causal));
+    if gpu.arch == "sm_90a" {
+        return flash_attention_wgmma(gpu, (q, k, v, o), heads_total, n, d, scale_log2, causal);
+    }
     let f = gpu.function(FLASH_ATTN, func)?;
     // Q tile (128 rows) + double-buffered K and V blocks (64 rows each).
     let smem = ((ATTN_BLOCK_Q + 4 * 64) * d * 2) as u32;
@@ -182,8 +187,6 @@ pub fn flash_attention(
         block_dim: (256, 1, 1),
         shared_mem_bytes: smem,
     };
-    let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
-    let (ni, ci) = (n as i32, i32::from(causal));
     let mut l = gpu.stream.launch_builder(&f);
     l.arg(q).arg(k).arg(v).arg(o).arg(&ni).arg(&scale_log2).arg(&ci);
     // SAFETY: argument order and types match the kernel; lengths checked above.
@@ -191,8 +194,47 @@ pub fn flash_attention(
     Ok(())
 }
 
-/// Softmax over `e` logits per token, top-`k`, renormalized: weights `[t][k]`
-/// (descending) and expert indices `[t][k]`.
+/// Q, K, V and O of one attention launch.
+type Qkvo<'a> = (&'a CudaSlice<u16>, &'a CudaSlice<u16>, &'a CudaSlice<u16>, &'a mut CudaSlice<u16>);
+
+/// The Hopper kernel (`flash_attn_wgmma.cu`): TMA + wgmma, warp-specialized
+/// (shapes checked by the caller).
+fn flash_attention_wgmma(
+    gpu: &Gpu,
+    (q, k, v, o): Qkvo,
+    heads_total: usize,
+    n: usize,
+    d: usize,
+    scale_log2: f32,
+    causal: bool,
+) -> Result<(), DeviceError> {
+    let func = if d == 64 { "ferrite_flash_wgmma_d64" } else { "ferrite_flash_wgmma_d128" };
+    let f = gpu.function(FLASH_ATTN_WGMMA, func)?;
+    // Q tile plus two stages of K and V (128 rows each), mbarriers, alignment slack.
+    let smem = ((1 + 4) * 128 * d * 2 + 64 + 1024) as u32;
+    gpu.set_dynamic_smem(&f, smem)?;
+    let s = &gpu.stream;
+    let rows = heads_total * n;
+    let (pq, _rq) = q.device_ptr(s);
+    let (pk, _rk) = k.device_ptr(s);
+    let (pv, _rv) = v.device_ptr(s);
+    let maps = (tma_map(pq, rows, d, 128)?, tma_map(pk, rows, d, 128)?, tma_map(pv, rows, d, 128)?);
+    let cfg = LaunchConfig {
+        grid_dim: ((n / ATTN_BLOCK_Q) as u32, heads_total as u32, 1),
+        block_dim: (384, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    let (ni, ci) = (n as i32, i32::from(causal));
+    let mut l = s.launch_builder(&f);
+    l.arg(&maps.0).arg(&maps.1).arg(&maps.2).arg(o).arg(&ni).arg(&scale_log2).arg(&ci);
+    // SAFETY: argument order and types match the kernel; the descriptors cover
+    // exactly Q, K and V, whose lengths the caller checked, as it did O's.
+    unsafe { l.launch(cfg) }.map_err(driver("launching ferrite_flash_wgmma"))?;
+    Ok(())
+}
+
+/// Softmax over `e` logits per token, top-`k` (k ≤ 8), renormalized: weights
+/// `[t][k]` (descending) and expert indices `[t][k]`.
 pub fn moe_gate(
     gpu: &Gpu,
     logits: &CudaSlice<f32>,
@@ -200,19 +242,20 @@ pub fn moe_gate(
     indices: &mut CudaSlice<i32>,
     (t, e, k): (usize, usize, usize),
 ) -> Result<(), DeviceError> {
-    // Lanes per token and values per lane (see moe_gate.cu); float4 loads
-    // need 16-byte rows.
-    let (lanes, shape) = match e {
-        1..=4 => (1, "1x4"),
-        5..=8 => (2, "2x4"),
-        9..=16 => (4, "4x4"),
-        17..=32 => (4, "4x8"),
-        33..=64 => (8, "8x8"),
-        65..=128 => (16, "16x8"),
-        129..=256 => (32, "32x8"),
+    // Lanes per token and kernel (values per lane in its name, `v` for float4
+    // loads, which need 16-byte rows); see moe_gate.cu.
+    let vec = e % 4 == 0;
+    let pick = |v: &'static str, s: &'static str| if vec { v } else { s };
+    let (lanes, func) = match e {
+        1..=4 => (1, pick("ferrite_moe_gate_1x4v", "ferrite_moe_gate_1x4")),
+        5..=8 => (2, pick("ferrite_moe_gate_2x4v", "ferrite_moe_gate_2x4")),
+        9..=16 => (4, pick("ferrite_moe_gate_4x4v", "ferrite_moe_gate_4x4")),
+        17..=32 => (4, pick("ferrite_moe_gate_4x8v", "ferrite_moe_gate_4x8")),
+        33..=64 => (4, pick("ferrite_moe_gate_4x16v", "ferrite_moe_gate_4x16")),
+        65..=128 => (16, pick("ferrite_moe_gate_16x8v", "ferrite_moe_gate_16x8")),
+        129..=256 => (32, pick("ferrite_moe_gate_32x8v", "ferrite_moe_gate_32x8")),
         _ => return Err(bad(format!("MoE gate: E = {e} (supported: 1..=256)"))),
     };
-    let func = format!("ferrite_moe_gate_{shape}{}", if e % 4 == 0 { "v" } else { "" });
     if k == 0 || k > e.min(8) {
         return Err(bad(format!("MoE gate: k = {k} must be in 1..=min(E, 8) (E = {e})")));
     }
@@ -222,7 +265,7 @@ pub fn moe_gate(
     need_len("logits", logits, t * e)?;
     need_len("weights", weights, t * k)?;
     need_len("indices", indices, t * k)?;
-    let f = gpu.function(MOE_GATE, &func)?;
+    let f = gpu.function(MOE_GATE, func)?;
     let threads = (t * lanes) as u64;
     let cfg =
         LaunchConfig { grid_dim: (threads.div_ceil(256) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };

@@ -15,9 +15,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Kernel sources, embedded so a built binary needs no source tree. The
-/// `#include "common_bf16.cuh"` lines are expanded by [`expand`], because NVRTC
+/// `#include "common_*.cuh"` lines are expanded by [`expand`], because NVRTC
 /// gets one string and no include path.
 pub(crate) const COMMON_BF16: &str = include_str!("../../../../kernels/cuda/common_bf16.cuh");
+pub(crate) const COMMON_HOPPER: &str = include_str!("../../../../kernels/cuda/common_hopper.cuh");
 
 /// One `.cu` file of `kernels/cuda/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,13 +39,15 @@ pub const GEMM_BF16_WGMMA: Source =
     Source { name: "gemm_bf16_wgmma.cu", text: include_str!("../../../../kernels/cuda/gemm_bf16_wgmma.cu") };
 pub const FLASH_ATTN: Source =
     Source { name: "flash_attn.cu", text: include_str!("../../../../kernels/cuda/flash_attn.cu") };
+pub const FLASH_ATTN_WGMMA: Source =
+    Source { name: "flash_attn_wgmma.cu", text: include_str!("../../../../kernels/cuda/flash_attn_wgmma.cu") };
 
 /// Every kernel source, for tools that compile them all ahead of a benchmark.
-pub const ALL_SOURCES: [Source; 7] =
-    [GEMM_I8, ATTENTION_FIXED, MOE_ROUTER, MOE_GATE, GEMM_BF16, GEMM_BF16_WGMMA, FLASH_ATTN];
+pub const ALL_SOURCES: [Source; 8] =
+    [GEMM_I8, ATTENTION_FIXED, MOE_ROUTER, MOE_GATE, GEMM_BF16, GEMM_BF16_WGMMA, FLASH_ATTN, FLASH_ATTN_WGMMA];
 
 fn expand(src: &str) -> String {
-    src.replace("#include \"common_bf16.cuh\"", COMMON_BF16)
+    src.replace("#include \"common_bf16.cuh\"", COMMON_BF16).replace("#include \"common_hopper.cuh\"", COMMON_HOPPER)
 }
 
 /// A driver error as a [`DeviceError`], with what was being done.
@@ -79,9 +82,9 @@ pub struct Gpu {
     pub arch: String,
     pub sm_count: u32,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
-    /// Functions already looked up, so a timed loop of launches costs no
-    /// lock-and-lookup in the driver per launch.
-    functions: Mutex<HashMap<(&'static str, String), CudaFunction>>,
+    /// Functions already looked up, by source then name, so a timed loop of
+    /// launches costs no driver lookup (and no allocation) per launch.
+    functions: Mutex<HashMap<&'static str, HashMap<String, CudaFunction>>>,
 }
 
 impl Gpu {
@@ -123,8 +126,9 @@ impl Gpu {
 
     /// Kernel `func` of `src`, compiled (or fetched from a cache) for this GPU.
     pub fn function(&self, src: Source, func: &str) -> Result<CudaFunction, DeviceError> {
-        let key = (src.name, func.to_string());
-        if let Some(f) = self.functions.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        if let Some(f) =
+            self.functions.lock().unwrap_or_else(|e| e.into_inner()).get(src.name).and_then(|m| m.get(func))
+        {
             return Ok(f.clone());
         }
         let mut modules = self.modules.lock().unwrap_or_else(|e| e.into_inner());
@@ -139,7 +143,8 @@ impl Gpu {
             }
         };
         let f = module.load_function(func).map_err(driver(&format!("finding {func} in {}", src.name)))?;
-        self.functions.lock().unwrap_or_else(|e| e.into_inner()).insert(key, f.clone());
+        let mut functions = self.functions.lock().unwrap_or_else(|e| e.into_inner());
+        functions.entry(src.name).or_default().insert(func.to_string(), f.clone());
         Ok(f)
     }
 
