@@ -365,3 +365,41 @@ pub(crate) fn check_moe_buffers(args: &MoeArgs) -> Result<(), DeviceError> {
         _ => Ok(()),
     }
 }
+
+/// Check an attention launch's strides hold a head and its buffers hold the
+/// layout (as [`check_gemm_buffers`]), and that a key-length buffer comes
+/// exactly with `kv_len`.
+pub(crate) fn check_attention_buffers(args: &AttentionArgs) -> Result<(), DeviceError> {
+    let (p, l) = (&args.problem, &args.layout);
+    p.validate()?;
+    let nh = p.heads_total() as u64;
+    let elem = ferrite_hw::attention::AttentionLayout::out_elem_bytes(p) as u64;
+    let (q_row, kv_row) = ((p.seq_q * p.dim) as u64, (p.seq_kv * p.dim) as u64);
+    for (name, buf, stride, head) in [
+        ("Q", args.q, l.q_stride, q_row),
+        ("K", args.k, l.kv_stride, kv_row),
+        ("V", args.v, l.kv_stride, kv_row),
+        ("O", args.o, l.o_stride, q_row * elem),
+    ] {
+        if stride < head {
+            return Err(DeviceError::Problem(format!("{name} head stride {stride} is below a head's {head} bytes")));
+        }
+        if buf.len() < stride * nh {
+            return Err(DeviceError::Problem(format!(
+                "buffer {name} has {} bytes, the layout needs {}",
+                buf.len(),
+                stride * nh
+            )));
+        }
+    }
+    match (&p.kv_len, args.kv_len) {
+        (Some(lens), Some(buf)) if buf.len() < 4 * lens.len() as u64 => Err(DeviceError::Problem(format!(
+            "the key-length buffer has {} bytes, {} entries need {}",
+            buf.len(),
+            lens.len(),
+            4 * lens.len()
+        ))),
+        (Some(_), Some(_)) | (None, None) => Ok(()),
+        _ => Err(DeviceError::Problem("the key-length buffer must be given exactly when kv_len is".into())),
+    }
+}

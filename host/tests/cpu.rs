@@ -69,3 +69,42 @@ fn shape_errors_are_refused() {
     let err = ops::gemm(&mut dev, &GemmProblem::new(0, 3, 4), &[], &[0; 12], None).unwrap_err();
     assert!(err.to_string().contains("must be ≥ 1"), "{err}");
 }
+
+/// A launch whose layout does not hold the problem is an error, never a panic or a short write.
+#[test]
+fn attention_layouts_too_small_are_refused() {
+    use ferrite_host::device::AttentionArgs;
+    use ferrite_host::{Device, Launch, Layout, Problem};
+    use ferrite_hw::attention::{AttentionParams, AttentionProblem};
+    let p = AttentionProblem {
+        batch: 2,
+        heads: 1,
+        seq_q: 4,
+        seq_kv: 4,
+        dim: 8,
+        causal: false,
+        kv_len: Some(vec![4, 2]),
+        params: AttentionParams::from_scales(8, 0.1, 0.1, 0.1, None).unwrap(),
+    };
+    let mut dev = CpuDevice::new(CpuMode::Golden);
+    let Layout::Attention(l) = dev.layout(&Problem::Attention(p.clone())).unwrap() else { panic!("layout kind") };
+    let mut buf = |n: u64| dev.alloc(n).unwrap();
+    let args = AttentionArgs {
+        problem: p,
+        layout: l,
+        q: buf(l.q_bytes),
+        k: buf(l.kv_bytes),
+        v: buf(l.kv_bytes),
+        o: buf(l.o_bytes),
+        kv_len: Some(buf(l.kv_len_bytes)),
+    };
+    let msg = |dev: &mut CpuDevice, a: AttentionArgs| dev.launch(&Launch::Attention(a)).unwrap_err().to_string();
+    let small_stride =
+        AttentionArgs { layout: ferrite_hw::attention::AttentionLayout { o_stride: 16, ..l }, ..args.clone() };
+    assert!(msg(&mut dev, small_stride).contains("O head stride 16 is below a head's 128 bytes"));
+    let short_o = AttentionArgs { o: dev.alloc(8).unwrap(), ..args.clone() };
+    assert!(msg(&mut dev, short_o).contains("buffer O has 8 bytes"));
+    let no_lens = AttentionArgs { kv_len: None, ..args.clone() };
+    assert!(msg(&mut dev, no_lens).contains("exactly when kv_len is"));
+    dev.launch(&Launch::Attention(args)).unwrap();
+}

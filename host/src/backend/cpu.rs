@@ -1,8 +1,8 @@
 //! The CPU device: the golden model itself, or a fast path through a tuned
 //! CPU GEMM that must stay bit-exact with it.
 use crate::device::{
-    check_gemm_buffers, check_moe_buffers, AttentionArgs, Buffer, Device, DeviceError, DeviceInfo, DeviceKind,
-    GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats,
+    check_attention_buffers, check_gemm_buffers, check_moe_buffers, AttentionArgs, Buffer, Device, DeviceError,
+    DeviceInfo, DeviceKind, GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats,
 };
 use crate::ops::{pack_attention, pack_output, unpack_rows};
 use ferrite_hw::attention::AttentionLayout;
@@ -53,6 +53,7 @@ impl CpuDevice {
     /// The golden model in both modes: fixed-point attention has no faster
     /// CPU library path that stays bit-exact.
     fn run_attention(&mut self, a: &AttentionArgs) -> Result<(), DeviceError> {
+        check_attention_buffers(a)?;
         let (p, l) = (&a.problem, &a.layout);
         let (nh, d) = (p.heads_total(), p.dim);
         let read = |dev: &Self, buf: Buffer, rows: usize, stride: u64| -> Result<Vec<i8>, DeviceError> {

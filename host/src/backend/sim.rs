@@ -1,8 +1,8 @@
 //! The simulator device: a unit's RTL clocked cycle by cycle against an AXI
 //! memory model, driven through its registers exactly like a board.
 use crate::device::{
-    check_gemm_buffers, check_moe_buffers, AttentionArgs, Buffer, CycleStats, Device, DeviceError, DeviceInfo,
-    DeviceKind, GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats,
+    check_attention_buffers, check_gemm_buffers, check_moe_buffers, AttentionArgs, Buffer, CycleStats, Device,
+    DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats,
 };
 use crate::driver::{self, ControlPort, Poll};
 use ferrite_hw::attention::{self, AttentionConfig, AttentionLayout, AttentionProblem};
@@ -329,6 +329,7 @@ impl SimDevice {
 
     fn run_attention(&mut self, a: &AttentionArgs) -> Result<u64, DeviceError> {
         let cfg = self.attention_cfg()?.clone();
+        check_attention_buffers(a)?;
         self.fits_attention(&a.problem)?;
         let p = &a.problem;
         let beat = cfg.port_bytes() as u64;
@@ -338,9 +339,6 @@ impl SimDevice {
                     "{name} head stride {stride} is not a multiple of the {beat}-byte beat"
                 )));
             }
-        }
-        if p.kv_len.is_some() != a.kv_len.is_some() {
-            return Err(DeviceError::Problem("the key-length buffer must be given exactly when kv_len is".into()));
         }
         let args = driver::attention_args(&cfg, a, &|buf| self.known(buf))?;
         // Keys stream at ≥ one per two cycles; every block also loads Q and writes O.
