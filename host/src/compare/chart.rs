@@ -10,11 +10,12 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 
-/// One bar: its label, value (`None`: not available) and provenance.
+/// One bar: its label, value (`None`: not available) and provenance (`None`
+/// for errors, which are computed from the outputs rather than timed or modelled).
 struct Bar {
     label: String,
     value: Option<f64>,
-    label_kind: Provenance,
+    label_kind: Option<Provenance>,
 }
 
 struct Panel {
@@ -23,11 +24,21 @@ struct Panel {
     bars: Vec<Bar>,
 }
 
-fn colour(p: Provenance) -> RGBColor {
+fn colour(p: Option<Provenance>) -> RGBColor {
     match p {
-        Provenance::Measured => RGBColor(120, 165, 230),
-        Provenance::Projected => RGBColor(245, 170, 90),
-        Provenance::Estimated => RGBColor(185, 185, 185),
+        Some(Provenance::Measured) => RGBColor(120, 165, 230),
+        Some(Provenance::Projected) => RGBColor(245, 170, 90),
+        Some(Provenance::Estimated) => RGBColor(185, 185, 185),
+        None => RGBColor(150, 205, 150),
+    }
+}
+
+/// A value in a panel's unit: SI prefixes, or scientific notation for unitless errors.
+fn format(v: f64, unit: &str) -> String {
+    if unit.is_empty() {
+        format!("{v:.3e}")
+    } else {
+        si(v, unit)
     }
 }
 
@@ -43,23 +54,19 @@ fn panels(r: &Report) -> Vec<Panel> {
             latency.bars.push(Bar {
                 label: label.clone(),
                 value: Some(row.latency_s.value),
-                label_kind: row.latency_s.label,
+                label_kind: Some(row.latency_s.label),
             });
             throughput.bars.push(Bar {
                 label: label.clone(),
                 value: Some(row.ops_per_s.value),
-                label_kind: row.ops_per_s.label,
+                label_kind: Some(row.ops_per_s.label),
             });
             let e = row.energy.per_op;
-            energy.bars.push(Bar {
-                label: label.clone(),
-                value: e.map(|e| e.value),
-                label_kind: e.map_or(Provenance::Measured, |e| e.label),
-            });
+            energy.bars.push(Bar { label: label.clone(), value: e.map(|e| e.value), label_kind: e.map(|e| e.label) });
             error.bars.push(Bar {
                 label: format!("{label} ({})", row.accuracy.unit),
                 value: Some(row.accuracy.max_abs),
-                label_kind: Provenance::Measured,
+                label_kind: None,
             });
         }
     }
@@ -87,7 +94,8 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 fn draw(root: &Area, panels: &[Panel]) -> Result<()> {
     root.fill(&WHITE)?;
     let body = root.titled(
-        "ferrite compare — blue [M] measured · orange [P] projected from simulated cycles · grey [E] estimated",
+        "ferrite compare — blue [M] measured · orange [P] projected from simulated cycles · grey [E] estimated · \
+         green: error of the device's own output",
         ("sans-serif", 16),
     )?;
     for (area, panel) in body.split_evenly((panels.len(), 1)).iter().zip(panels) {
@@ -110,7 +118,7 @@ fn draw_panel(area: &Area, panel: &Panel) -> Result<()> {
         .x_label_area_size(28)
         .y_label_area_size(8)
         .build_cartesian_2d((lo..hi).log_scale(), 0f64..n)?;
-    chart.configure_mesh().disable_y_mesh().y_labels(0).x_labels(8).x_label_formatter(&|v| si(*v, unit)).draw()?;
+    chart.configure_mesh().disable_y_mesh().y_labels(0).x_labels(8).x_label_formatter(&|v| format(*v, unit)).draw()?;
     let font = ("sans-serif", 13).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
     for (i, bar) in panel.bars.iter().enumerate() {
         let y = n - i as f64 - 1.0;
@@ -120,9 +128,9 @@ fn draw_panel(area: &Area, panel: &Panel) -> Result<()> {
                     [(lo, y + 0.12), (v, y + 0.88)],
                     colour(bar.label_kind).filled(),
                 )))?;
-                format!("{}: {}{}", bar.label, si(v, unit), bar.label_kind.marker())
+                format!("{}: {}{}", bar.label, format(v, unit), bar.label_kind.map_or("", |k| k.marker()))
             }
-            Some(v) if v == 0.0 => format!("{}: 0 (exact)", bar.label),
+            Some(0.0) => format!("{}: 0 (exact)", bar.label),
             Some(v) => format!("{}: {v}", bar.label),
             None => format!("{}: not available (see report.md)", bar.label),
         };

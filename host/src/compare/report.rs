@@ -97,9 +97,9 @@ pub enum DeviceId {
     CpuFast,
     /// The RTL under Verilator: its cycles give the projected FPGA figures.
     Sim,
-    /// The first OpenCL device (PoCL here): the OpenCL C port (GEMM only today).
+    /// The first OpenCL device (PoCL here): the OpenCL C ports.
     Opencl,
-    /// The first CUDA GPU.
+    /// The first CUDA GPU: the bit-exact twins.
     Cuda,
 }
 
