@@ -3,10 +3,10 @@ use crate::device::{AttentionArgs, Buffer, Device, DeviceError, GemmArgs, Launch
 use ferrite_hw::attention::model::check_operands as check_attention;
 use ferrite_hw::attention::{AttentionLayout, AttentionOutput, AttentionProblem};
 use ferrite_hw::gemm::model::check_operands;
-use ferrite_hw::gemm::{GemmLayout, GemmOutput, GemmProblem};
+use ferrite_hw::gemm::{GemmOutput, GemmProblem};
 use ferrite_hw::moe::config::RECORD_BYTES;
 use ferrite_hw::moe::model::check_operands as check_moe;
-use ferrite_hw::moe::{MoeLayout, MoeOutput, MoeProblem};
+use ferrite_hw::moe::{MoeOutput, MoeProblem};
 
 /// Byte the output buffer is filled with before a launch, so elements the unit
 /// never writes read back as 0xA5A5A5A5 / -91 and fail comparisons.
@@ -25,50 +25,20 @@ pub fn gemm(
     let Layout::Gemm(layout) = dev.layout(&Problem::Gemm(*p))? else {
         return Err(DeviceError::Problem("device answered a GEMM problem with another layout".into()));
     };
-    let mut buffers = Vec::new();
-    let result = run_gemm(dev, &mut buffers, p, layout, a, b, bias);
-    let mut freed = Ok(());
-    for buf in buffers {
-        if let Err(e) = dev.free(buf) {
-            freed = freed.and(Err(e));
-        }
-    }
-    let out = result?;
-    freed.map(|()| out)
-}
-
-/// Allocate (recording each buffer in `buffers` so the caller frees them
-/// whatever happens), upload, poison C, launch, download.
-fn run_gemm(
-    dev: &mut dyn Device,
-    buffers: &mut Vec<Buffer>,
-    p: &GemmProblem,
-    layout: GemmLayout,
-    a: &[i8],
-    b: &[i8],
-    bias: Option<&[i32]>,
-) -> Result<(GemmOutput, RunStats), DeviceError> {
-    let mut upload = |dev: &mut dyn Device, bytes: u64, data: &[u8]| -> Result<Buffer, DeviceError> {
-        let buf = dev.alloc(bytes)?;
-        buffers.push(buf);
-        dev.upload(buf, 0, data)?;
-        Ok(buf)
-    };
-    let (lda, ldb, ldc) = (layout.lda as usize, layout.ldb as usize, layout.ldc as usize);
-    let a_buf = upload(dev, layout.a_bytes, &pack_rows(&i8_bytes(a), p.m, p.k, lda))?;
-    let b_buf = upload(dev, layout.b_bytes, &pack_rows(&i8_bytes(b), p.k, p.n, ldb))?;
-    let bias_buf = match bias {
-        Some(bias) => {
-            Some(upload(dev, layout.bias_bytes, &bias.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>())?)
-        }
-        None => None,
-    };
-    let c_buf = upload(dev, layout.c_bytes, &vec![POISON; layout.c_bytes as usize])?;
-    let launch = Launch::Gemm(GemmArgs { problem: *p, layout, a: a_buf, b: b_buf, bias: bias_buf, c: c_buf });
-    let stats = dev.launch(&launch)?;
-    let mut c = vec![0; ldc * p.m];
-    dev.download(c_buf, 0, &mut c)?;
-    Ok((unpack_output(&c, p, ldc), stats))
+    staged(dev, |s| {
+        let (lda, ldb, ldc) = (layout.lda as usize, layout.ldb as usize, layout.ldc as usize);
+        let a_buf = s.upload(layout.a_bytes, &pack_rows(&i8_bytes(a), p.m, p.k, lda))?;
+        let b_buf = s.upload(layout.b_bytes, &pack_rows(&i8_bytes(b), p.k, p.n, ldb))?;
+        let bias_buf = match bias {
+            Some(bias) => Some(s.upload(layout.bias_bytes, &i32_bytes(bias, layout.bias_bytes))?),
+            None => None,
+        };
+        let c_buf = s.poisoned(layout.c_bytes)?;
+        let launch = Launch::Gemm(GemmArgs { problem: *p, layout, a: a_buf, b: b_buf, bias: bias_buf, c: c_buf });
+        let stats = s.dev.launch(&launch)?;
+        let c = s.download(c_buf, 0, ldc * p.m)?;
+        Ok((unpack_output(&c, p, ldc), stats))
+    })
 }
 
 /// `O = attention(Q, K, V)` on `dev`, with host tensors dense
@@ -82,63 +52,36 @@ pub fn attention(
     v: &[i8],
 ) -> Result<(AttentionOutput, RunStats), DeviceError> {
     check_attention(p, q, k, v)?;
-    let Layout::Attention(layout) = dev.layout(&Problem::Attention(p.clone()))? else {
+    let Layout::Attention(l) = dev.layout(&Problem::Attention(p.clone()))? else {
         return Err(DeviceError::Problem("device answered an attention problem with another layout".into()));
     };
-    let mut buffers = Vec::new();
-    let result = run_attention(dev, &mut buffers, p, layout, q, k, v);
-    let mut freed = Ok(());
-    for buf in buffers {
-        if let Err(e) = dev.free(buf) {
-            freed = freed.and(Err(e));
-        }
-    }
-    let out = result?;
-    freed.map(|()| out)
-}
-
-fn run_attention(
-    dev: &mut dyn Device,
-    buffers: &mut Vec<Buffer>,
-    p: &AttentionProblem,
-    l: AttentionLayout,
-    q: &[i8],
-    k: &[i8],
-    v: &[i8],
-) -> Result<(AttentionOutput, RunStats), DeviceError> {
-    let mut upload = |dev: &mut dyn Device, bytes: u64, data: &[u8]| -> Result<Buffer, DeviceError> {
-        let buf = dev.alloc(bytes)?;
-        buffers.push(buf);
-        dev.upload(buf, 0, data)?;
-        Ok(buf)
-    };
-    let (nh, d) = (p.heads_total(), p.dim);
-    let (qs, kvs, os) = (l.q_stride as usize, l.kv_stride as usize, l.o_stride as usize);
-    let q_buf = upload(dev, l.q_bytes, &pack_rows(&i8_bytes(q), nh, p.seq_q * d, qs))?;
-    let k_buf = upload(dev, l.kv_bytes, &pack_rows(&i8_bytes(k), nh, p.seq_kv * d, kvs))?;
-    let v_buf = upload(dev, l.kv_bytes, &pack_rows(&i8_bytes(v), nh, p.seq_kv * d, kvs))?;
-    let kv_len = match &p.kv_len {
-        Some(lens) => {
-            let mut bytes: Vec<u8> = lens.iter().flat_map(|&n| (n as u32).to_le_bytes()).collect();
-            bytes.resize(l.kv_len_bytes as usize, 0);
-            Some(upload(dev, l.kv_len_bytes, &bytes)?)
-        }
-        None => None,
-    };
-    let o_buf = upload(dev, l.o_bytes, &vec![POISON; l.o_bytes as usize])?;
-    let launch = Launch::Attention(AttentionArgs {
-        problem: p.clone(),
-        layout: l,
-        q: q_buf,
-        k: k_buf,
-        v: v_buf,
-        o: o_buf,
-        kv_len,
-    });
-    let stats = dev.launch(&launch)?;
-    let mut o = vec![0; os * nh];
-    dev.download(o_buf, 0, &mut o)?;
-    Ok((unpack_attention(&o, p, os), stats))
+    staged(dev, |s| {
+        let (nh, d) = (p.heads_total(), p.dim);
+        let (qs, kvs, os) = (l.q_stride as usize, l.kv_stride as usize, l.o_stride as usize);
+        let q_buf = s.upload(l.q_bytes, &pack_rows(&i8_bytes(q), nh, p.seq_q * d, qs))?;
+        let k_buf = s.upload(l.kv_bytes, &pack_rows(&i8_bytes(k), nh, p.seq_kv * d, kvs))?;
+        let v_buf = s.upload(l.kv_bytes, &pack_rows(&i8_bytes(v), nh, p.seq_kv * d, kvs))?;
+        let kv_len = match &p.kv_len {
+            Some(lens) => {
+                let lens: Vec<i32> = lens.iter().map(|&n| n as i32).collect();
+                Some(s.upload(l.kv_len_bytes, &i32_bytes(&lens, l.kv_len_bytes))?)
+            }
+            None => None,
+        };
+        let o_buf = s.poisoned(l.o_bytes)?;
+        let launch = Launch::Attention(AttentionArgs {
+            problem: p.clone(),
+            layout: l,
+            q: q_buf,
+            k: k_buf,
+            v: v_buf,
+            o: o_buf,
+            kv_len,
+        });
+        let stats = s.dev.launch(&launch)?;
+        let o = s.download(o_buf, 0, os * nh)?;
+        Ok((unpack_attention(&o, p, os), stats))
+    })
 }
 
 /// Read an attention output stored with head pitch `stride`.
@@ -175,14 +118,92 @@ pub fn moe(
     bias: Option<&[i32]>,
 ) -> Result<(MoeOutput, RunStats), DeviceError> {
     check_moe(p, x, w, bias)?;
-    let Layout::Moe(layout) = dev.layout(&Problem::Moe(*p))? else {
+    let Layout::Moe(l) = dev.layout(&Problem::Moe(*p))? else {
         return Err(DeviceError::Problem("device answered an MoE problem with another layout".into()));
     };
-    let mut buffers = Vec::new();
-    let result = run_moe(dev, &mut buffers, p, layout, x, w, bias);
+    staged(dev, |s| {
+        let (t, h, e) = (p.tokens, p.hidden, p.experts);
+        let x_buf = s.upload(l.x_bytes, &pack_rows(&i8_bytes(x), t, h, l.ldx as usize))?;
+        let w_buf = s.upload(l.w_bytes, &pack_rows(&i8_bytes(w), e, h, l.ldw as usize))?;
+        let bias_buf = match bias {
+            Some(b) => Some(s.upload(l.bias_bytes, &i32_bytes(b, l.bias_bytes))?),
+            None => None,
+        };
+        let (route, dispatch, stats_buf) =
+            (s.poisoned(l.route_bytes)?, s.poisoned(l.dispatch_bytes)?, s.poisoned(l.stats_bytes)?);
+        let launch = Launch::Moe(MoeArgs {
+            problem: *p,
+            layout: l,
+            x: x_buf,
+            w: w_buf,
+            bias: bias_buf,
+            route,
+            dispatch,
+            stats: stats_buf,
+        });
+        let stats = s.dev.launch(&launch)?;
+        let words = |s: &mut Staging, buf: Buffer, offset: u64, n: usize| -> Result<Vec<u32>, DeviceError> {
+            let bytes = s.download(buf, offset, 4 * n)?;
+            Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        };
+        let records = s.download(route, 0, RECORD_BYTES * t)?;
+        let (experts, weights, slots) = MoeOutput::parse_records(&records, t, p.top_k);
+        let head = words(s, stats_buf, 0, e + 2)?;
+        let (dropped, capacity, load) = (head[0], head[1], head[2..].to_vec());
+        if capacity as usize > p.tokens || load.iter().any(|&n| n as usize > p.tokens) {
+            return Err(DeviceError::Problem(format!(
+                "the device wrote implausible statistics (capacity {capacity}, loads up to {}) for T = {}",
+                load.iter().max().unwrap_or(&0),
+                p.tokens
+            )));
+        }
+        let dispatch = (0..e)
+            .map(|ex| words(s, dispatch, ex as u64 * l.dpitch, load[ex].min(capacity) as usize))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((MoeOutput { experts, weights, slots, load, dropped, capacity, dispatch }, stats))
+    })
+}
+
+/// Buffers of one launch on a device: each is recorded so that [`staged`]
+/// frees them all afterwards, whatever happened in between.
+struct Staging<'a> {
+    dev: &'a mut dyn Device,
+    buffers: Vec<Buffer>,
+}
+
+impl Staging<'_> {
+    fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
+        let buf = self.dev.alloc(bytes)?;
+        self.buffers.push(buf);
+        Ok(buf)
+    }
+
+    fn upload(&mut self, bytes: u64, data: &[u8]) -> Result<Buffer, DeviceError> {
+        let buf = self.alloc(bytes)?;
+        self.dev.upload(buf, 0, data)?;
+        Ok(buf)
+    }
+
+    /// An output buffer filled with [`POISON`].
+    fn poisoned(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
+        self.upload(bytes, &vec![POISON; bytes as usize])
+    }
+
+    fn download(&mut self, buf: Buffer, offset: u64, len: usize) -> Result<Vec<u8>, DeviceError> {
+        let mut out = vec![0; len];
+        self.dev.download(buf, offset, &mut out)?;
+        Ok(out)
+    }
+}
+
+/// Run `f` with a [`Staging`] on `dev`, then free every buffer it allocated;
+/// the first error wins.
+fn staged<T>(dev: &mut dyn Device, f: impl FnOnce(&mut Staging) -> Result<T, DeviceError>) -> Result<T, DeviceError> {
+    let mut s = Staging { dev, buffers: Vec::new() };
+    let result = f(&mut s);
     let mut freed = Ok(());
-    for buf in buffers {
-        if let Err(e) = dev.free(buf) {
+    for buf in std::mem::take(&mut s.buffers) {
+        if let Err(e) = s.dev.free(buf) {
             freed = freed.and(Err(e));
         }
     }
@@ -190,67 +211,11 @@ pub fn moe(
     freed.map(|()| out)
 }
 
-fn run_moe(
-    dev: &mut dyn Device,
-    buffers: &mut Vec<Buffer>,
-    p: &MoeProblem,
-    l: MoeLayout,
-    x: &[i8],
-    w: &[i8],
-    bias: Option<&[i32]>,
-) -> Result<(MoeOutput, RunStats), DeviceError> {
-    let mut upload = |dev: &mut dyn Device, bytes: u64, data: &[u8]| -> Result<Buffer, DeviceError> {
-        let buf = dev.alloc(bytes)?;
-        buffers.push(buf);
-        dev.upload(buf, 0, data)?;
-        Ok(buf)
-    };
-    let (t, h, e) = (p.tokens, p.hidden, p.experts);
-    let x_buf = upload(dev, l.x_bytes, &pack_rows(&i8_bytes(x), t, h, l.ldx as usize))?;
-    let w_buf = upload(dev, l.w_bytes, &pack_rows(&i8_bytes(w), e, h, l.ldw as usize))?;
-    let bias_buf = match bias {
-        Some(b) => {
-            let mut bytes: Vec<u8> = b.iter().flat_map(|v| v.to_le_bytes()).collect();
-            bytes.resize(l.bias_bytes as usize, 0);
-            Some(upload(dev, l.bias_bytes, &bytes)?)
-        }
-        None => None,
-    };
-    let route = upload(dev, l.route_bytes, &vec![POISON; l.route_bytes as usize])?;
-    let dispatch = upload(dev, l.dispatch_bytes, &vec![POISON; l.dispatch_bytes as usize])?;
-    let stats_buf = upload(dev, l.stats_bytes, &vec![POISON; l.stats_bytes as usize])?;
-    let launch = Launch::Moe(MoeArgs {
-        problem: *p,
-        layout: l,
-        x: x_buf,
-        w: w_buf,
-        bias: bias_buf,
-        route,
-        dispatch,
-        stats: stats_buf,
-    });
-    let stats = dev.launch(&launch)?;
-    let words = |dev: &mut dyn Device, buf: Buffer, offset: u64, n: usize| -> Result<Vec<u32>, DeviceError> {
-        let mut bytes = vec![0; 4 * n];
-        dev.download(buf, offset, &mut bytes)?;
-        Ok(bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-    };
-    let mut records = vec![0; RECORD_BYTES * t];
-    dev.download(route, 0, &mut records)?;
-    let (experts, weights, slots) = MoeOutput::parse_records(&records, t, p.top_k);
-    let head = words(dev, stats_buf, 0, e + 2)?;
-    let (dropped, capacity, load) = (head[0], head[1], head[2..].to_vec());
-    if capacity as usize > p.tokens || load.iter().any(|&n| n as usize > p.tokens) {
-        return Err(DeviceError::Problem(format!(
-            "the device wrote implausible statistics (capacity {capacity}, loads up to {}) for T = {}",
-            load.iter().max().unwrap_or(&0),
-            p.tokens
-        )));
-    }
-    let dispatch = (0..e)
-        .map(|ex| words(dev, dispatch, ex as u64 * l.dpitch, load[ex].min(capacity) as usize))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((MoeOutput { experts, weights, slots, load, dropped, capacity, dispatch }, stats))
+/// Little-endian int32 words, zero padded to `bytes`.
+fn i32_bytes(v: &[i32], bytes: u64) -> Vec<u8> {
+    let mut out: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    out.resize((bytes as usize).max(out.len()), 0);
+    out
 }
 
 fn i8_bytes(v: &[i8]) -> Vec<u8> {
