@@ -8,15 +8,6 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use rand::{Rng, SeedableRng};
 
-fn verilator_or_skip() -> bool {
-    if ferrite::sim::verilator_available() {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing: run scripts/install-deps.sh");
-    eprintln!("skipped: Verilator is not installed (scripts/install-deps.sh installs it)");
-    false
-}
-
 /// Run one problem on the simulated unit through the host runtime; returns the output and the cycle count.
 fn run(
     cfg: &AttentionConfig,
@@ -51,7 +42,7 @@ fn problem(d: usize, batch: usize, heads: usize, sq: usize, skv: usize, causal: 
 
 #[test]
 fn smoke_single_head() {
-    if !verilator_or_skip() {
+    if !ferrite::sim::verilator_or_skip() {
         return;
     }
     let cfg = small();
@@ -91,7 +82,7 @@ proptest! {
         stall in 0.0f64..0.4,
         latency in 1u32..30,
     ) {
-        if !verilator_or_skip() {
+        if !ferrite::sim::verilator_or_skip() {
             return Ok(());
         }
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -117,7 +108,7 @@ proptest! {
 
 #[test]
 fn one_dominant_key() {
-    if !verilator_or_skip() {
+    if !ferrite::sim::verilator_or_skip() {
         return;
     }
     let p = problem(16, 1, 1, 3, 9, false, true);
@@ -134,7 +125,7 @@ fn one_dominant_key() {
 #[test]
 #[ignore = "measurement: builds the full-size unit (minutes)"]
 fn utilization_default_unit() {
-    if !verilator_or_skip() {
+    if !ferrite::sim::verilator_or_skip() {
         return;
     }
     let cfg = AttentionConfig::default();
@@ -172,7 +163,7 @@ fn bad_attention_inputs_are_clear_errors() {
     assert!(err.to_string().contains("Q has 31 elements"), "{err}");
     let err = ops::attention(&mut dev, &AttentionProblem { seq_kv: 0, ..p.clone() }, &[0; 32], &[], &[]).unwrap_err();
     assert!(err.to_string().contains("≥ 1"), "{err}");
-    if verilator_or_skip() {
+    if ferrite::sim::verilator_or_skip() {
         // A unit built for d = 16 refuses d = 32.
         let mut sim = SimDevice::new(small(), MemoryConfig::default(), Engine::Verilator, None).unwrap();
         let p32 = problem(32, 1, 1, 1, 1, false, false);
@@ -217,7 +208,7 @@ fn on_chip_state_does_not_grow_with_n() {
     let n = 600;
     assert!(bits < (n * n * 32) as u64, "{bits}");
     assert!(n > kv_fifo_keys);
-    if !verilator_or_skip() {
+    if !ferrite::sim::verilator_or_skip() {
         return;
     }
     let mut dev = SimDevice::new(cfg.clone(), MemoryConfig::default(), Engine::Verilator, None).unwrap();

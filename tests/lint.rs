@@ -5,18 +5,9 @@ use ferrite::hw::gemm::{rtl as gemm_rtl, GemmConfig};
 use ferrite::hw::moe::{rtl as moe_rtl, MoeConfig};
 use std::process::Command;
 
-fn verilator_or_skip() -> bool {
-    if ferrite::sim::verilator_available() {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing: run scripts/install-deps.sh");
-    eprintln!("skipped: Verilator is not installed (scripts/install-deps.sh installs it)");
-    false
-}
-
 /// Lint each `(kernel name, Verilog)`; fail with Verilator's report.
 fn lint_all(unit: &str, designs: impl IntoIterator<Item = (String, String)>) {
-    if !verilator_or_skip() {
+    if !ferrite::sim::verilator_or_skip() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("ferrite-lint-{unit}-{}", std::process::id()));

@@ -28,15 +28,6 @@ impl ControlPort for Port<'_> {
     }
 }
 
-fn verilator_or_skip() -> bool {
-    if ferrite::sim::verilator_available() {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing: run scripts/install-deps.sh");
-    eprintln!("skipped: Verilator is not installed (scripts/install-deps.sh installs it)");
-    false
-}
-
 /// What the simulated unit wrote, decoded, plus its STATUS and CYCLES.
 struct Run {
     out: MoeOutput,
@@ -139,7 +130,7 @@ fn data(p: &MoeProblem, seed: u64) -> (Vec<i8>, Vec<i8>, Vec<i32>) {
 
 #[test]
 fn smoke() {
-    if !verilator_or_skip() {
+    if !ferrite::sim::verilator_or_skip() {
         return;
     }
     let cfg = MoeConfig::small();
@@ -215,7 +206,7 @@ proptest! {
     /// memory backpressure: every output bit equal.
     #[test]
     fn sim_equals_golden(c in case()) {
-        if !verilator_or_skip() {
+        if !ferrite::sim::verilator_or_skip() {
             return Ok(());
         }
         let want = route(&c.p, &c.x, &c.w, c.bias.as_deref()).unwrap();
@@ -241,7 +232,7 @@ fn bad_problems_are_refused_with_clear_errors() {
 /// Register writes that skip the host checks: the unit refuses them (STATUS bit 0) and touches no memory.
 #[test]
 fn unit_refuses_bad_registers() {
-    if !verilator_or_skip() {
+    if !ferrite::sim::verilator_or_skip() {
         return;
     }
     let cfg = MoeConfig::small();
@@ -269,7 +260,7 @@ fn unit_refuses_bad_registers() {
 #[test]
 #[ignore = "measurement: builds a 1024-MAC unit and simulates ~270k cycles (minutes)"]
 fn utilization_t4096_h1024_e64() {
-    if !verilator_or_skip() {
+    if !ferrite::sim::verilator_or_skip() {
         return;
     }
     let cfg = MoeConfig { h_max: 1024, ..MoeConfig::default() };

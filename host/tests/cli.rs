@@ -1,10 +1,8 @@
 //! Smoke tests of the `ferrite` binary.
-use assert_cmd::Command;
-use ferrite_hw::regmap::RegisterMap;
+mod common;
 
-fn ferrite() -> Command {
-    Command::cargo_bin("ferrite").expect("ferrite binary")
-}
+use common::ferrite;
+use ferrite_hw::regmap::RegisterMap;
 
 #[test]
 fn export_writes_verilog_regmap_and_config() {

@@ -1,34 +1,15 @@
 //! `ferrite run attention` and the attention part of `ferrite demo`.
-use assert_cmd::Command;
+mod common;
+
+use common::{ferrite, stderr, stdout};
 use ferrite_hw::attention::{attention, AttentionOutput, AttentionParams, AttentionProblem};
 use ndarray::{Array3, Array4, ArrayD};
 use ndarray_npy::{read_npy, write_npy};
 use std::path::Path;
 
-fn ferrite() -> Command {
-    Command::cargo_bin("ferrite").expect("ferrite binary")
-}
-
-fn stdout(out: &assert_cmd::assert::Assert) -> String {
-    String::from_utf8_lossy(&out.get_output().stdout).to_string()
-}
-
-fn stderr(out: &assert_cmd::assert::Assert) -> String {
-    String::from_utf8_lossy(&out.get_output().stderr).to_string()
-}
-
 /// Deterministic int8 values spread over the whole range.
 fn values(len: usize, mult: i32) -> Vec<i8> {
     (0..len).map(|i| (i as i32 * mult % 255 - 127) as i8).collect()
-}
-
-fn verilator_or_skip() -> bool {
-    if ferrite_sim::verilator_available() {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing: run scripts/install-deps.sh");
-    eprintln!("skipped: Verilator is not installed (scripts/install-deps.sh installs it)");
-    false
 }
 
 #[test]
@@ -162,7 +143,7 @@ fn bad_input_is_one_line_error() {
 /// The tiny unit of `ferrite demo` (its Verilator build is shared with the demo and cached).
 #[test]
 fn sim_on_a_tiny_unit_is_bit_exact() {
-    if !verilator_or_skip() {
+    if !ferrite_sim::verilator_or_skip() {
         return;
     }
     let out = ferrite()

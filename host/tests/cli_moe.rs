@@ -1,29 +1,10 @@
 //! `ferrite run moe`, `ferrite export moe` and their errors.
-use assert_cmd::Command;
+mod common;
+
+use common::{ferrite, stderr, stdout};
 use ferrite_hw::moe::{route, CapacityFactor, GateMode, MoeProblem};
 use ndarray::{Array1, Array2};
 use ndarray_npy::{read_npy, write_npy};
-
-fn ferrite() -> Command {
-    Command::cargo_bin("ferrite").expect("ferrite binary")
-}
-
-fn stdout(out: &assert_cmd::assert::Assert) -> String {
-    String::from_utf8_lossy(&out.get_output().stdout).to_string()
-}
-
-fn stderr(out: &assert_cmd::assert::Assert) -> String {
-    String::from_utf8_lossy(&out.get_output().stderr).to_string()
-}
-
-fn verilator_or_skip() -> bool {
-    if ferrite_sim::verilator_available() {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing: run scripts/install-deps.sh");
-    eprintln!("skipped: Verilator is not installed (scripts/install-deps.sh installs it)");
-    false
-}
 
 /// Deterministic int8 values spread over the whole range, -128 included.
 fn values(len: usize, mult: i32) -> Vec<i8> {
@@ -126,7 +107,7 @@ fn bad_input_is_a_clear_error() {
 
 #[test]
 fn sim_is_bit_exact_and_reports_cycles() {
-    if !verilator_or_skip() {
+    if !ferrite_sim::verilator_or_skip() {
         return;
     }
     let out = ferrite()

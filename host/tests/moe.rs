@@ -10,15 +10,6 @@ use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn verilator_or_skip() -> bool {
-    if ferrite_sim::verilator_available() {
-        return true;
-    }
-    assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing: run scripts/install-deps.sh");
-    eprintln!("skipped: Verilator is not installed (scripts/install-deps.sh installs it)");
-    false
-}
-
 /// A problem and its operands: int8 values with extra -128s, an optional bias,
 /// and sometimes all-zero gate weights so that every logit ties.
 #[derive(Debug, Clone)]
@@ -83,7 +74,7 @@ proptest! {
         latency in 1u32..=30,
         seed in any::<u64>(),
     ) {
-        if !verilator_or_skip() {
+        if !ferrite_sim::verilator_or_skip() {
             return Ok(());
         }
         let mem = MemoryConfig {
@@ -104,7 +95,7 @@ proptest! {
 
 #[test]
 fn sim_device_runs_several_problems_and_refuses_oversized_ones() {
-    if !verilator_or_skip() {
+    if !ferrite_sim::verilator_or_skip() {
         return;
     }
     let cfg = MoeConfig::small();

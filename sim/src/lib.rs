@@ -12,7 +12,7 @@ pub mod verilator;
 
 pub use memory::{AxiMemory, MemoryConfig, MemoryStats};
 pub use simulation::{Simulation, CONTROL_TIMEOUT_CYCLES};
-pub use verilator::{verilator_available, verilator_version, VerilatorInstance, VerilatorModel};
+pub use verilator::{verilator_available, verilator_or_skip, verilator_version, VerilatorInstance, VerilatorModel};
 
 use std::path::PathBuf;
 
