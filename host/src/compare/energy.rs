@@ -89,6 +89,15 @@ struct Nvml {
     _lib: libloading::Library,
     device: NvmlDevice,
     power_usage: unsafe extern "C" fn(NvmlDevice, *mut u32) -> NvmlReturn,
+    /// Balances the `nvmlInit_v2` of [`Nvml::open`] (NVML counts them).
+    shutdown: unsafe extern "C" fn() -> NvmlReturn,
+}
+
+impl Drop for Nvml {
+    fn drop(&mut self) {
+        // SAFETY: NVML was initialized by `open`; no handle is used after this.
+        unsafe { (self.shutdown)() };
+    }
 }
 
 // SAFETY: NVML is thread-safe (its documentation says all calls are), and the
@@ -109,6 +118,8 @@ impl Nvml {
                 lib.get(b"nvmlDeviceGetHandleByIndex_v2\0").context("NVML has no nvmlDeviceGetHandleByIndex_v2")?;
             let power: libloading::Symbol<unsafe extern "C" fn(NvmlDevice, *mut u32) -> NvmlReturn> =
                 lib.get(b"nvmlDeviceGetPowerUsage\0").context("NVML has no nvmlDeviceGetPowerUsage")?;
+            let shutdown: libloading::Symbol<unsafe extern "C" fn() -> NvmlReturn> =
+                lib.get(b"nvmlShutdown\0").context("NVML has no nvmlShutdown")?;
             let rc = init();
             if rc != 0 {
                 bail!("nvmlInit_v2 failed with NVML error {rc}");
@@ -116,10 +127,11 @@ impl Nvml {
             let mut device = std::ptr::null_mut();
             let rc = by_index(index, &mut device);
             if rc != 0 {
+                shutdown();
                 bail!("nvmlDeviceGetHandleByIndex_v2({index}) failed with NVML error {rc}");
             }
-            let power_usage = *power;
-            let nvml = Self { _lib: lib, device, power_usage };
+            let (power_usage, shutdown) = (*power, *shutdown);
+            let nvml = Self { _lib: lib, device, power_usage, shutdown };
             nvml.milliwatts().context("nvmlDeviceGetPowerUsage is not supported on this GPU")?;
             Ok(nvml)
         }
