@@ -12,15 +12,26 @@ use ferrite_hw::numerics::Requant;
 use ferrite_hw::regmap::{Register, RegisterMap, CTRL, CTRL_AP_DONE, CTRL_AP_IDLE, CTRL_AP_START};
 
 /// A unit's AXI4-Lite control window, and a way to let time pass.
+///
+/// Time defaults to the wall clock in microseconds, what a board's port
+/// (XRT, PYNQ) wants; a simulator overrides it with clock cycles.
 pub trait ControlPort {
     fn read32(&mut self, offset: u32) -> Result<u32, DeviceError>;
     fn write32(&mut self, offset: u32, value: u32) -> Result<(), DeviceError>;
     /// Let `ticks` ticks pass: a simulator steps clock cycles, hardware sleeps.
-    fn wait(&mut self, ticks: u64) -> Result<(), DeviceError>;
+    fn wait(&mut self, ticks: u64) -> Result<(), DeviceError> {
+        std::thread::sleep(std::time::Duration::from_micros(ticks));
+        Ok(())
+    }
     /// Ticks since an arbitrary origin (the simulator's cycle counter, or a monotonic clock).
-    fn now(&self) -> u64;
+    fn now(&self) -> u64 {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_micros() as u64
+    }
     /// What a tick is, for messages ("cycles", "µs").
-    fn tick_name(&self) -> &'static str;
+    fn tick_name(&self) -> &'static str {
+        "µs"
+    }
 }
 
 /// How long to wait for `ap_done`.

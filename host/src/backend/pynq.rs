@@ -272,13 +272,12 @@ fn map_shared(path: &Path, len: u64, what: &str) -> Result<MmapMut, DeviceError>
 /// A unit's AXI4-Lite control window, mapped from its UIO node; ticks are µs.
 pub struct Registers {
     map: MmapMut,
-    origin: Instant,
 }
 
 impl Registers {
     /// Map `size` bytes of the UIO node `device` (map 0 is at offset 0).
     pub fn open(device: &Path, size: u64) -> Result<Self, DeviceError> {
-        Ok(Self { map: map_shared(device, size, "the control window")?, origin: Instant::now() })
+        Ok(Self { map: map_shared(device, size, "the control window")? })
     }
 
     /// Byte offset of an aligned word inside the window.
@@ -306,19 +305,6 @@ impl ControlPort for Registers {
         // SAFETY: as in read32; one 32-bit store, as AXI4-Lite expects.
         unsafe { self.map.as_mut_ptr().add(at).cast::<u32>().write_volatile(value) };
         Ok(())
-    }
-
-    fn wait(&mut self, ticks: u64) -> Result<(), DeviceError> {
-        std::thread::sleep(Duration::from_micros(ticks));
-        Ok(())
-    }
-
-    fn now(&self) -> u64 {
-        self.origin.elapsed().as_micros() as u64
-    }
-
-    fn tick_name(&self) -> &'static str {
-        "µs"
     }
 }
 

@@ -329,8 +329,7 @@ impl Device for XrtDevice {
             |buf: Buffer| self.buffers.get(&buf.id()).map(|bo| bo.address).ok_or(DeviceError::UnknownBuffer(buf.id()));
         let args = driver::gemm_args(&self.cfg, g, &address)?;
         let poll = Poll { interval: POLL_INTERVAL_US, limit: self.timeout.as_micros() as u64 };
-        let cycles =
-            driver::launch(&mut XrtPort { kernel: self.kernel, origin: Instant::now() }, &self.map, &args, poll)?;
+        let cycles = driver::launch(&mut XrtPort { kernel: self.kernel }, &self.map, &args, poll)?;
         Ok(RunStats {
             wall: start.elapsed(),
             useful_macs: launch.useful_macs(),
@@ -342,7 +341,6 @@ impl Device for XrtDevice {
 /// The compute unit's control window through XRT; ticks are microseconds.
 struct XrtPort {
     kernel: ffi::xrtKernelHandle,
-    origin: Instant,
 }
 
 impl ControlPort for XrtPort {
@@ -361,19 +359,6 @@ impl ControlPort for XrtPort {
             return Err(backend_error(format!("writing register {offset:#x}: {}", errno())));
         }
         Ok(())
-    }
-
-    fn wait(&mut self, ticks: u64) -> Result<(), DeviceError> {
-        std::thread::sleep(Duration::from_micros(ticks));
-        Ok(())
-    }
-
-    fn now(&self) -> u64 {
-        self.origin.elapsed().as_micros() as u64
-    }
-
-    fn tick_name(&self) -> &'static str {
-        "µs"
     }
 }
 
