@@ -65,6 +65,10 @@ fn report_round_trips_and_writes_every_output() {
     assert_eq!(written.len(), 3);
     let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
     assert!(md.contains(LEGEND) && md.contains(" [M]") && md.contains("## gemm 24x16x40"), "{md}");
+    // Seven cells a row: pipes inside cells (`max |err|`) are escaped, the separators are not.
+    let row = md.lines().find(|l| l.starts_with("| cpu (golden model) | ")).expect("a cpu row in report.md");
+    assert_eq!(row.matches(" | ").count(), 6, "{row}");
+    assert!(md.contains("max \\|err\\| vs f64"), "{md}");
     let svg = std::fs::read_to_string(dir.path().join("chart.svg")).unwrap();
     assert!(svg.starts_with("<svg") || svg.contains("<svg"), "not an SVG");
     assert!(svg.contains("gemm 24x16x40 · cpu") && svg.contains("[M]"), "chart lacks labelled bars");

@@ -316,10 +316,10 @@ impl Report {
                 case.problem,
                 case.ops
             );
-            let _ = writeln!(s, "| {} |", HEADER.join(" | "));
+            let _ = writeln!(s, "| {} |", HEADER.map(md_cell).join(" | "));
             let _ = writeln!(s, "|{}", "---|".repeat(HEADER.len()));
             for row in &case.rows {
-                let _ = writeln!(s, "| {} |", cells(row).join(" | ").replace('|', "\\|"));
+                let _ = writeln!(s, "| {} |", cells(row).map(|c| md_cell(&c)).join(" | "));
             }
             s.push('\n');
             notes(case, &mut s, "- ");
@@ -328,6 +328,11 @@ impl Report {
         let _ = writeln!(s, "## FPGA power model\n\n{}", self.fpga_power_model);
         s
     }
+}
+
+/// A Markdown table cell: pipes inside it escaped.
+fn md_cell(text: &str) -> String {
+    text.replace('|', "\\|")
 }
 
 const HEADER: [&str; 7] = ["device", "latency", "throughput", "energy/op", "max |err| vs f64", "bit-exact", "runs"];
