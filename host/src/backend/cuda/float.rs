@@ -252,8 +252,8 @@ pub fn moe_gate(
         9..=16 => (4, pick("ferrite_moe_gate_4x4v", "ferrite_moe_gate_4x4")),
         17..=32 => (4, pick("ferrite_moe_gate_4x8v", "ferrite_moe_gate_4x8")),
         33..=64 => (4, pick("ferrite_moe_gate_4x16v", "ferrite_moe_gate_4x16")),
-        65..=128 => (16, pick("ferrite_moe_gate_16x8v", "ferrite_moe_gate_16x8")),
-        129..=256 => (32, pick("ferrite_moe_gate_32x8v", "ferrite_moe_gate_32x8")),
+        65..=128 => (8, pick("ferrite_moe_gate_8x16v", "ferrite_moe_gate_8x16")),
+        129..=256 => (16, pick("ferrite_moe_gate_16x16v", "ferrite_moe_gate_16x16")),
         _ => return Err(bad(format!("MoE gate: E = {e} (supported: 1..=256)"))),
     };
     if k == 0 || k > e.min(8) {

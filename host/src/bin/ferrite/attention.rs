@@ -394,6 +394,10 @@ pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
         Some(engine) => devices.push(Box::new(sim_device(cfg.clone(), sim, engine, 0, None)?)),
         None => println!("sim: skipped ({NO_VERILATOR})"),
     }
+    match ferrite_host::backend::open_cuda() {
+        Ok(dev) => devices.push(dev),
+        Err(e) => println!("cuda: skipped ({e})"),
+    }
     println!(
         "attention {} on a small {} unit ({} lanes, {}-bit port: a quick Verilator build; the default unit is d=64, 8 lanes, 1024-bit) at {} MHz",
         describe(p),
