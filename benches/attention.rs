@@ -9,12 +9,12 @@
 //! with the reason, where they cannot be opened or do not run attention.
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ferrite::host::backend::sim::{Engine, SimDevice};
-use ferrite::host::compare::open_device;
-use ferrite::host::compare::report::DeviceId;
 use ferrite::host::ops;
 use ferrite::hw::attention::{attention, AttentionConfig, AttentionParams, AttentionProblem};
 use ferrite::sim::MemoryConfig;
 use rand::{Rng, SeedableRng};
+
+mod common;
 
 /// `batch = 1` problem with unit-variance reals from int8 with σ = 32 LSB.
 fn problem(heads: usize, seq_q: usize, seq_kv: usize, dim: usize) -> AttentionProblem {
@@ -54,18 +54,7 @@ fn golden(c: &mut Criterion) {
 fn gpu(c: &mut Criterion) {
     let p = problem(1, 1024, 1024, 64);
     let (q, k, v) = operands(&p, 1);
-    for id in [DeviceId::Opencl, DeviceId::Cuda] {
-        let mut dev = match open_device(id) {
-            Ok(dev) => dev,
-            Err(reason) => {
-                eprintln!("attention-{} skipped: {reason}", id.id());
-                continue;
-            }
-        };
-        if let Err(e) = ops::attention(dev.as_mut(), &p, &q, &k, &v) {
-            eprintln!("attention-{} skipped: {e}", id.id());
-            continue;
-        }
+    for (id, mut dev) in common::gpu_devices("attention", |dev| ops::attention(dev, &p, &q, &k, &v).map(drop)) {
         let mut g = c.benchmark_group(format!("attention-{}", id.id()));
         g.sample_size(10);
         g.throughput(Throughput::Elements(p.macs()));
@@ -79,9 +68,7 @@ fn gpu(c: &mut Criterion) {
 /// Simulated cycles per wall-clock second on a small unit (d = 16, 4 lanes,
 /// 128-bit port), then the full-size measurements.
 fn sim(c: &mut Criterion) {
-    if !ferrite::sim::verilator_available() {
-        assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing");
-        eprintln!("attention-sim skipped: Verilator is not installed (scripts/install-deps.sh)");
+    if !common::verilator_or_skip("attention-sim") {
         return;
     }
     let small = AttentionConfig {

@@ -6,12 +6,12 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ferrite::host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite::host::backend::sim::{Engine, SimDevice};
-use ferrite::host::compare::open_device;
-use ferrite::host::compare::report::DeviceId;
 use ferrite::host::ops;
 use ferrite::hw::gemm::{gemm, GemmConfig, GemmProblem};
 use ferrite::sim::MemoryConfig;
 use rand::{Rng, SeedableRng};
+
+mod common;
 
 fn operands(p: &GemmProblem, seed: u64) -> (Vec<i8>, Vec<i8>) {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -38,14 +38,9 @@ fn cpu(c: &mut Criterion) {
 /// The same GEMMs through the `Device` trait on the OpenCL port (PoCL here,
 /// with `--features ferrite-host/opencl`) and on the first CUDA GPU.
 fn gpu(c: &mut Criterion) {
-    for id in [DeviceId::Opencl, DeviceId::Cuda] {
-        let mut dev = match open_device(id) {
-            Ok(dev) => dev,
-            Err(reason) => {
-                eprintln!("gemm-{} skipped: {reason}", id.id());
-                continue;
-            }
-        };
+    let probe = GemmProblem::new(8, 8, 8);
+    let (pa, pb) = operands(&probe, 0);
+    for (id, mut dev) in common::gpu_devices("gemm", |dev| ops::gemm(dev, &probe, &pa, &pb, None).map(drop)) {
         let mut g = c.benchmark_group(format!("gemm-{}", id.id()));
         g.sample_size(10);
         for s in [64usize, 256] {
@@ -62,9 +57,7 @@ fn gpu(c: &mut Criterion) {
 
 /// Simulated cycles per wall-clock second for one engine on the 16×16 unit.
 fn sim(c: &mut Criterion) {
-    if !ferrite::sim::verilator_available() {
-        assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing");
-        eprintln!("gemm-sim skipped: Verilator is not installed (scripts/install-deps.sh)");
+    if !common::verilator_or_skip("gemm-sim") {
         return;
     }
     let cfg = GemmConfig::default();

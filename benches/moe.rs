@@ -6,12 +6,12 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ferrite::host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite::host::backend::sim::{Engine, SimDevice};
-use ferrite::host::compare::open_device;
-use ferrite::host::compare::report::DeviceId;
 use ferrite::host::ops;
 use ferrite::hw::moe::{route, CapacityFactor, GateMode, MoeConfig, MoeProblem};
 use ferrite::sim::MemoryConfig;
 use rand::{Rng, SeedableRng};
+
+mod common;
 
 /// Softmax-top-k with a bias and capacity factor 1, as `ferrite compare` runs it.
 fn problem(tokens: usize, hidden: usize, experts: usize, top_k: usize) -> MoeProblem {
@@ -50,18 +50,7 @@ fn cpu(c: &mut Criterion) {
 fn gpu(c: &mut Criterion) {
     let p = problem(1024, 1024, 64, 8);
     let (x, w, b) = operands(&p, 1);
-    for id in [DeviceId::Opencl, DeviceId::Cuda] {
-        let mut dev = match open_device(id) {
-            Ok(dev) => dev,
-            Err(reason) => {
-                eprintln!("moe-{} skipped: {reason}", id.id());
-                continue;
-            }
-        };
-        if let Err(e) = ops::moe(dev.as_mut(), &p, &x, &w, Some(&b)) {
-            eprintln!("moe-{} skipped: {e}", id.id());
-            continue;
-        }
+    for (id, mut dev) in common::gpu_devices("moe", |dev| ops::moe(dev, &p, &x, &w, Some(&b)).map(drop)) {
         let mut g = c.benchmark_group(format!("moe-{}", id.id()));
         g.sample_size(10);
         g.throughput(Throughput::Elements(p.tokens as u64));
@@ -74,9 +63,7 @@ fn gpu(c: &mut Criterion) {
 
 /// Simulated cycles per wall-clock second on the small unit (12 experts, 4 lanes, 128-bit port).
 fn sim(c: &mut Criterion) {
-    if !ferrite::sim::verilator_available() {
-        assert!(std::env::var_os("CI").is_none(), "CI is set but Verilator is missing");
-        eprintln!("moe-sim skipped: Verilator is not installed (scripts/install-deps.sh)");
+    if !common::verilator_or_skip("moe-sim") {
         return;
     }
     let cfg = MoeConfig::small();
