@@ -208,6 +208,10 @@ fn cli_exit_status_follows_the_worst_row() {
     let bad = run(&["--baseline", base.to_str().unwrap()]).code(1);
     let stderr = String::from_utf8_lossy(&bad.get_output().stderr).to_string();
     assert!(stderr.contains("severe regression"), "{stderr}");
+    let verdicts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("regressions.json")).unwrap()).unwrap();
+    assert_eq!(verdicts[0]["key"], "gemm/16x16x16/cpu");
+    assert_eq!(verdicts[0]["severity"], "Severe");
     // A baseline 10⁶× slower: this run is faster, exit 0.
     rescale(&base, 1e6);
     run(&["--baseline", base.to_str().unwrap()]).success();

@@ -537,6 +537,12 @@ fn run_one(
         let cycles = first.cycles.context("the simulator reported no cycle count")?;
         let latency = first.projected().context("the simulator reported no projected time")?.as_secs_f64();
         let kernel = inputs.sim_unit(opts.clock_mhz);
+        if opts.resources {
+            bar.set_message(format!(
+                "yosys synth_xilinx of {} (minutes the first time, cached after)",
+                kernel.kernel_name()
+            ));
+        }
         let (resources, resources_note) = fpga_resources(opts, pool, &kernel);
         let energy = match &resources {
             Some(r) => {

@@ -140,6 +140,11 @@ pub(super) fn run(args: &CompareArgs) -> Result<()> {
     if let Some((path, base)) = base {
         let verdicts = baseline::classify(&base, &report, &thresholds)?;
         println!("\nagainst baseline {}:\n{}", path.display(), baseline::verdict_table(&verdicts));
+        // For CI artifacts: the classification next to the report.
+        let file = args.out.join("regressions.json");
+        let json = serde_json::to_string_pretty(&verdicts).context("serializing the classification")?;
+        std::fs::write(&file, json).with_context(|| format!("writing {}", file.display()))?;
+        println!("wrote {}", file.display());
         let severe = verdicts.iter().filter(|v| v.severity == Severity::Severe).count();
         ensure!(severe == 0, "{severe} severe regression(s) against {}", path.display());
     }
