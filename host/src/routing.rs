@@ -133,15 +133,17 @@ pub fn expert_choice(p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -
         weights: Vec::with_capacity(p.experts),
         experts_per_token: vec![0; p.tokens],
     };
-    for e in 0..p.experts {
+    // Per expert, every token's score.
+    let columns: Vec<Vec<u16>> = (0..p.experts).map(|e| scores.iter().map(|s| s[e]).collect()).collect();
+    for column in &columns {
         let mut order: Vec<u32> = (0..p.tokens as u32).collect();
         // Stable: equal scores keep ascending token order.
-        order.sort_by(|&a, &b| scores[b as usize][e].cmp(&scores[a as usize][e]));
+        order.sort_by_key(|&t| std::cmp::Reverse(column[t as usize]));
         order.truncate(capacity);
         for &t in &order {
             ec.experts_per_token[t as usize] += 1;
         }
-        ec.weights.push(order.iter().map(|&t| scores[t as usize][e]).collect());
+        ec.weights.push(order.iter().map(|&t| column[t as usize]).collect());
         ec.tokens.push(order);
     }
     Ok(ec)

@@ -55,6 +55,32 @@ pub fn round_shift(p: i64, s: u32) -> i64 {
     (p + half - i64::from(p < 0)) >> s
 }
 
+/// Fractional bits of log2-domain scores (`t` in the attention unit, logits in the MoE router).
+pub const EXP2_FRAC_BITS: u32 = 8;
+/// Fractional bits of `2^x` values from the LUT (Q1.14: 1.0 = 2^14), so every
+/// value is below 2^15 and multiplies as a 16-bit signed operand.
+pub const EXP2_ONE_BITS: u32 = 14;
+
+/// `2^(i / 2^EXP2_FRAC_BITS)` in Q1.14 for every fraction `i`, rounded to nearest:
+/// the LUT the hardware holds, values in [2^14, 2^15).
+pub fn exp2_lut() -> Vec<u32> {
+    (0..1u32 << EXP2_FRAC_BITS)
+        .map(|i| {
+            (2f64.powf(i as f64 / (1u32 << EXP2_FRAC_BITS) as f64) * (1u32 << EXP2_ONE_BITS) as f64).round() as u32
+        })
+        .collect()
+}
+
+/// `2^(u / 2^F)` in Q1.14 for a log2-domain value `u < 2^F` (so the result is < 2):
+/// LUT on the fractional bits, right shift by the (non-positive) integer part.
+pub fn exp2_fixed(lut: &[u32], u: i64) -> u32 {
+    debug_assert!(u < 1 << EXP2_FRAC_BITS);
+    let ip = u >> EXP2_FRAC_BITS; // floor, ≤ 0
+    let fp = (u & ((1 << EXP2_FRAC_BITS) - 1)) as usize;
+    let sh = (-ip).min(31) as u32;
+    lut[fp] >> sh
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,30 +115,4 @@ mod tests {
         assert!(Requant::from_scale(0.0).is_none());
         assert!(Requant::from_scale(f64::NAN).is_none());
     }
-}
-
-/// Fractional bits of log2-domain scores (`t` in the attention unit, logits in the MoE router).
-pub const EXP2_FRAC_BITS: u32 = 8;
-/// Fractional bits of `2^x` values from the LUT (Q1.14: 1.0 = 2^14), so every
-/// value is below 2^15 and multiplies as a 16-bit signed operand.
-pub const EXP2_ONE_BITS: u32 = 14;
-
-/// `2^(i / 2^EXP2_FRAC_BITS)` in Q1.14 for every fraction `i`, rounded to nearest:
-/// the LUT the hardware holds, values in [2^14, 2^15).
-pub fn exp2_lut() -> Vec<u32> {
-    (0..1u32 << EXP2_FRAC_BITS)
-        .map(|i| {
-            (2f64.powf(i as f64 / (1u32 << EXP2_FRAC_BITS) as f64) * (1u32 << EXP2_ONE_BITS) as f64).round() as u32
-        })
-        .collect()
-}
-
-/// `2^(u / 2^F)` in Q1.14 for a log2-domain value `u < 2^F` (so the result is < 2):
-/// LUT on the fractional bits, right shift by the (non-positive) integer part.
-pub fn exp2_fixed(lut: &[u32], u: i64) -> u32 {
-    debug_assert!(u < 1 << EXP2_FRAC_BITS);
-    let ip = u >> EXP2_FRAC_BITS; // floor, ≤ 0
-    let fp = (u & ((1 << EXP2_FRAC_BITS) - 1)) as usize;
-    let sh = (-ip).min(31) as u32;
-    lut[fp] >> sh
 }

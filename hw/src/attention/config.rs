@@ -40,7 +40,7 @@ impl AttentionConfig {
         if !(1..=32).contains(&self.lanes) {
             return bad(format!("lanes = {} (supported: 1..=32)", self.lanes));
         }
-        if self.dot_par == 0 || self.head_dim % self.dot_par != 0 {
+        if self.dot_par == 0 || !self.head_dim.is_multiple_of(self.dot_par) {
             return bad(format!("dot_par = {} must divide head_dim = {}", self.dot_par, self.head_dim));
         }
         if !matches!(self.port_bits, 128 | 256 | 512 | 1024) {

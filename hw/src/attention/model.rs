@@ -219,8 +219,8 @@ mod tests {
         let v: Vec<i8> = (0..16).map(|x| x as i8 * 8 - 64).collect();
         let out = attention(&p, &[3; 16], &[-128; 16], &v).unwrap();
         // p·v·floor(2^32/p)/2^16 is v in Q16 up to the divider's floor: < 256 units.
-        for x in 0..16 {
-            assert!((out.get(x) - ((v[x] as i32) << 16)).abs() < 256, "{x}: {}", out.get(x));
+        for (x, &vx) in v.iter().enumerate() {
+            assert!((out.get(x) - ((vx as i32) << 16)).abs() < 256, "{x}: {}", out.get(x));
         }
     }
 

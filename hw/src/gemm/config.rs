@@ -74,7 +74,9 @@ impl GemmConfig {
                 self.port_bytes()
             ));
         }
-        if self.k_max == 0 || self.k_max % self.port_bytes() != 0 || !(self.k_max / self.port_bytes()).is_power_of_two()
+        if self.k_max == 0
+            || !self.k_max.is_multiple_of(self.port_bytes())
+            || !(self.k_max / self.port_bytes()).is_power_of_two()
         {
             return bad(format!(
                 "k_max = {} must be a power-of-two multiple of the {}-byte beat",
@@ -83,7 +85,7 @@ impl GemmConfig {
             ));
         }
         if self.n_max == 0
-            || (self.n_max * 4) % self.port_bytes() != 0
+            || !(self.n_max * 4).is_multiple_of(self.port_bytes())
             || !(self.n_max * 4 / self.port_bytes()).is_power_of_two()
         {
             return bad(format!(

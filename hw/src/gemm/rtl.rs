@@ -10,6 +10,7 @@
 //! 3. finished tiles leave the array row by row into an output FIFO while the
 //!    next tile already computes; the writer applies bias/ReLU/requantize and
 //!    writes one beat per output row.
+//!
 //! The bias vector, when enabled, is loaded once at the start.
 use super::array::{ColFeed, PeRow, RowFeed};
 use super::epilogue::EpilogueLane;
