@@ -3,11 +3,13 @@
 use crate::bitstream::board::Board;
 use crate::bitstream::{build, BuildRequest};
 use crate::manifest::UnitConfig;
-use crate::resources::{companion, largest_fit, synthesize, Measured, Model, FIT_FRACTION};
+use crate::resources::{largest_fit, synthesize, Measured, Model, Unit, FIT_FRACTION};
 use anyhow::{bail, ensure, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::gemm::GemmConfig;
+use ferrite_hw::moe::MoeConfig;
 use std::path::PathBuf;
 
 #[derive(Subcommand)]
@@ -36,35 +38,108 @@ pub enum BitstreamCmd {
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum UnitArg {
     Gemm,
+    Attention,
+    Moe,
 }
 
-/// The GEMM configuration flags (defaults: `GemmConfig::default()`).
+/// Configuration flags of every unit in one struct, because clap cannot
+/// flatten several that share `--port-bits`, `--lanes` or `--k-max`. A flag
+/// left out takes the value of the chosen unit's `Default` config; a flag
+/// that the chosen unit does not have is refused.
 #[derive(Args)]
-pub struct GemmFlags {
-    #[arg(long, default_value_t = 16)]
-    rows: usize,
-    #[arg(long, default_value_t = 16)]
-    cols: usize,
-    /// Memory port width in bits (128, 256, 512, 1024).
-    #[arg(long, default_value_t = 512)]
-    port_bits: usize,
+pub struct UnitFlags {
+    /// GEMM: array rows (default 16).
+    #[arg(long)]
+    rows: Option<usize>,
+    /// GEMM: array columns (default 16).
+    #[arg(long)]
+    cols: Option<usize>,
+    /// Memory port width in bits (GEMM default 512, attention 1024, MoE 512).
+    #[arg(long)]
+    port_bits: Option<usize>,
+    /// GEMM: largest K (default 4096); MoE: most choices per token (default 8).
     #[arg(long)]
     k_max: Option<usize>,
+    /// GEMM: largest N (default 4096).
     #[arg(long)]
     n_max: Option<usize>,
+    /// Attention: head dimension d (16, 32, 64, 128; default 64).
+    #[arg(long = "d")]
+    head_dim: Option<usize>,
+    /// Attention: query lanes (default 8); MoE: expert lanes (default 16).
+    #[arg(long)]
+    lanes: Option<usize>,
+    /// MoE: most experts (default 64).
+    #[arg(long)]
+    e_max: Option<usize>,
+    /// MoE: largest hidden size (default 4096).
+    #[arg(long)]
+    h_max: Option<usize>,
 }
 
-impl GemmFlags {
-    fn config(&self, clock_mhz: f64) -> Result<GemmConfig> {
+impl UnitFlags {
+    /// Refuse flags of other units so a typo'd build is not silently the default one.
+    fn only(&self, unit: &str, allowed: &[&str]) -> Result<()> {
+        let given = [
+            ("--rows", self.rows.is_some()),
+            ("--cols", self.cols.is_some()),
+            ("--port-bits", self.port_bits.is_some()),
+            ("--k-max", self.k_max.is_some()),
+            ("--n-max", self.n_max.is_some()),
+            ("--d", self.head_dim.is_some()),
+            ("--lanes", self.lanes.is_some()),
+            ("--e-max", self.e_max.is_some()),
+            ("--h-max", self.h_max.is_some()),
+        ];
+        for (flag, set) in given {
+            ensure!(!set || allowed.contains(&flag), "{flag} is not a flag of the {unit} unit");
+        }
+        Ok(())
+    }
+
+    pub fn gemm(&self, clock_mhz: f64) -> Result<GemmConfig> {
+        self.only("gemm", &["--rows", "--cols", "--port-bits", "--k-max", "--n-max"])?;
         let d = GemmConfig::default();
         let cfg = GemmConfig {
-            rows: self.rows,
-            cols: self.cols,
-            port_bits: self.port_bits,
+            rows: self.rows.unwrap_or(d.rows),
+            cols: self.cols.unwrap_or(d.cols),
+            port_bits: self.port_bits.unwrap_or(d.port_bits),
             k_max: self.k_max.unwrap_or(d.k_max),
             n_max: self.n_max.unwrap_or(d.n_max),
             clock_mhz,
             ..d
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn attention(&self, clock_mhz: f64) -> Result<AttentionConfig> {
+        self.only("attention", &["--d", "--lanes", "--port-bits"])?;
+        let d = AttentionConfig::default();
+        let head_dim = self.head_dim.unwrap_or(d.head_dim);
+        let cfg = AttentionConfig {
+            head_dim,
+            lanes: self.lanes.unwrap_or(d.lanes),
+            // This version of the unit computes a whole row per cycle.
+            dot_par: head_dim,
+            port_bits: self.port_bits.unwrap_or(d.port_bits),
+            clock_mhz,
+            ..d
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn moe(&self, clock_mhz: f64) -> Result<MoeConfig> {
+        self.only("moe", &["--e-max", "--k-max", "--h-max", "--lanes", "--port-bits"])?;
+        let d = MoeConfig::default();
+        let cfg = MoeConfig {
+            e_max: self.e_max.unwrap_or(d.e_max),
+            k_max: self.k_max.unwrap_or(d.k_max),
+            h_max: self.h_max.unwrap_or(d.h_max),
+            lanes: self.lanes.unwrap_or(d.lanes),
+            port_bits: self.port_bits.unwrap_or(d.port_bits),
+            clock_mhz,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -78,7 +153,7 @@ pub struct BuildArgs {
     #[arg(long, value_enum)]
     board: Board,
     #[command(flatten)]
-    gemm: GemmFlags,
+    flags: UnitFlags,
     /// Kernel clock in MHz (default: the board's, 300 for Alveo, 100 PYNQ-Z2, 200 ZCU104).
     #[arg(long)]
     clock_mhz: Option<f64>,
@@ -107,7 +182,7 @@ pub struct ResourcesArgs {
     #[arg(long, value_enum)]
     unit: UnitArg,
     #[command(flatten)]
-    gemm: GemmFlags,
+    flags: UnitFlags,
     /// Board to compare with (default: all); also picks the yosys family (xc7 for PYNQ-Z2).
     #[arg(long, value_enum)]
     board: Option<Board>,
@@ -127,9 +202,9 @@ impl BoardCmd {
 }
 
 fn bitstream_build(a: &BuildArgs) -> Result<()> {
-    let UnitArg::Gemm = a.unit;
+    ensure!(a.unit == UnitArg::Gemm, "bitstream build supports the GEMM unit only so far");
     let clock = a.clock_mhz.unwrap_or(a.board.spec().default_clock_mhz);
-    let cfg = a.gemm.config(clock)?;
+    let cfg = a.flags.gemm(clock)?;
     let report = build(&BuildRequest {
         unit: UnitConfig::Gemm(cfg),
         board: a.board,
@@ -180,20 +255,30 @@ fn devices(a: &DevicesArgs) -> Result<()> {
 }
 
 fn resources(a: &ResourcesArgs) -> Result<()> {
-    let UnitArg::Gemm = a.unit;
-    let cfg = a.gemm.config(GemmConfig::default().clock_mhz)?;
+    // The clock is not in the Verilog: each unit's default keeps the cache key the export's.
+    let unit = match a.unit {
+        UnitArg::Gemm => Unit::Gemm(a.flags.gemm(GemmConfig::default().clock_mhz)?),
+        UnitArg::Attention => Unit::Attention(a.flags.attention(AttentionConfig::default().clock_mhz)?),
+        UnitArg::Moe => Unit::Moe(a.flags.moe(MoeConfig::default().clock_mhz)?),
+    };
     let family = a.board.map_or("xcup", |b| b.spec().yosys_family);
-    let other = companion(&cfg);
+    let other = unit.companion()?;
     let mut measured: Vec<Measured> = Vec::new();
-    for c in [&cfg, &other] {
-        eprintln!("synthesizing {} with yosys synth_xilinx -family {family} ...", c.kernel_name());
-        measured.push(synthesize(c, family)?);
+    for u in [&unit, &other] {
+        eprintln!("synthesizing {} with yosys synth_xilinx -family {family} ...", u.kernel_name());
+        measured.push(synthesize(u, family)?);
+    }
+    if measured.iter().any(|m| m.counts.lut == 0) {
+        bail!("yosys reported no LUTs: the synthesis result is not usable");
     }
     let model = Model::fit(&measured[0], &measured[1])?;
     let boards: Vec<Board> = a.board.map_or_else(|| Board::ALL.to_vec(), |b| vec![b]);
-    let fits: Vec<_> = boards.iter().map(|&b| largest_fit(&model, b, cfg.port_bits)).collect();
+    let fits: Vec<_> = boards.iter().map(|&b| largest_fit(&model, b, &unit)).collect();
+    let (knob, _) = unit.knob();
     if a.json {
         let v = serde_json::json!({
+            "unit": unit.name(),
+            "knob": knob,
             "family": family,
             "measured": measured,
             "fit_fraction": FIT_FRACTION,
@@ -216,7 +301,7 @@ fn resources(a: &ResourcesArgs) -> Result<()> {
     for m in &measured {
         let c = &m.counts;
         t.add_row([
-            m.config.kernel_name(),
+            m.unit.kernel_name(),
             format!("{} ({})", c.lut, c.lutram),
             c.ff.to_string(),
             c.dsp.to_string(),
@@ -230,7 +315,7 @@ fn resources(a: &ResourcesArgs) -> Result<()> {
     t.load_preset(UTF8_FULL_CONDENSED).set_header([
         "board",
         "this config uses (LUT/FF/DSP/BRAM/URAM)",
-        "largest array (extrapolated)",
+        "largest config (extrapolated)",
         "limited by",
         "capacity source",
     ]);
@@ -240,23 +325,23 @@ fn resources(a: &ResourcesArgs) -> Result<()> {
         t.add_row([
             format!("{} ({})", spec.name, spec.part),
             util.iter().map(|(_, u)| format!("{:.1}%", 100.0 * u)).collect::<Vec<_>>().join(" / "),
-            f.rows.map_or("none fits".into(), |r| format!("{r}×{} ({} MACs)", f.cols, r * f.cols)),
+            f.config.as_ref().map_or("none fits".into(), Unit::describe),
             f.limit.clone(),
             spec.capacity_source.to_string(),
         ]);
     }
     println!("{t}");
+    let gemm_cols = match &unit {
+        Unit::Gemm(c) => format!("; cols is the widest the {}-bit port allows", c.port_bits),
+        _ => String::new(),
+    };
     println!(
-        "The largest arrays are EXTRAPOLATED linearly in rows×cols from the two measured configs above \
-         (same port width and buffers), at ≤ {:.0}% of every resource; cols is the widest the {}-bit port allows.",
+        "The largest configs are EXTRAPOLATED linearly in {knob} (multipliers) from the two measured configs above \
+         (everything else equal), at ≤ {:.0}% of every resource and within the unit's own limits{gemm_cols}.",
         100.0 * FIT_FRACTION,
-        cfg.port_bits
     );
     if a.board.is_none() {
         println!("Counts are for the xcup family; pass --board pynq-z2 for a 7-series (xc7) synthesis.");
-    }
-    if measured.iter().any(|m| m.counts.lut == 0) {
-        bail!("yosys reported no LUTs: the synthesis result is not usable");
     }
     Ok(())
 }

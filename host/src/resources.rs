@@ -1,6 +1,8 @@
 //! FPGA resource estimates: `yosys synth_xilinx` on a unit's exported
 //! Verilog, cell counts from `stat`, compared with each board's capacity, and
-//! the largest GEMM array each board fits, extrapolated from measured configs.
+//! the largest configuration each board fits, extrapolated from two measured
+//! configurations that differ only in the unit's scaling knob (GEMM rows,
+//! attention and MoE lanes).
 //!
 //! yosys is not Vivado: its counts are an estimate (no cross-boundary
 //! optimization, its own RAM and DSP inference), good for scaling trends and
@@ -11,7 +13,9 @@
 use crate::bitstream::board::{Board, Capacity};
 use crate::manifest::sha256_hex;
 use anyhow::{bail, Context, Result};
-use ferrite_hw::gemm::{rtl, GemmConfig};
+use ferrite_hw::attention::AttentionConfig;
+use ferrite_hw::gemm::GemmConfig;
+use ferrite_hw::moe::MoeConfig;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::Command;
@@ -114,10 +118,118 @@ pub fn parse_stat(text: &str) -> Result<Counts> {
     Ok(c)
 }
 
+/// A unit configuration to synthesize, tagged by unit in JSON and the cache.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "unit", content = "config", rename_all = "lowercase")]
+pub enum Unit {
+    Gemm(GemmConfig),
+    Attention(AttentionConfig),
+    Moe(MoeConfig),
+}
+
+impl Unit {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Gemm(_) => "gemm",
+            Self::Attention(_) => "attention",
+            Self::Moe(_) => "moe",
+        }
+    }
+
+    pub fn kernel_name(&self) -> String {
+        match self {
+            Self::Gemm(c) => c.kernel_name(),
+            Self::Attention(c) => c.kernel_name(),
+            Self::Moe(c) => c.kernel_name(),
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            Self::Gemm(c) => c.validate()?,
+            Self::Attention(c) => c.validate()?,
+            Self::Moe(c) => c.validate()?,
+        }
+        Ok(())
+    }
+
+    /// Multipliers in the unit: the quantity the model is linear in.
+    pub fn multipliers(&self) -> usize {
+        match self {
+            Self::Gemm(c) => c.macs(),
+            Self::Attention(c) => c.multipliers(),
+            Self::Moe(c) => c.macs(),
+        }
+    }
+
+    /// The scaling knob's name and value.
+    pub fn knob(&self) -> (&'static str, usize) {
+        match self {
+            Self::Gemm(c) => ("rows", c.rows),
+            Self::Attention(c) => ("lanes", c.lanes),
+            Self::Moe(c) => ("lanes", c.lanes),
+        }
+    }
+
+    /// The same configuration with the knob at `v`; GEMM also takes the
+    /// widest `cols` the port allows when `widest` (the fitted array).
+    fn with_knob(&self, v: usize, widest: bool) -> Self {
+        match self {
+            Self::Gemm(c) => {
+                let cols = if widest { (c.port_bits / 32).max(1) } else { c.cols };
+                Self::Gemm(GemmConfig { rows: v, cols, ..c.clone() })
+            }
+            Self::Attention(c) => Self::Attention(AttentionConfig { lanes: v, ..c.clone() }),
+            Self::Moe(c) => Self::Moe(MoeConfig { lanes: v, ..c.clone() }),
+        }
+    }
+
+    /// The configuration measured next to this one for the extrapolation:
+    /// half the knob (or 2 from 1), everything else equal.
+    pub fn companion(&self) -> Result<Self> {
+        let (name, v) = self.knob();
+        let other = self.with_knob(if v > 1 { v / 2 } else { 2 }, false);
+        other
+            .validate()
+            .with_context(|| format!("{name} = {v}: the companion configuration for the extrapolation is not valid"))?;
+        Ok(other)
+    }
+
+    /// A short description of the knob setting: `8×4 (32 multipliers)`, `8 lanes (...)`.
+    pub fn describe(&self) -> String {
+        let size = match self {
+            Self::Gemm(c) => format!("{}×{}", c.rows, c.cols),
+            Self::Attention(c) => format!("{} lanes", c.lanes),
+            Self::Moe(c) => format!("{} lanes", c.lanes),
+        };
+        format!("{size} ({} multipliers)", self.multipliers())
+    }
+
+    /// The Verilog, generated on a thread with a 1 GiB stack: rust-hdl
+    /// recurses deeply on the larger units (MoE overflows the default stack).
+    fn verilog(&self) -> Result<String> {
+        let unit = self.clone();
+        let text = std::thread::Builder::new()
+            .stack_size(1 << 30)
+            .spawn(move || match &unit {
+                Self::Gemm(c) => ferrite_hw::gemm::rtl::verilog(c),
+                Self::Attention(c) => ferrite_hw::attention::rtl::verilog(c),
+                Self::Moe(c) => ferrite_hw::moe::rtl::verilog(c),
+            })
+            .context("starting the Verilog generator thread")?
+            .join()
+            .map_err(|_| anyhow::anyhow!("the Verilog generator of {} panicked", self.kernel_name()))?
+            .with_context(|| format!("generating the Verilog of {}", self.kernel_name()))?;
+        Ok(text)
+    }
+}
+
 /// A synthesized configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Measured {
-    pub config: GemmConfig,
+    /// The unit and its configuration (`{"unit": "gemm", "config": {...}}`).
+    #[serde(flatten)]
+    pub unit: Unit,
     pub family: String,
     pub counts: Counts,
     /// yosys wall time when it ran (the cached value on a cache hit).
@@ -145,11 +257,11 @@ fn yosys_version() -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Synthesize `cfg` for `family` (`xc7`, `xcup`) with yosys, or read the cached result.
-pub fn synthesize(cfg: &GemmConfig, family: &str) -> Result<Measured> {
-    cfg.validate()?;
-    let kernel = cfg.kernel_name();
-    let verilog = rtl::verilog(cfg)?;
+/// Synthesize `unit` for `family` (`xc7`, `xcup`) with yosys, or read the cached result.
+pub fn synthesize(unit: &Unit, family: &str) -> Result<Measured> {
+    unit.validate()?;
+    let kernel = unit.kernel_name();
+    let verilog = unit.verilog()?;
     let version = yosys_version()?;
     let script = format!("read_verilog {kernel}.v; synth_xilinx -flatten -noiopad -top {kernel} -family {family}; tee -q -o stat.txt stat");
     let key = sha256_hex(format!("{version}\n{script}\n{verilog}").as_bytes());
@@ -176,25 +288,21 @@ pub fn synthesize(cfg: &GemmConfig, family: &str) -> Result<Measured> {
         );
     }
     let stat = std::fs::read_to_string(work.path().join("stat.txt")).context("reading yosys stat output")?;
-    let m = Measured {
-        config: cfg.clone(),
-        family: family.to_string(),
-        counts: parse_stat(&stat)?,
-        seconds,
-        cached: false,
-    };
+    let m =
+        Measured { unit: unit.clone(), family: family.to_string(), counts: parse_stat(&stat)?, seconds, cached: false };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(&cached, serde_json::to_string_pretty(&m)?)
         .with_context(|| format!("writing {}", cached.display()))?;
     Ok(m)
 }
 
-/// Per-resource linear model `fixed + per_pe · rows · cols`, fitted to two
-/// measured configs that differ in rows only (same port, buffers, FIFO).
+/// Per-resource linear model `fixed + per_mult · multipliers`, fitted to two
+/// measured configs that differ only in the unit's knob (multipliers grow
+/// linearly with it; port, buffers and FIFOs stay the fixed part).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Model {
     pub fixed: [f64; 5],
-    pub per_pe: [f64; 5],
+    pub per_mult: [f64; 5],
 }
 
 fn vector(c: &Counts) -> [f64; 5] {
@@ -203,66 +311,78 @@ fn vector(c: &Counts) -> [f64; 5] {
 
 impl Model {
     pub fn fit(a: &Measured, b: &Measured) -> Result<Self> {
-        let (pa, pb) = (a.config.macs() as f64, b.config.macs() as f64);
+        if a.unit.name() != b.unit.name() || a.family != b.family {
+            bail!(
+                "{} ({}) and {} ({}) are not one unit and family",
+                a.unit.kernel_name(),
+                a.family,
+                b.unit.kernel_name(),
+                b.family
+            );
+        }
+        let (pa, pb) = (a.unit.multipliers() as f64, b.unit.multipliers() as f64);
         if pa == pb {
-            bail!("two configurations with the same array size cannot be extrapolated from");
+            bail!("two configurations with the same number of multipliers cannot be extrapolated from");
         }
         let (va, vb) = (vector(&a.counts), vector(&b.counts));
-        let mut m = Model { fixed: [0.0; 5], per_pe: [0.0; 5] };
+        let mut m = Model { fixed: [0.0; 5], per_mult: [0.0; 5] };
         for i in 0..5 {
-            // A resource that does not grow with the array is fixed cost (never negative slope).
-            m.per_pe[i] = ((vb[i] - va[i]) / (pb - pa)).max(0.0);
-            m.fixed[i] = (va[i] - m.per_pe[i] * pa).max(0.0);
+            // A resource that does not grow with the knob is fixed cost (never negative slope).
+            m.per_mult[i] = ((vb[i] - va[i]) / (pb - pa)).max(0.0);
+            m.fixed[i] = (va[i] - m.per_mult[i] * pa).max(0.0);
         }
         Ok(m)
     }
 
-    pub fn predict(&self, pes: usize) -> [f64; 5] {
-        std::array::from_fn(|i| self.fixed[i] + self.per_pe[i] * pes as f64)
+    pub fn predict(&self, multipliers: usize) -> [f64; 5] {
+        std::array::from_fn(|i| self.fixed[i] + self.per_mult[i] * multipliers as f64)
     }
 }
 
-/// The largest array a board fits at [`FIT_FRACTION`], by the model.
+/// The largest configuration a board fits at [`FIT_FRACTION`], by the model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fit {
     pub board: Board,
-    /// `None` when not even a 1×1 array fits.
-    pub rows: Option<usize>,
-    pub cols: usize,
-    /// The resource that stops a larger array, or "unit limit" when rows reach 64.
+    /// The knob: "rows" (GEMM) or "lanes" (attention, MoE).
+    pub knob: &'static str,
+    /// `None` when not even a knob of 1 fits.
+    pub config: Option<Unit>,
+    /// The resource that stops a larger configuration, or "unit limit: ..."
+    /// when the unit's own `validate` refuses the next knob value.
     pub limit: String,
-    /// Predicted LUT, FF, DSP, BRAM36, URAM of the fitted array.
+    /// Predicted LUT, FF, DSP, BRAM36, URAM of the fitted configuration.
     pub predicted: [f64; 5],
 }
 
-/// Largest rows×cols with `cols` as wide as the port allows (cols·4 bytes per
-/// beat) and rows ≤ 64, the unit's own limits.
-pub fn largest_fit(model: &Model, board: Board, port_bits: usize) -> Fit {
+/// Bound on the knob search: every unit's `validate` refuses far smaller
+/// values (GEMM 64 rows, 32 lanes), this only guarantees termination.
+const KNOB_SEARCH: usize = 1024;
+
+/// Largest knob value of `unit` (GEMM: rows, with cols as wide as the port
+/// allows) whose predicted resources stay within [`FIT_FRACTION`] of `board`
+/// and that the unit's `validate` accepts.
+pub fn largest_fit(model: &Model, board: Board, unit: &Unit) -> Fit {
     let cap = board.spec().capacity;
     let caps = [cap.lut, cap.ff, cap.dsp, cap.bram36, cap.uram].map(|c| c as f64 * FIT_FRACTION);
     let names = ["LUT", "FF", "DSP", "BRAM36", "URAM"];
-    let cols = (port_bits / 32).max(1);
-    let over = |rows: usize| {
-        let p = model.predict(rows * cols);
-        (0..5).find(|&i| p[i] > caps[i] && p[i] > 0.0)
-    };
-    let mut best = None;
-    let mut limit = "unit limit (64 rows)".to_string();
-    for rows in 1..=64 {
-        match over(rows) {
-            None => best = Some(rows),
-            Some(i) => {
-                limit = names[i].to_string();
-                break;
-            }
+    let (knob, _) = unit.knob();
+    let mut best: Option<Unit> = None;
+    let mut limit = format!("unit limit: {knob} ≤ {KNOB_SEARCH}");
+    for v in 1..=KNOB_SEARCH {
+        let c = unit.with_knob(v, true);
+        if let Err(e) = c.validate() {
+            limit = format!("unit limit: {e}");
+            break;
         }
+        let p = model.predict(c.multipliers());
+        if let Some(i) = (0..5).find(|&i| p[i] > caps[i] && p[i] > 0.0) {
+            limit = names[i].to_string();
+            break;
+        }
+        best = Some(c);
     }
-    Fit { board, rows: best, cols, limit, predicted: model.predict(best.unwrap_or(0) * cols) }
-}
-
-/// The configuration measured next to `cfg` for the extrapolation: half the rows (or 2 rows from 1).
-pub fn companion(cfg: &GemmConfig) -> GemmConfig {
-    GemmConfig { rows: if cfg.rows > 1 { cfg.rows / 2 } else { 2 }, ..cfg.clone() }
+    let predicted = model.predict(best.as_ref().map_or(0, Unit::multipliers));
+    Fit { board, knob, config: best, limit, predicted }
 }
 
 #[cfg(test)]
@@ -305,16 +425,55 @@ mod tests {
     #[test]
     fn extrapolation_stops_at_the_binding_resource() {
         let m = |rows, dsp| Measured {
-            config: GemmConfig { rows, ..GemmConfig::small(1, 4) },
+            unit: Unit::Gemm(GemmConfig { rows, ..GemmConfig::small(1, 4) }),
             family: "xcup".into(),
             counts: Counts { lut: 1000, ff: 1000, dsp, ..Counts::default() },
             seconds: 0.0,
             cached: false,
         };
         // 1 DSP per PE plus 10 fixed; the PYNQ-Z2 has 220 DSPs, 176 usable at 80 %: (176 - 10) / 4 = 41 rows of 4.
-        let model = Model::fit(&m(1, 14), &m(2, 18)).unwrap();
-        let fit = largest_fit(&model, Board::PynqZ2, 128);
-        assert_eq!((fit.rows, fit.cols, fit.limit.as_str()), (Some(41), 4, "DSP"));
-        assert_eq!(largest_fit(&model, Board::U250, 128).limit, "unit limit (64 rows)");
+        let (a, b) = (m(1, 14), m(2, 18));
+        let model = Model::fit(&a, &b).unwrap();
+        let fit = largest_fit(&model, Board::PynqZ2, &a.unit);
+        let Some(Unit::Gemm(c)) = &fit.config else { panic!("{fit:?}") };
+        assert_eq!((c.rows, c.cols, fit.limit.as_str()), (41, 4, "DSP"));
+        let u250 = largest_fit(&model, Board::U250, &a.unit);
+        assert!(u250.limit.starts_with("unit limit") && u250.limit.contains("rows = 65"), "{}", u250.limit);
+        assert_eq!(u250.config.map(|c| c.knob()), Some(("rows", 64)));
+    }
+
+    #[test]
+    fn moe_lanes_stop_at_e_max() {
+        let cfg = MoeConfig { e_max: 4, k_max: 2, h_max: 16, lanes: 2, port_bits: 128, clock_mhz: 300.0 };
+        let m = |lanes, lut| Measured {
+            unit: Unit::Moe(MoeConfig { lanes, ..cfg.clone() }),
+            family: "xcup".into(),
+            counts: Counts { lut, ff: 100, ..Counts::default() },
+            seconds: 0.0,
+            cached: false,
+        };
+        let (a, b) = (m(2, 2000), m(1, 1000));
+        assert_eq!(a.unit.companion().unwrap(), b.unit);
+        let fit = largest_fit(&Model::fit(&a, &b).unwrap(), Board::U250, &a.unit);
+        assert_eq!(fit.config.map(|c| c.knob()), Some(("lanes", 4)));
+        assert!(fit.limit.contains("lanes = 5"), "{}", fit.limit);
+        // One expert leaves no companion to extrapolate from.
+        let one = Unit::Moe(MoeConfig { e_max: 1, k_max: 1, lanes: 1, ..cfg });
+        assert!(one.companion().is_err());
+    }
+
+    #[test]
+    fn measured_json_names_the_unit() {
+        let m = Measured {
+            unit: Unit::Attention(AttentionConfig::default()),
+            family: "xcup".into(),
+            counts: Counts::default(),
+            seconds: 1.0,
+            cached: false,
+        };
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["unit"], "attention");
+        assert_eq!(v["config"]["lanes"], 8);
+        assert_eq!(serde_json::from_value::<Measured>(v).unwrap(), m);
     }
 }

@@ -17,6 +17,7 @@ use crate::backend::sim::{Engine, SimDevice, SimUnit};
 use crate::bitstream::board::Board;
 use crate::device::{Device, DeviceError, DeviceKind, RunStats};
 use crate::ops;
+use crate::resources::Unit;
 use anyhow::{bail, ensure, Context, Result};
 use energy::Meter;
 use ferrite_hw::attention::model::rel_fro_error;
@@ -644,11 +645,13 @@ fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &SimUnit) -> (Option<Re
             if !opts.resources {
                 return (None, "not requested: pass --resources (yosys synth_xilinx, cached by configuration)".into());
             }
-            let SimUnit::Gemm(cfg) = unit else {
-                return (None, "host/src/resources.rs synthesizes GEMM units only".into());
+            let unit = match unit {
+                SimUnit::Gemm(c) => Unit::Gemm(c.clone()),
+                SimUnit::Attention(c) => Unit::Attention(c.clone()),
+                SimUnit::Moe(c) => Unit::Moe(c.clone()),
             };
             let family = opts.board.spec().yosys_family;
-            match crate::resources::synthesize(cfg, family) {
+            match crate::resources::synthesize(&unit, family) {
                 Ok(m) => {
                     let how = if m.cached { "cached".to_string() } else { format!("took {:.0} s", m.seconds) };
                     let c = m.counts;
