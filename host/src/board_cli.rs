@@ -144,6 +144,15 @@ impl UnitFlags {
         cfg.validate()?;
         Ok(cfg)
     }
+
+    /// The configuration of `unit` at `clock_mhz`.
+    pub fn config(&self, unit: UnitArg, clock_mhz: f64) -> Result<UnitConfig> {
+        Ok(match unit {
+            UnitArg::Gemm => UnitConfig::Gemm(self.gemm(clock_mhz)?),
+            UnitArg::Attention => UnitConfig::Attention(self.attention(clock_mhz)?),
+            UnitArg::Moe => UnitConfig::Moe(self.moe(clock_mhz)?),
+        })
+    }
 }
 
 #[derive(Args)]
@@ -202,11 +211,9 @@ impl BoardCmd {
 }
 
 fn bitstream_build(a: &BuildArgs) -> Result<()> {
-    ensure!(a.unit == UnitArg::Gemm, "bitstream build supports the GEMM unit only so far");
     let clock = a.clock_mhz.unwrap_or(a.board.spec().default_clock_mhz);
-    let cfg = a.flags.gemm(clock)?;
     let report = build(&BuildRequest {
-        unit: UnitConfig::Gemm(cfg),
+        unit: a.flags.config(a.unit, clock)?,
         board: a.board,
         clock_mhz: clock,
         out: a.out.clone(),
@@ -220,20 +227,9 @@ fn bitstream_build(a: &BuildArgs) -> Result<()> {
 fn deploy(a: &DeployArgs) -> Result<()> {
     let cases = crate::deploy::deploy(&a.manifest, a.device.as_deref())?;
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(["M×N×K", "epilogue", "cycles", "bit-exact"]);
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(["case", "cycles", "bit-exact"]);
     for c in &cases {
-        let p = &c.problem;
-        t.add_row([
-            format!("{}×{}×{}", p.m, p.n, p.k),
-            format!(
-                "{}{}{}",
-                if p.bias { "bias " } else { "" },
-                if p.relu { "relu " } else { "" },
-                if p.requant.is_some() { "requant" } else { "" }
-            ),
-            c.cycles.map_or("—".into(), |c| c.to_string()),
-            "yes".into(),
-        ]);
+        t.add_row([c.problem.clone(), c.cycles.map_or("—".into(), |c| c.to_string()), "yes".into()]);
     }
     println!("{t}\nself-test passed");
     Ok(())

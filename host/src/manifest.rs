@@ -5,7 +5,13 @@
 //! it reaches a card.
 use crate::bitstream::bitfile::BitFile;
 use crate::bitstream::board::{Board, Flow};
-use ferrite_hw::gemm::GemmConfig;
+use crate::device::{
+    check_attention_buffers, check_gemm_buffers, check_moe_buffers, Buffer, DeviceError, Launch, Layout, Problem,
+};
+use crate::driver::{self, LaunchArgs};
+use ferrite_hw::attention::{AttentionConfig, AttentionLayout};
+use ferrite_hw::gemm::{GemmConfig, GemmLayout};
+use ferrite_hw::moe::{MoeConfig, MoeLayout};
 use ferrite_hw::regmap::RegisterMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -17,37 +23,155 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 /// Version of the manifest format; loading refuses any other.
 pub const FORMAT: u32 = 1;
 
-/// The unit an image holds, with its generation-time configuration. One
-/// variant per unit: attention and MoE add theirs here.
+/// The unit an image holds, with its generation-time configuration, one
+/// variant per unit. The serde tags (`gemm`, `attention`, `moe`) are the
+/// manifest's `unit` field, so GEMM manifests of earlier builds still load.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "unit", content = "config", rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum UnitConfig {
     Gemm(GemmConfig),
+    Attention(AttentionConfig),
+    Moe(MoeConfig),
 }
 
 impl UnitConfig {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Gemm(_) => "gemm",
+            Self::Attention(_) => "attention",
+            Self::Moe(_) => "moe",
         }
     }
 
     pub fn kernel_name(&self) -> String {
         match self {
             Self::Gemm(c) => c.kernel_name(),
+            Self::Attention(c) => c.kernel_name(),
+            Self::Moe(c) => c.kernel_name(),
         }
     }
 
     pub fn register_map(&self) -> RegisterMap {
         match self {
             Self::Gemm(c) => c.register_map(),
+            Self::Attention(c) => c.register_map(),
+            Self::Moe(c) => c.register_map(),
         }
     }
 
     pub fn validate(&self) -> Result<(), ferrite_hw::HwError> {
         match self {
             Self::Gemm(c) => c.validate(),
+            Self::Attention(c) => c.validate(),
+            Self::Moe(c) => c.validate(),
+        }
+    }
+
+    /// The HWINFO value the unit reports; a board backend compares it after loading.
+    pub fn hwinfo(&self) -> u32 {
+        match self {
+            Self::Gemm(c) => c.hwinfo(),
+            Self::Attention(c) => c.hwinfo(),
+            Self::Moe(c) => c.hwinfo(),
+        }
+    }
+
+    pub fn clock_mhz(&self) -> f64 {
+        match self {
+            Self::Gemm(c) => c.clock_mhz,
+            Self::Attention(c) => c.clock_mhz,
+            Self::Moe(c) => c.clock_mhz,
+        }
+    }
+
+    /// Multipliers of the unit, for utilization.
+    pub fn multipliers(&self) -> u64 {
+        match self {
+            Self::Gemm(c) => c.macs() as u64,
+            Self::Attention(c) => c.multipliers() as u64,
+            Self::Moe(c) => c.macs() as u64,
+        }
+    }
+
+    /// Beat-aligned layout of `problem` on this unit, after checking that it
+    /// fits; `device` names the device in errors. The board backends (xrt,
+    /// pynq) share this so they lay out buffers exactly as the simulator does.
+    pub fn layout(&self, device: &str, problem: &Problem) -> Result<Layout, DeviceError> {
+        self.fits(device, problem)?;
+        Ok(match (self, problem) {
+            (Self::Gemm(c), Problem::Gemm(p)) => Layout::Gemm(GemmLayout::new(c, p)),
+            (Self::Attention(c), Problem::Attention(p)) => {
+                Layout::Attention(AttentionLayout::new(p, c.port_bytes() as u64))
+            }
+            (Self::Moe(c), Problem::Moe(p)) => Layout::Moe(MoeLayout::new(c, p)),
+            _ => return Err(DeviceError::Unsupported { device: device.to_string(), unit: problem.unit() }),
+        })
+    }
+
+    /// The problem is valid and within this unit's limits; another unit's problem is `Unsupported`.
+    fn fits(&self, device: &str, problem: &Problem) -> Result<(), DeviceError> {
+        let too_big =
+            |e: ferrite_hw::HwError| DeviceError::TooBig { device: self.kernel_name(), reason: e.to_string() };
+        match (self, problem) {
+            (Self::Gemm(c), Problem::Gemm(p)) => {
+                p.validate()?;
+                p.validate_for(c).map_err(too_big)
+            }
+            (Self::Attention(c), Problem::Attention(p)) => {
+                p.validate()?;
+                p.validate_for(c).map_err(too_big)
+            }
+            (Self::Moe(c), Problem::Moe(p)) => {
+                p.validate()?;
+                p.validate_for(c).map_err(too_big)
+            }
+            _ => Err(DeviceError::Unsupported { device: device.to_string(), unit: problem.unit() }),
+        }
+    }
+
+    /// Check a launch as the simulator does (buffers, limits, beat-multiple
+    /// pitches) and give its register arguments; `address` maps a buffer to
+    /// its bus address.
+    pub fn launch_args(
+        &self,
+        device: &str,
+        launch: &Launch,
+        address: &dyn Fn(Buffer) -> Result<u64, DeviceError>,
+    ) -> Result<LaunchArgs, DeviceError> {
+        let beat_multiples = |beat: usize, pitches: [(&str, u64); 3], what: &str| {
+            let beat = beat as u64;
+            match pitches.iter().find(|(_, v)| !v.is_multiple_of(beat)) {
+                Some((name, v)) => {
+                    Err(DeviceError::Problem(format!("{name}{what} {v} is not a multiple of the {beat}-byte beat")))
+                }
+                None => Ok(()),
+            }
+        };
+        match (self, launch) {
+            (Self::Gemm(c), Launch::Gemm(g)) => {
+                check_gemm_buffers(g)?;
+                self.fits(device, &Problem::Gemm(g.problem))?;
+                let l = &g.layout;
+                beat_multiples(c.port_bytes(), [("LDA", l.lda), ("LDB", l.ldb), ("LDC", l.ldc)], " =")?;
+                driver::gemm_args(c, g, address)
+            }
+            (Self::Attention(c), Launch::Attention(a)) => {
+                check_attention_buffers(a)?;
+                self.fits(device, &Problem::Attention(a.problem.clone()))?;
+                let l = &a.layout;
+                let strides = [("Q", l.q_stride), ("KV", l.kv_stride), ("O", l.o_stride)];
+                beat_multiples(c.port_bytes(), strides, " head stride")?;
+                driver::attention_args(c, a, address)
+            }
+            (Self::Moe(c), Launch::Moe(m)) => {
+                check_moe_buffers(m)?;
+                self.fits(device, &Problem::Moe(m.problem))?;
+                let l = &m.layout;
+                beat_multiples(c.port_bytes(), [("LDX", l.ldx), ("LDW", l.ldw), ("DPITCH", l.dpitch)], " =")?;
+                driver::moe_args(c, m, address)
+            }
+            (_, l) => Err(DeviceError::Unsupported { device: device.to_string(), unit: l.unit() }),
         }
     }
 }

@@ -9,7 +9,7 @@
 use ferrite_host::backend::pynq::{find_uio, program_fpga, PynqDevice, PynqOptions, PynqPaths, Registers, UdmaBuf};
 use ferrite_host::bitstream::board::Board;
 use ferrite_host::bitstream::{build, on_path, BuildRequest, Outcome};
-use ferrite_host::deploy::{deploy_pynq, self_test_dma_bytes};
+use ferrite_host::deploy::{deploy_pynq, gemm_problems, self_test_dma_bytes};
 use ferrite_host::driver::ControlPort;
 use ferrite_host::manifest::{Manifest, UnitConfig};
 use ferrite_host::{Device, DeviceError};
@@ -34,6 +34,10 @@ const PART: &str = "7z020clg400";
 
 fn cfg() -> GemmConfig {
     GemmConfig { clock_mhz: 100.0, ..GemmConfig::small(2, 2) }
+}
+
+fn gemm_unit() -> UnitConfig {
+    UnitConfig::Gemm(cfg())
 }
 
 /// A minimal `.bit`: preamble, the a–d strings, and `e` data with a sync word.
@@ -273,15 +277,14 @@ fn with_unit<T>(board: &FakeBoard, f: impl FnOnce() -> T) -> (T, UnitLog) {
 fn deploy_programs_the_pl_and_passes_the_self_test() {
     let image = tempfile::tempdir().unwrap();
     let manifest = built_image(image.path());
-    let board = FakeBoard::new(self_test_dma_bytes(&cfg()));
+    let board = FakeBoard::new(self_test_dma_bytes(&gemm_unit()));
     let (result, log) = with_unit(&board, || deploy_pynq(&manifest, &board.options()));
     let cases = result.unwrap_or_else(|e| panic!("{e:#}"));
     assert!(log.errors.is_empty(), "{:?}", log.errors);
     assert_eq!(cases.len(), 4);
     assert_eq!(log.launches, 4, "one launch per self-test case");
-    for c in &cases {
+    for (c, p) in cases.iter().zip(gemm_problems(&cfg())) {
         assert!(c.failure.is_none(), "{c:?}");
-        let p = c.problem;
         assert_eq!(c.cycles, Some((p.m * p.n * p.k) as u64), "CYCLES read back from the unit");
     }
 
@@ -312,7 +315,7 @@ fn deploy_programs_the_pl_and_passes_the_self_test() {
 fn a_stale_overlay_is_removed_before_the_pl_is_reprogrammed() {
     let image = tempfile::tempdir().unwrap();
     let manifest = built_image(image.path());
-    let board = FakeBoard::new(self_test_dma_bytes(&cfg()));
+    let board = FakeBoard::new(self_test_dma_bytes(&gemm_unit()));
     let stale = board.paths.overlays.join(cfg().kernel_name());
     fs::create_dir(&stale).unwrap();
     let (result, _) = with_unit(&board, || deploy_pynq(&manifest, &board.options()));
@@ -331,7 +334,7 @@ fn deploy_error(manifest: &Path, board: &FakeBoard) -> String {
 fn missing_platform_pieces_fail_before_the_pl_is_touched() {
     let image = tempfile::tempdir().unwrap();
     let manifest = built_image(image.path());
-    let need = self_test_dma_bytes(&cfg());
+    let need = self_test_dma_bytes(&gemm_unit());
     type Break = fn(&PynqPaths);
     let cases: [(&str, Break, &str); 4] = [
         ("FPGA manager", |p| fs::remove_dir_all(&p.fpga_manager).unwrap(), "no FPGA manager"),
@@ -359,13 +362,13 @@ fn missing_platform_pieces_fail_before_the_pl_is_touched() {
 fn the_unit_must_be_found_where_the_image_put_it() {
     let image = tempfile::tempdir().unwrap();
     let manifest = built_image(image.path());
-    let board = FakeBoard::new(self_test_dma_bytes(&cfg()));
+    let board = FakeBoard::new(self_test_dma_bytes(&gemm_unit()));
     write(board.paths.uio_class.join("uio1/name"), "something_else\n");
     let e = deploy_error(&manifest, &board);
     assert!(e.contains(&format!("no UIO device named `{}`", cfg().kernel_name())), "{e}");
     assert!(e.contains("uio0 `audio-codec`, uio1 `something_else`"), "{e}");
 
-    let board = FakeBoard::new(self_test_dma_bytes(&cfg()));
+    let board = FakeBoard::new(self_test_dma_bytes(&gemm_unit()));
     write(board.paths.uio_class.join("uio1/maps/map0/addr"), "0x43c00000\n");
     let e = deploy_error(&manifest, &board);
     assert!(e.contains("is at 0x43c00000") && e.contains("control window is at 0x40000000"), "{e}");
@@ -409,7 +412,7 @@ fn wrong_hwinfo_is_refused_at_open() {
     let image = tempfile::tempdir().unwrap();
     let manifest = built_image(image.path());
     let loaded = Manifest::load(&manifest).unwrap();
-    let board = FakeBoard::new(self_test_dma_bytes(&cfg()));
+    let board = FakeBoard::new(self_test_dma_bytes(&gemm_unit()));
     let other = GemmConfig::small(4, 4).hwinfo();
     board.set_reg("HWINFO", other);
     match PynqDevice::open(&loaded, &board.options()) {
@@ -417,7 +420,7 @@ fn wrong_hwinfo_is_refused_at_open() {
         Err(e) => panic!("expected HwInfoMismatch, got {e}"),
         Ok(_) => panic!("expected HwInfoMismatch, the device opened"),
     }
-    let board = FakeBoard::new(self_test_dma_bytes(&cfg()));
+    let board = FakeBoard::new(self_test_dma_bytes(&gemm_unit()));
     board.set_reg("HWINFO", other);
     let e = deploy_error(&manifest, &board);
     assert!(e.contains("HWINFO is 0x01070404, expected 0x01070202"), "{e}");
@@ -427,7 +430,7 @@ fn wrong_hwinfo_is_refused_at_open() {
 fn a_unit_that_never_finishes_times_out_quickly() {
     let image = tempfile::tempdir().unwrap();
     let manifest = built_image(image.path());
-    let board = FakeBoard::new(self_test_dma_bytes(&cfg()));
+    let board = FakeBoard::new(self_test_dma_bytes(&gemm_unit()));
     let start = Instant::now();
     let e = deploy_error(&manifest, &board);
     assert!(e.contains("timeout: no ap_done after") && e.contains("(limit 50000)"), "{e}");

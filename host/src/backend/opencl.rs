@@ -235,7 +235,18 @@ impl OpenClDevice {
         let (flavor, cfg, program, kernel_name) = if is_xilinx(&pname) {
             let m =
                 image.ok_or_else(|| DeviceError::Config(format!("{pname} runs xclbins: give the image's manifest")))?;
-            let UnitConfig::Gemm(cfg) = &m.manifest.unit;
+            // The OpenCL xclbin path drives the GEMM kernel's arguments only;
+            // attention and MoE images run through the xrt backend.
+            let cfg = match &m.manifest.unit {
+                UnitConfig::Gemm(c) => c,
+                other => {
+                    return Err(DeviceError::Config(format!(
+                        "{pname}: the opencl backend loads GEMM xclbins only, this one holds the {} unit \
+                         (run it with the xrt backend: `ferrite deploy --manifest ...`)",
+                        other.name()
+                    )))
+                }
+            };
             let path = m
                 .image_path()
                 .ok_or_else(|| DeviceError::Config("the manifest has no xclbin: its build did not run v++".into()))?;

@@ -21,13 +21,11 @@
 //! against a fake tree in tests (regular files stand in for the device nodes).
 use crate::bitstream::bitfile::BitFile;
 use crate::device::{
-    check_gemm_buffers, Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem,
-    RunStats,
+    Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats,
 };
 use crate::driver::{self, ControlPort, Poll};
 use crate::manifest::{LoadedManifest, UnitConfig};
 use ferrite_hw::gemm::config::BUFFER_ALIGN;
-use ferrite_hw::gemm::{GemmConfig, GemmLayout, GemmProblem};
 use ferrite_hw::regmap::RegisterMap;
 use memmap2::{MmapMut, MmapOptions};
 use std::collections::{BTreeMap, HashMap};
@@ -427,10 +425,10 @@ impl UdmaBuf {
     }
 }
 
-/// A GEMM unit in the PL of a PYNQ board.
+/// A Ferrite unit (GEMM, attention or MoE) in the PL of a PYNQ board.
 pub struct PynqDevice {
     name: String,
-    cfg: GemmConfig,
+    unit: UnitConfig,
     map: RegisterMap,
     regs: Registers,
     mem: UdmaBuf,
@@ -447,7 +445,6 @@ impl PynqDevice {
     /// Nothing is written before every prerequisite is found.
     pub fn open(image: &LoadedManifest, opts: &PynqOptions) -> Result<Self, DeviceError> {
         let m = &image.manifest;
-        let UnitConfig::Gemm(cfg) = &m.unit;
         if m.board.is_alveo() {
             return Err(DeviceError::Config(format!("the image is for {}, not a PYNQ board", m.board)));
         }
@@ -507,12 +504,12 @@ impl PynqDevice {
         let mut regs = Registers::open(&paths.dev.join(&uio.device), uio.size)?;
         let hwinfo = m.register_map.get("HWINFO").ok_or_else(|| DeviceError::Argument("no HWINFO register".into()))?;
         let found = regs.read32(hwinfo.offset)?;
-        if found != cfg.hwinfo() {
-            return Err(DeviceError::HwInfoMismatch { expected: cfg.hwinfo(), found });
+        if found != m.unit.hwinfo() {
+            return Err(DeviceError::HwInfoMismatch { expected: m.unit.hwinfo(), found });
         }
         Ok(Self {
             name: format!("{} {} at {:#x} ({})", m.board, uio.device, uio.addr, m.kernel),
-            cfg: cfg.clone(),
+            unit: m.unit.clone(),
             map: m.register_map.clone(),
             regs,
             mem,
@@ -530,28 +527,16 @@ impl PynqDevice {
         }
         Ok(base + offset)
     }
-
-    fn fits(&self, p: &GemmProblem) -> Result<(), DeviceError> {
-        p.validate()?;
-        p.validate_for(&self.cfg)
-            .map_err(|e| DeviceError::TooBig { device: self.cfg.kernel_name(), reason: e.to_string() })
-    }
 }
 
 impl Device for PynqDevice {
     fn info(&self) -> DeviceInfo {
-        DeviceInfo { name: self.name.clone(), kind: DeviceKind::Fpga, clock_mhz: Some(self.cfg.clock_mhz) }
+        DeviceInfo { name: self.name.clone(), kind: DeviceKind::Fpga, clock_mhz: Some(self.unit.clock_mhz()) }
     }
 
     /// Beat-aligned pitches, as the unit's bursts require.
     fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError> {
-        match problem {
-            Problem::Gemm(p) => {
-                self.fits(p)?;
-                Ok(Layout::Gemm(GemmLayout::new(&self.cfg, p)))
-            }
-            other => Err(DeviceError::Unsupported { device: self.name.clone(), unit: other.unit() }),
-        }
+        self.unit.layout(&self.name, problem)
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
@@ -583,21 +568,10 @@ impl Device for PynqDevice {
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
-        let Launch::Gemm(g) = launch else {
-            return Err(DeviceError::Unsupported { device: self.name.clone(), unit: launch.unit() });
-        };
-        check_gemm_buffers(g)?;
-        self.fits(&g.problem)?;
-        let beat = self.cfg.port_bytes() as u64;
-        for (name, ld) in [("LDA", g.layout.lda), ("LDB", g.layout.ldb), ("LDC", g.layout.ldc)] {
-            if !ld.is_multiple_of(beat) {
-                return Err(DeviceError::Problem(format!("{name} = {ld} is not a multiple of the {beat}-byte beat")));
-            }
-        }
         let address = |buf: Buffer| {
             self.buffers.get(&buf.id()).map(|&o| self.mem.device_address(o)).ok_or(DeviceError::UnknownBuffer(buf.id()))
         };
-        let args = driver::gemm_args(&self.cfg, g, &address)?;
+        let args = self.unit.launch_args(&self.name, launch, &address)?;
         let poll = Poll { interval: POLL_INTERVAL_US, limit: self.timeout.as_micros() as u64 };
         self.mem.sync_for_device()?;
         let ran = driver::launch(&mut self.regs, &self.map, &args, poll);
@@ -608,7 +582,7 @@ impl Device for PynqDevice {
         Ok(RunStats {
             wall: start.elapsed(),
             useful_macs: launch.useful_macs(),
-            cycles: Some(CycleStats { cycles, clock_mhz: self.cfg.clock_mhz, multipliers: self.cfg.macs() as u64 }),
+            cycles: Some(CycleStats { cycles, clock_mhz: self.unit.clock_mhz(), multipliers: self.unit.multipliers() }),
         })
     }
 }

@@ -9,12 +9,10 @@
 //! exclusively, which is why the kernel is opened with
 //! `xrtPLKernelOpenExclusive`.
 use crate::device::{
-    check_gemm_buffers, Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem,
-    RunStats,
+    Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats,
 };
 use crate::driver::{self, ControlPort, Poll};
 use crate::manifest::{LoadedManifest, UnitConfig};
-use ferrite_hw::gemm::{GemmConfig, GemmLayout, GemmProblem};
 use ferrite_hw::regmap::RegisterMap;
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -104,12 +102,12 @@ struct Bo {
     address: u64,
 }
 
-/// A GEMM unit in an xclbin on an Alveo card.
+/// A Ferrite unit (GEMM, attention or MoE) in an xclbin on an Alveo card.
 pub struct XrtDevice {
     target: XrtTarget,
     device: ffi::xrtDeviceHandle,
     kernel: ffi::xrtKernelHandle,
-    cfg: GemmConfig,
+    unit: UnitConfig,
     map: RegisterMap,
     /// Memory bank group of the kernel's `m_axi_gmem` port; every buffer is allocated there.
     group: u32,
@@ -125,7 +123,6 @@ impl XrtDevice {
     /// compute unit exclusively.
     pub fn open(target: &XrtTarget, image: &LoadedManifest) -> Result<Self, DeviceError> {
         let m = &image.manifest;
-        let UnitConfig::Gemm(cfg) = &m.unit;
         if !m.board.is_alveo() {
             return Err(DeviceError::Config(format!("the image is for {}, not an Alveo card", m.board)));
         }
@@ -139,7 +136,7 @@ impl XrtDevice {
             target: target.clone(),
             device,
             kernel: std::ptr::null_mut(),
-            cfg: cfg.clone(),
+            unit: m.unit.clone(),
             map: m.register_map.clone(),
             group: 0,
             buffers: HashMap::new(),
@@ -171,8 +168,8 @@ impl XrtDevice {
         Ok(dev)
     }
 
-    pub fn config(&self) -> &GemmConfig {
-        &self.cfg
+    pub fn unit(&self) -> &UnitConfig {
+        &self.unit
     }
 
     fn bo(&self, buf: Buffer, offset: u64, len: usize) -> Result<&Bo, DeviceError> {
@@ -181,12 +178,6 @@ impl XrtDevice {
             return Err(DeviceError::OutOfBounds { id: buf.id(), offset, len: len as u64, size: bo.size });
         }
         Ok(bo)
-    }
-
-    fn fits(&self, p: &GemmProblem) -> Result<(), DeviceError> {
-        p.validate()?;
-        p.validate_for(&self.cfg)
-            .map_err(|e| DeviceError::TooBig { device: self.cfg.kernel_name(), reason: e.to_string() })
     }
 }
 
@@ -226,21 +217,15 @@ impl Drop for XrtDevice {
 impl Device for XrtDevice {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
-            name: format!("xrt {} ({})", self.target, self.cfg.kernel_name()),
+            name: format!("xrt {} ({})", self.target, self.unit.kernel_name()),
             kind: DeviceKind::Fpga,
-            clock_mhz: Some(self.cfg.clock_mhz),
+            clock_mhz: Some(self.unit.clock_mhz()),
         }
     }
 
     /// Beat-aligned pitches, as the unit's bursts require.
     fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError> {
-        match problem {
-            Problem::Gemm(p) => {
-                self.fits(p)?;
-                Ok(Layout::Gemm(GemmLayout::new(&self.cfg, p)))
-            }
-            other => Err(DeviceError::Unsupported { device: self.info().name, unit: other.unit() }),
-        }
+        self.unit.layout(&self.info().name, problem)
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
@@ -314,26 +299,15 @@ impl Device for XrtDevice {
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
-        let Launch::Gemm(g) = launch else {
-            return Err(DeviceError::Unsupported { device: self.info().name, unit: "attention" });
-        };
-        check_gemm_buffers(g)?;
-        self.fits(&g.problem)?;
-        let beat = self.cfg.port_bytes() as u64;
-        for (name, ld) in [("LDA", g.layout.lda), ("LDB", g.layout.ldb), ("LDC", g.layout.ldc)] {
-            if !ld.is_multiple_of(beat) {
-                return Err(DeviceError::Problem(format!("{name} = {ld} is not a multiple of the {beat}-byte beat")));
-            }
-        }
         let address =
             |buf: Buffer| self.buffers.get(&buf.id()).map(|bo| bo.address).ok_or(DeviceError::UnknownBuffer(buf.id()));
-        let args = driver::gemm_args(&self.cfg, g, &address)?;
+        let args = self.unit.launch_args(&self.info().name, launch, &address)?;
         let poll = Poll { interval: POLL_INTERVAL_US, limit: self.timeout.as_micros() as u64 };
         let cycles = driver::launch(&mut XrtPort { kernel: self.kernel }, &self.map, &args, poll)?;
         Ok(RunStats {
             wall: start.elapsed(),
             useful_macs: launch.useful_macs(),
-            cycles: Some(CycleStats { cycles, clock_mhz: self.cfg.clock_mhz, multipliers: self.cfg.macs() as u64 }),
+            cycles: Some(CycleStats { cycles, clock_mhz: self.unit.clock_mhz(), multipliers: self.unit.multipliers() }),
         })
     }
 }
