@@ -10,6 +10,14 @@ use ferrite_hw::moe::{MoeOutput, MoeProblem};
 use ferrite_hw::numerics::EXP2_FRAC_BITS;
 use ferrite_hw::HwError;
 
+/// Real value of one LSB of generated tokens and gate weights, for demos,
+/// comparisons and benches: uniform int8 tokens span [-4, 4) and uniform int8
+/// weights span nn.Linear's initial range ±1/√H, so the logits have σ ≈ 0.77
+/// nats whatever H is — a router early in training, with few float near-ties.
+pub fn generated_scales(hidden: usize) -> (f64, f64) {
+    (1.0 / 32.0, 1.0 / (128.0 * (hidden.max(1) as f64).sqrt()))
+}
+
 /// Auxiliary router losses of one batch, as the papers define them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RouterLosses {

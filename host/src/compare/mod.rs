@@ -215,10 +215,11 @@ impl Inputs {
                 Self::Attention { p, q, k, v, golden, reference }
             }
             Size::Moe { tokens, hidden, experts, top_k } => {
+                let (sx, sw) = crate::routing::generated_scales(hidden);
                 let p = MoeProblem {
                     bias: true,
                     capacity: Some(CapacityFactor::ONE),
-                    ..MoeProblem::new(tokens, hidden, experts, top_k, GateMode::SoftmaxTopk, 1.0 / 16.0, 1.0 / 32.0)?
+                    ..MoeProblem::new(tokens, hidden, experts, top_k, GateMode::SoftmaxTopk, sx, sw)?
                 };
                 p.validate()?;
                 let x: Vec<i8> = (0..tokens * hidden).map(|_| rng.gen()).collect();

@@ -8,21 +8,18 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::backend::sim::Engine;
-use ferrite_host::routing::{expert_choice, load_histogram, losses};
+use ferrite_host::routing::{expert_choice, generated_scales, load_histogram, losses};
 use ferrite_host::{npy, ops, Device};
 use ferrite_hw::moe::{agreement, route, route_f64, rtl, CapacityFactor, GateMode, MoeConfig, MoeOutput, MoeProblem};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::PathBuf;
 
-/// Default real value of one LSB of the tokens: uniform int8 tokens span [-4, 4).
+/// Default real value of one LSB of the tokens (see [`generated_scales`]).
 const DEFAULT_X_SCALE: f64 = 1.0 / 32.0;
 
-/// Default real value of one LSB of the gate weights: uniform int8 weights
-/// span nn.Linear's initial range ±1/√H, so with [`DEFAULT_X_SCALE`] the
-/// logits have σ ≈ 0.77 nats whatever H is — a router early in training.
 fn default_w_scale(hidden: usize) -> f64 {
-    1.0 / (128.0 * (hidden as f64).sqrt())
+    generated_scales(hidden).1
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
