@@ -6,7 +6,9 @@ use ferrite_host::bitstream::board::Board;
 use ferrite_host::bitstream::tcl::{check_syntax, TclCheck};
 use ferrite_host::bitstream::{build, kernel_xml, BuildRequest, Outcome};
 use ferrite_host::manifest::{Manifest, ManifestError, UnitConfig};
+use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::gemm::GemmConfig;
+use ferrite_hw::moe::MoeConfig;
 use std::path::Path;
 
 fn build_small(board: Board, dir: &Path) -> ferrite_host::bitstream::BuildReport {
@@ -219,4 +221,103 @@ fn devices_lists_cpu_and_tools() {
         });
         assert!(pocl, "CI installs PoCL: {v}");
     }
+}
+
+fn small_attention() -> AttentionConfig {
+    AttentionConfig { head_dim: 16, lanes: 2, dot_par: 16, port_bits: 128, ..AttentionConfig::default() }
+}
+
+#[test]
+fn attention_and_moe_builds_are_checked_against_their_register_maps() {
+    let units = [
+        (UnitConfig::Attention(small_attention()), "\"lanes\": 2", "\"lanes\": 3"),
+        (UnitConfig::Moe(MoeConfig::small()), "\"e_max\": 12", "\"e_max\": 13"),
+    ];
+    for (unit, field, edited) in units {
+        let map = unit.register_map();
+        for board in [Board::U55c, Board::PynqZ2] {
+            let dir = tempfile::tempdir().unwrap();
+            let report = build(&BuildRequest {
+                unit: unit.clone(),
+                board,
+                clock_mhz: board.spec().default_clock_mhz,
+                out: dir.path().to_path_buf(),
+                run_vendor_tools: false,
+            })
+            .unwrap();
+            assert!(report.success(), "{report}");
+            let syntax_ok =
+                report.checks.iter().filter(|(n, o)| n.ends_with("syntax") && matches!(o, Outcome::Pass(_)));
+            assert_eq!(syntax_ok.count(), 1, "tclsh checked the one Tcl script: {report}");
+            let verilog = std::fs::read_to_string(dir.path().join(format!("{}.v", map.kernel))).unwrap();
+            assert!(verilog.contains(&format!("module {}(", map.kernel)));
+            let loaded = Manifest::load(&report.manifest).unwrap();
+            assert_eq!(loaded.manifest.unit, unit);
+            assert_eq!(loaded.manifest.register_map, map);
+            assert_eq!(serde_json::from_str::<Manifest>(&loaded.manifest.to_json()).unwrap(), loaded.manifest);
+            if board.is_alveo() {
+                let xml = std::fs::read_to_string(dir.path().join("kernel.xml")).unwrap();
+                kernel_xml::check(&xml, &map).unwrap();
+                for r in map.arguments() {
+                    assert!(xml.contains(&format!("name=\"{}\"", r.name)), "{} missing from kernel.xml", r.name);
+                }
+                let tcl = std::fs::read_to_string(dir.path().join("package_xo.tcl")).unwrap();
+                for r in &map.registers {
+                    assert!(tcl.contains(&format!("    {} {:#x} {}", r.name, r.offset, r.bits)), "{}", r.name);
+                }
+                let link = std::fs::read_to_string(dir.path().join("link.cfg")).unwrap();
+                assert!(link.contains(&format!("sp={}_1.m_axi_gmem:", map.kernel)), "{link}");
+            } else {
+                let dtso = std::fs::read_to_string(dir.path().join("overlay.dtso")).unwrap();
+                assert!(dtso.contains(&format!("{}@", map.kernel)), "{dtso}");
+            }
+            // A configuration edited after the build no longer generates the recorded kernel.
+            let good = std::fs::read_to_string(&report.manifest).unwrap();
+            assert!(good.contains(field), "{good}");
+            std::fs::write(&report.manifest, good.replace(field, edited)).unwrap();
+            let e = Manifest::load(&report.manifest).unwrap_err().to_string();
+            assert!(e.contains("kernel"), "{e}");
+        }
+    }
+}
+
+#[test]
+fn bitstream_build_cli_takes_each_units_flags() {
+    let cases: [(&[&str], Board); 2] = [
+        (&["--unit", "attention", "--d", "16", "--lanes", "2", "--port-bits", "128"], Board::U280),
+        (
+            &["--unit", "moe", "--e-max", "12", "--k-max", "8", "--h-max", "64", "--lanes", "4", "--port-bits", "128"],
+            Board::Zcu104,
+        ),
+    ];
+    for (flags, board) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let out = ferrite()
+            .args(["bitstream", "build", "--board", &board.to_string()])
+            .args(flags)
+            .arg("--out")
+            .arg(dir.path())
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("`vivado` is not on PATH; would have run: vivado"), "{text}");
+        let m = Manifest::load(&dir.path().join("manifest.json")).unwrap().manifest;
+        let want = match flags[1] {
+            "attention" => UnitConfig::Attention(AttentionConfig { clock_mhz: m.clock_mhz, ..small_attention() }),
+            _ => UnitConfig::Moe(MoeConfig { clock_mhz: m.clock_mhz, ..MoeConfig::small() }),
+        };
+        assert_eq!(m.unit, want);
+    }
+    // Another unit's flag is refused rather than silently ignored.
+    let dir = tempfile::tempdir().unwrap();
+    let out = ferrite()
+        .args(["bitstream", "build", "--unit", "attention", "--board", "u55c", "--rows", "4", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--rows is not a flag of the attention unit"), "{err}");
 }

@@ -13,8 +13,11 @@ use ferrite_host::deploy::{deploy_pynq, gemm_problems, self_test_dma_bytes};
 use ferrite_host::driver::ControlPort;
 use ferrite_host::manifest::{Manifest, UnitConfig};
 use ferrite_host::{Device, DeviceError};
+use ferrite_hw::attention::{attention, AttentionConfig, AttentionOutput, AttentionParams, AttentionProblem};
 use ferrite_hw::gemm::config::{BUFFER_ALIGN, FLAG_BIAS, FLAG_RELU, FLAG_REQUANT};
 use ferrite_hw::gemm::{gemm, GemmConfig, GemmOutput, GemmProblem};
+use ferrite_hw::moe::config::RECORD_BYTES;
+use ferrite_hw::moe::{route, CapacityFactor, GateMode, MoeConfig, MoeProblem};
 use ferrite_hw::numerics::Requant;
 use ferrite_hw::regmap::{RegisterMap, CTRL, CTRL_AP_DONE, CTRL_AP_IDLE, CTRL_AP_START};
 use memmap2::{MmapMut, MmapOptions};
@@ -59,8 +62,13 @@ fn fake_bit(words: &[u32]) -> Vec<u8> {
 /// A PYNQ-Z2 build of the small unit with a (fake) bitstream, hwh and dtbo, as
 /// the build on a Vivado machine leaves it; returns the manifest path.
 fn built_image(dir: &Path) -> PathBuf {
+    built_image_of(dir, &gemm_unit())
+}
+
+/// [`built_image`] of any unit.
+fn built_image_of(dir: &Path, unit: &UnitConfig) -> PathBuf {
     let report = build(&BuildRequest {
-        unit: UnitConfig::Gemm(cfg()),
+        unit: unit.clone(),
         board: Board::PynqZ2,
         clock_mhz: 100.0,
         out: dir.to_path_buf(),
@@ -98,6 +106,7 @@ fn read(path: PathBuf) -> String {
 struct FakeBoard {
     _root: tempfile::TempDir,
     paths: PynqPaths,
+    unit: UnitConfig,
     map: RegisterMap,
 }
 
@@ -105,9 +114,14 @@ impl FakeBoard {
     /// Everything present: FPGA manager in `operating`, configfs, a decoy UIO
     /// device and the unit's (uio1), a u-dma-buf of `dma_bytes`.
     fn new(dma_bytes: u64) -> Self {
+        Self::with_unit(gemm_unit(), dma_bytes)
+    }
+
+    /// [`FakeBoard::new`] with `unit` in the PL.
+    fn with_unit(unit: UnitConfig, dma_bytes: u64) -> Self {
         let root = tempfile::tempdir().unwrap();
         let paths = PynqPaths::under(root.path());
-        let map = cfg().register_map();
+        let map = unit.register_map();
         fs::create_dir_all(&paths.firmware).unwrap();
         fs::create_dir_all(&paths.overlays).unwrap();
         for attr in ["flags", "firmware"] {
@@ -129,8 +143,9 @@ impl FakeBoard {
             write(u.join(attr), "");
         }
         write(paths.dev.join("udmabuf0"), vec![0u8; dma_bytes as usize]);
-        let board = Self { _root: root, paths, map };
-        board.set_reg("HWINFO", cfg().hwinfo());
+        let hwinfo = unit.hwinfo();
+        let board = Self { _root: root, paths, unit, map };
+        board.set_reg("HWINFO", hwinfo);
         board.set_reg("CTRL", CTRL_AP_IDLE);
         board
     }
@@ -179,89 +194,188 @@ struct UnitLog {
 
 /// The unit: on ap_start, check the caches were handed to it, read the
 /// arguments from the registers and the operands from the DMA region at
-/// address − PHYS, run the golden model, write C, CYCLES, STATUS, then
-/// ap_done | ap_idle. Stops when `stop` is set (or after 60 s, never hanging a test).
+/// address − PHYS, run the unit's golden model, write its outputs, CYCLES,
+/// STATUS, then ap_done | ap_idle. Stops when `stop` is set (or after 60 s,
+/// never hanging a test).
 fn fake_unit(board: &FakeBoard, stop: Arc<AtomicBool>) -> JoinHandle<UnitLog> {
-    let mut regs = map_file(&board.paths.dev.join("uio1"));
-    let mut mem = map_file(&board.paths.dev.join("udmabuf0"));
+    let regs = map_file(&board.paths.dev.join("uio1"));
+    let mem = map_file(&board.paths.dev.join("udmabuf0"));
     let sysfs = board.paths.udmabuf_class.join("udmabuf0");
-    let map = board.map.clone();
+    let (map, unit) = (board.map.clone(), board.unit.clone());
     std::thread::spawn(move || {
         let mut log = UnitLog::default();
+        let mut run = Run { regs, mem, map, synced: 0 };
         let deadline = Instant::now() + Duration::from_secs(60);
         while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
-            if reg(&regs, CTRL) & CTRL_AP_START == 0 {
+            if reg(&run.regs, CTRL) & CTRL_AP_START == 0 {
                 std::thread::sleep(Duration::from_micros(50));
                 continue;
             }
-            set(&mut regs, CTRL, 0);
-            let r = |name: &str| reg(&regs, map.offset(name));
-            let r64 = |name: &str| r(name) as u64 | (reg(&regs, map.offset(name) + 4) as u64) << 32;
-            let (a, b, c, bias) = (r64("A"), r64("B"), r64("C"), r64("BIAS"));
-            log.addresses.push((a, b, c));
-            let (m, n, k) = (r("M") as usize, r("N") as usize, r("K") as usize);
-            let (lda, ldb, ldc, flags) = (r("LDA") as usize, r("LDB") as usize, r("LDC") as usize, r("FLAGS"));
-            let p = GemmProblem {
-                bias: flags & FLAG_BIAS != 0,
-                relu: flags & FLAG_RELU != 0,
-                requant: (flags & FLAG_REQUANT != 0)
-                    .then(|| Requant { multiplier: r("QMULT") as i32, shift: r("QSHIFT") }),
-                ..GemmProblem::new(m, n, k)
-            };
+            set(&mut run.regs, CTRL, 0);
             let sync = |attr: &str| fs::read_to_string(sysfs.join(attr)).unwrap_or_default();
             if sync("sync_for_device").trim() != "1" || sync("sync_offset").trim() != "0" {
                 log.errors.push(format!("launch {}: started without sync_for_device of the region", log.launches));
             }
-            let synced: u64 = sync("sync_size").trim().parse().unwrap_or(0);
-            let at = |addr: u64, bytes: usize| -> Option<usize> {
-                let off = addr.checked_sub(PHYS)?;
-                (off + bytes as u64 <= synced).then_some(off as usize)
+            run.synced = sync("sync_size").trim().parse().unwrap_or(0);
+            let cycles = match &unit {
+                UnitConfig::Gemm(_) => run.gemm(&mut log),
+                UnitConfig::Attention(c) => run.attention(c.head_dim),
+                UnitConfig::Moe(_) => run.moe(),
+                other => Err(format!("the fake unit does not play {}", other.name())),
             };
-            let elem = p.out_elem_bytes();
-            let (Some(a0), Some(b0), Some(c0)) = (at(a, lda * m), at(b, ldb * k), at(c, ldc * m)) else {
-                log.errors
-                    .push(format!("launch {}: A/B/C {a:#x}/{b:#x}/{c:#x} outside the synced region", log.launches));
-                set(&mut regs, CTRL, CTRL_AP_DONE | CTRL_AP_IDLE);
-                continue;
-            };
-            let rows = |base: usize, pitch: usize, count: usize, len: usize| -> Vec<i8> {
-                (0..count)
-                    .flat_map(|i| mem[base + i * pitch..base + i * pitch + len].iter().map(|&x| x as i8))
-                    .collect()
-            };
-            let (av, bv) = (rows(a0, lda, m, k), rows(b0, ldb, k, n));
-            let biasv: Option<Vec<i32>> = match (p.bias, at(bias, 4 * n)) {
-                (false, _) => None,
-                (true, Some(o)) => {
-                    Some(mem[o..o + 4 * n].chunks_exact(4).map(|w| i32::from_le_bytes(w.try_into().unwrap())).collect())
+            match cycles {
+                Ok(c) => {
+                    let _ = fs::write(sysfs.join("sync_for_device"), "");
+                    let cycles = run.map.offset("CYCLES");
+                    set(&mut run.regs, cycles, c as u32);
+                    set(&mut run.regs, run.map.offset("STATUS"), 0);
+                    log.launches += 1;
                 }
-                (true, None) => {
-                    log.errors.push(format!("launch {}: BIAS {bias:#x} outside the synced region", log.launches));
-                    None
-                }
-            };
-            match gemm(&p, &av, &bv, biasv.as_deref()) {
-                Ok(out) => {
-                    for i in 0..m {
-                        for j in 0..n {
-                            let dst = c0 + i * ldc + j * elem;
-                            match &out {
-                                GemmOutput::I32(v) => mem[dst..dst + 4].copy_from_slice(&v[i * n + j].to_le_bytes()),
-                                GemmOutput::I8(v) => mem[dst] = v[i * n + j] as u8,
-                            }
-                        }
-                    }
-                }
-                Err(e) => log.errors.push(format!("golden model: {e}")),
+                Err(e) => log.errors.push(format!("launch {}: {e}", log.launches)),
             }
-            let _ = fs::write(sysfs.join("sync_for_device"), "");
-            set(&mut regs, map.offset("CYCLES"), (m * n * k) as u32);
-            set(&mut regs, map.offset("STATUS"), 0);
-            log.launches += 1;
-            set(&mut regs, CTRL, CTRL_AP_DONE | CTRL_AP_IDLE);
+            set(&mut run.regs, CTRL, CTRL_AP_DONE | CTRL_AP_IDLE);
         }
         log
     })
+}
+
+/// One launch as the fake unit sees it: its registers and the DMA region.
+struct Run {
+    regs: MmapMut,
+    mem: MmapMut,
+    map: RegisterMap,
+    /// Bytes of the region the driver synced for the device.
+    synced: u64,
+}
+
+impl Run {
+    fn r(&self, name: &str) -> u32 {
+        reg(&self.regs, self.map.offset(name))
+    }
+
+    fn r64(&self, name: &str) -> u64 {
+        self.r(name) as u64 | (reg(&self.regs, self.map.offset(name) + 4) as u64) << 32
+    }
+
+    /// Region offset of the `bytes` at the address in register `name`, inside the synced part.
+    fn at(&self, name: &str, bytes: usize) -> Result<usize, String> {
+        let addr = self.r64(name);
+        addr.checked_sub(PHYS)
+            .filter(|off| off + bytes as u64 <= self.synced)
+            .map(|off| off as usize)
+            .ok_or_else(|| format!("{name} {addr:#x} + {bytes} bytes is outside the synced region"))
+    }
+
+    /// `count` rows of `len` bytes, `pitch` apart from `base`.
+    fn rows(&self, base: usize, pitch: usize, count: usize, len: usize) -> Vec<i8> {
+        (0..count).flat_map(|i| self.mem[base + i * pitch..][..len].iter().map(|&x| x as i8)).collect()
+    }
+
+    fn words(&self, base: usize, n: usize) -> Vec<i32> {
+        self.mem[base..base + 4 * n].chunks_exact(4).map(|w| i32::from_le_bytes(w.try_into().unwrap())).collect()
+    }
+
+    fn gemm(&mut self, log: &mut UnitLog) -> Result<u64, String> {
+        let r = |name: &str| self.r(name);
+        let (m, n, k) = (r("M") as usize, r("N") as usize, r("K") as usize);
+        let (lda, ldb, ldc, flags) = (r("LDA") as usize, r("LDB") as usize, r("LDC") as usize, r("FLAGS"));
+        let p = GemmProblem {
+            bias: flags & FLAG_BIAS != 0,
+            relu: flags & FLAG_RELU != 0,
+            requant: (flags & FLAG_REQUANT != 0).then(|| Requant { multiplier: r("QMULT") as i32, shift: r("QSHIFT") }),
+            ..GemmProblem::new(m, n, k)
+        };
+        log.addresses.push((self.r64("A"), self.r64("B"), self.r64("C")));
+        let (a0, b0, c0) = (self.at("A", lda * m)?, self.at("B", ldb * k)?, self.at("C", ldc * m)?);
+        let (av, bv) = (self.rows(a0, lda, m, k), self.rows(b0, ldb, k, n));
+        let biasv = if p.bias { Some(self.words(self.at("BIAS", 4 * n)?, n)) } else { None };
+        let out = gemm(&p, &av, &bv, biasv.as_deref()).map_err(|e| format!("golden model: {e}"))?;
+        let elem = p.out_elem_bytes();
+        for i in 0..m {
+            for j in 0..n {
+                let dst = c0 + i * ldc + j * elem;
+                match &out {
+                    GemmOutput::I32(v) => self.mem[dst..dst + 4].copy_from_slice(&v[i * n + j].to_le_bytes()),
+                    GemmOutput::I8(v) => self.mem[dst] = v[i * n + j] as u8,
+                }
+            }
+        }
+        Ok((m * n * k) as u64)
+    }
+
+    fn attention(&mut self, dim: usize) -> Result<u64, String> {
+        let r = |name: &str| self.r(name) as usize;
+        let (heads, hpb, seq_q, seq_kv) = (r("HEADS"), r("HPB"), r("SEQ_Q"), r("SEQ_KV"));
+        let (qs, kvs, os, flags) = (r("Q_STRIDE"), r("KV_STRIDE"), r("O_STRIDE"), r("FLAGS"));
+        let batch = heads / hpb;
+        let kv_len = if flags & 2 != 0 {
+            Some(self.words(self.at("KVLEN", 4 * batch)?, batch).iter().map(|&n| n as usize).collect())
+        } else {
+            None
+        };
+        let params = AttentionParams {
+            score: Requant { multiplier: r("SMULT") as i32, shift: r("SSHIFT") as u32 },
+            out: (flags & 4 != 0).then(|| Requant { multiplier: r("OMULT") as i32, shift: r("OSHIFT") as u32 }),
+        };
+        let p = AttentionProblem { batch, heads: hpb, seq_q, seq_kv, dim, causal: flags & 1 != 0, kv_len, params };
+        let (q0, k0, v0) = (self.at("Q", qs * heads)?, self.at("K", kvs * heads)?, self.at("V", kvs * heads)?);
+        let o0 = self.at("O", os * heads)?;
+        let (q, k, v) = (
+            self.rows(q0, qs, heads, seq_q * dim),
+            self.rows(k0, kvs, heads, seq_kv * dim),
+            self.rows(v0, kvs, heads, seq_kv * dim),
+        );
+        let out = attention(&p, &q, &k, &v).map_err(|e| format!("golden model: {e}"))?;
+        let per_head = seq_q * dim;
+        for i in 0..out.len() {
+            let (h, e) = (i / per_head, i % per_head);
+            match &out {
+                AttentionOutput::Fixed(o) => {
+                    let dst = o0 + h * os + 4 * e;
+                    self.mem[dst..dst + 4].copy_from_slice(&o[i].to_le_bytes());
+                }
+                AttentionOutput::I8(o) => self.mem[o0 + h * os + e] = o[i] as u8,
+            }
+        }
+        Ok((heads * seq_q * seq_kv) as u64)
+    }
+
+    fn moe(&mut self) -> Result<u64, String> {
+        let r = |name: &str| self.r(name) as usize;
+        let (t, h, e, k) = (r("T"), r("H"), r("E"), r("K"));
+        let (ldx, ldw, dpitch, flags) = (r("LDX"), r("LDW"), r("DPITCH"), r("FLAGS"));
+        let p = MoeProblem {
+            tokens: t,
+            hidden: h,
+            experts: e,
+            top_k: k,
+            mode: if flags & 2 != 0 { GateMode::TopkSoftmax } else { GateMode::SoftmaxTopk },
+            renormalize: flags & 4 != 0,
+            capacity: (flags & 8 != 0).then(|| CapacityFactor(r("CF") as u32)),
+            bias: flags & 1 != 0,
+            logit: Requant { multiplier: r("SMULT") as i32, shift: r("SSHIFT") as u32 },
+        };
+        let (x0, w0) = (self.at("X", ldx * t)?, self.at("WG", ldw * e)?);
+        let (x, w) = (self.rows(x0, ldx, t, h), self.rows(w0, ldw, e, h));
+        let bias = if p.bias { Some(self.words(self.at("BIAS", 4 * e)?, e)) } else { None };
+        let out = route(&p, &x, &w, bias.as_deref()).map_err(|e| format!("golden model: {e}"))?;
+        let route0 = self.at("ROUTE", RECORD_BYTES * t)?;
+        for tok in 0..t {
+            self.mem[route0 + tok * RECORD_BYTES..][..RECORD_BYTES].copy_from_slice(&out.record(tok, k));
+        }
+        let stats0 = self.at("STATS", 4 * (e + 2))?;
+        let head = [out.dropped, out.capacity].into_iter().chain(out.load.iter().copied());
+        for (i, v) in head.enumerate() {
+            self.mem[stats0 + 4 * i..][..4].copy_from_slice(&v.to_le_bytes());
+        }
+        let d0 = self.at("DISPATCH", dpitch * e)?;
+        for (ex, tokens) in out.dispatch.iter().enumerate() {
+            for (i, tok) in tokens.iter().enumerate() {
+                self.mem[d0 + ex * dpitch + 4 * i..][..4].copy_from_slice(&tok.to_le_bytes());
+            }
+        }
+        Ok((t * e) as u64)
+    }
 }
 
 /// Run `f` with the fake unit running, then stop it and return its log.
@@ -549,4 +663,42 @@ fn deploy_cli_refuses_device_for_a_pynq_image() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--device 0: a pynq-z2 has one programmable logic region"), "{err}");
+}
+
+#[test]
+fn deploy_self_tests_attention_and_moe_units_bit_exact() {
+    let units = [
+        UnitConfig::Attention(AttentionConfig {
+            head_dim: 16,
+            lanes: 2,
+            dot_par: 16,
+            port_bits: 128,
+            clock_mhz: 100.0,
+            ..AttentionConfig::default()
+        }),
+        UnitConfig::Moe(MoeConfig { clock_mhz: 100.0, ..MoeConfig::small() }),
+    ];
+    for unit in units {
+        let image = tempfile::tempdir().unwrap();
+        let manifest = built_image_of(image.path(), &unit);
+        let board = FakeBoard::with_unit(unit.clone(), self_test_dma_bytes(&unit));
+        let (result, log) = with_unit(&board, || deploy_pynq(&manifest, &board.options()));
+        let cases = result.unwrap_or_else(|e| panic!("{}: {e:#}", unit.name()));
+        assert!(log.errors.is_empty(), "{}: {:?}", unit.name(), log.errors);
+        assert_eq!(cases.len(), 3, "{cases:?}");
+        assert_eq!(log.launches, cases.len(), "one launch per self-test case");
+        assert!(cases.iter().all(|c| c.failure.is_none() && c.cycles.is_some()), "{cases:?}");
+        assert_eq!(board.loaded_firmware(), format!("{}.bit.bin", unit.kernel_name()));
+    }
+}
+
+#[test]
+fn an_moe_unit_that_never_finishes_fails_every_case() {
+    let unit = UnitConfig::Moe(MoeConfig { clock_mhz: 100.0, ..MoeConfig::small() });
+    let image = tempfile::tempdir().unwrap();
+    let manifest = built_image_of(image.path(), &unit);
+    let board = FakeBoard::with_unit(unit.clone(), self_test_dma_bytes(&unit));
+    // No unit thread: a run that never finishes fails every case with a timeout.
+    let e = deploy_error(&manifest, &board);
+    assert!(e.contains("3 of 3 cases failed") && e.contains("timeout"), "{e}");
 }
