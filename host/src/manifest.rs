@@ -406,4 +406,17 @@ mod tests {
         assert_eq!(v["config"]["rows"], 2);
         assert_eq!(serde_json::from_value::<Manifest>(v).unwrap(), m);
     }
+
+    #[test]
+    fn attention_and_moe_configs_round_trip_under_their_unit_tags() {
+        let attention = AttentionConfig { head_dim: 16, lanes: 2, dot_par: 16, port_bits: 128, ..Default::default() };
+        for (unit, tag) in
+            [(UnitConfig::Attention(attention), "attention"), (UnitConfig::Moe(MoeConfig::small()), "moe")]
+        {
+            let v = serde_json::to_value(&unit).unwrap();
+            assert_eq!(v["unit"], tag);
+            assert_eq!(unit.name(), tag);
+            assert_eq!(serde_json::from_value::<UnitConfig>(v).unwrap(), unit);
+        }
+    }
 }

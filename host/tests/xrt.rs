@@ -4,11 +4,36 @@
 //! self-test runs on it; without one it is skipped with the reason printed.
 #![cfg(feature = "xrt")]
 use ferrite_host::backend::xrt::{open_device, sysfs_cards, XrtTarget};
+use ferrite_host::bitstream::board::Board;
+use ferrite_host::bitstream::{build, BuildRequest};
 use ferrite_host::deploy::deploy;
-use std::path::Path;
+use ferrite_host::manifest::{Manifest, UnitConfig};
+use ferrite_hw::attention::AttentionConfig;
+use ferrite_hw::moe::MoeConfig;
+use std::path::{Path, PathBuf};
 
 /// Where Debian installs XRT's libraries (there is no $XILINX_XRT/lib layout).
 const DEBIAN_LIBS: &str = "/usr/lib/x86_64-linux-gnu";
+
+/// A U55C build of `unit` whose image is a stand-in xclbin (magic and kernel
+/// name, what the manifest check reads); returns the manifest path.
+fn image_with_xclbin(dir: &Path, unit: UnitConfig) -> PathBuf {
+    let report = build(&BuildRequest {
+        unit,
+        board: Board::U55c,
+        clock_mhz: 300.0,
+        out: dir.to_path_buf(),
+        run_vendor_tools: false,
+    })
+    .unwrap();
+    let m = Manifest::load(&report.manifest).unwrap().manifest;
+    let mut xclbin = b"xclbin2\0".to_vec();
+    xclbin.extend_from_slice(m.kernel.as_bytes());
+    std::fs::write(dir.join("k.xclbin"), xclbin).unwrap();
+    let mut files: Vec<String> = m.files.keys().cloned().collect();
+    files.push("k.xclbin".into());
+    Manifest::new(m.unit, m.board, m.clock_mhz, Some("k.xclbin".into()), None, dir, &files).unwrap().write(dir).unwrap()
+}
 
 /// One test: XRT reads XILINX_XRT once per process, so the steps run in order.
 #[test]
@@ -25,6 +50,22 @@ fn opening_without_a_card_is_a_clear_error() {
     std::env::remove_var("XILINX_XRT");
     let e = open_device(&XrtTarget::Index(0)).unwrap_err().to_string();
     assert!(e.contains("XILINX_XRT is not set"), "{e}");
+    // Attention and MoE images take the same path: to the runtime check, not an "unsupported unit".
+    for unit in [
+        UnitConfig::Attention(AttentionConfig {
+            head_dim: 16,
+            lanes: 2,
+            dot_par: 16,
+            port_bits: 128,
+            ..Default::default()
+        }),
+        UnitConfig::Moe(MoeConfig::small()),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let manifest = image_with_xclbin(dir.path(), unit);
+        let e = format!("{:#}", deploy(&manifest, Some("0")).unwrap_err());
+        assert!(e.contains("XILINX_XRT is not set"), "{e}");
+    }
 
     if !Path::new(DEBIAN_LIBS).join("libxrt_core.so.2").is_file() {
         eprintln!("skipped the live XRT call: no libxrt_core.so.2 in {DEBIAN_LIBS} (install libxrt-dev)");
