@@ -108,6 +108,8 @@ struct FakeBoard {
     paths: PynqPaths,
     unit: UnitConfig,
     map: RegisterMap,
+    /// Output register whose first byte the fake unit flips after each run (a faulty unit).
+    corrupt: Option<&'static str>,
 }
 
 impl FakeBoard {
@@ -144,7 +146,7 @@ impl FakeBoard {
         }
         write(paths.dev.join("udmabuf0"), vec![0u8; dma_bytes as usize]);
         let hwinfo = unit.hwinfo();
-        let board = Self { _root: root, paths, unit, map };
+        let board = Self { _root: root, paths, unit, map, corrupt: None };
         board.set_reg("HWINFO", hwinfo);
         board.set_reg("CTRL", CTRL_AP_IDLE);
         board
@@ -201,7 +203,7 @@ fn fake_unit(board: &FakeBoard, stop: Arc<AtomicBool>) -> JoinHandle<UnitLog> {
     let regs = map_file(&board.paths.dev.join("uio1"));
     let mem = map_file(&board.paths.dev.join("udmabuf0"));
     let sysfs = board.paths.udmabuf_class.join("udmabuf0");
-    let (map, unit) = (board.map.clone(), board.unit.clone());
+    let (map, unit, corrupt) = (board.map.clone(), board.unit.clone(), board.corrupt);
     std::thread::spawn(move || {
         let mut log = UnitLog::default();
         let mut run = Run { regs, mem, map, synced: 0 };
@@ -223,6 +225,9 @@ fn fake_unit(board: &FakeBoard, stop: Arc<AtomicBool>) -> JoinHandle<UnitLog> {
                 UnitConfig::Moe(_) => run.moe(),
                 other => Err(format!("the fake unit does not play {}", other.name())),
             };
+            if let Some(off) = corrupt.and_then(|name| run.at(name, 1).ok()) {
+                run.mem[off] ^= 1;
+            }
             match cycles {
                 Ok(c) => {
                     let _ = fs::write(sysfs.join("sync_for_device"), "");
@@ -689,6 +694,35 @@ fn deploy_self_tests_attention_and_moe_units_bit_exact() {
         assert_eq!(log.launches, cases.len(), "one launch per self-test case");
         assert!(cases.iter().all(|c| c.failure.is_none() && c.cycles.is_some()), "{cases:?}");
         assert_eq!(board.loaded_firmware(), format!("{}.bit.bin", unit.kernel_name()));
+    }
+}
+
+#[test]
+fn a_faulty_attention_or_moe_unit_fails_the_self_test_naming_the_mismatch() {
+    let cases = [
+        (
+            UnitConfig::Attention(AttentionConfig {
+                head_dim: 16,
+                lanes: 2,
+                dot_par: 16,
+                port_bits: 128,
+                clock_mhz: 100.0,
+                ..AttentionConfig::default()
+            }),
+            "O",
+            "element 0: got",
+        ),
+        (UnitConfig::Moe(MoeConfig { clock_mhz: 100.0, ..MoeConfig::small() }), "ROUTE", "experts[0]: got"),
+    ];
+    for (unit, output, mismatch) in cases {
+        let image = tempfile::tempdir().unwrap();
+        let manifest = built_image_of(image.path(), &unit);
+        let mut board = FakeBoard::with_unit(unit.clone(), self_test_dma_bytes(&unit));
+        board.corrupt = Some(output);
+        let (result, log) = with_unit(&board, || deploy_pynq(&manifest, &board.options()));
+        let e = format!("{:#}", result.unwrap_err());
+        assert!(log.errors.is_empty(), "{:?}", log.errors);
+        assert!(e.contains("3 of 3 cases failed") && e.contains(mismatch), "{}: {e}", unit.name());
     }
 }
 
