@@ -161,7 +161,7 @@ impl XrtDevice {
         if dev.kernel.is_null() {
             return Err(backend_error(format!("opening kernel {} exclusively: {}", m.kernel, errno())));
         }
-        // SAFETY: live kernel handle; argument 0 (A) is on m_axi_gmem like every buffer.
+        // SAFETY: live kernel handle; argument 0 (the first buffer: A, Q or X) is on m_axi_gmem like every buffer.
         let group = unsafe { ffi::xrtKernelArgGroupId(dev.kernel, 0) };
         dev.group = u32::try_from(group)
             .map_err(|_| backend_error(format!("memory group of {}'s buffers: {}", m.kernel, errno())))?;
