@@ -80,7 +80,7 @@ fn gemm_counts_cache_and_extrapolate() {
 }
 
 #[test]
-#[ignore = "yosys takes ~4 min per tiny attention config (d16 l1 p128: 252 s on 2 cores); \
+#[ignore = "yosys takes 4-5 min per tiny attention config (d16 p128: l1 228 s, l2 308 s; test 538 s on 2 cores); \
             run with `cargo test -p ferrite-host --test resources -- --ignored`"]
 fn attention_counts_cache_and_extrapolate() {
     let Some(cache) = cache() else { return };
