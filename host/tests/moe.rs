@@ -148,3 +148,31 @@ fn bad_problems_are_clear_errors_on_every_device() {
     let err = dev.launch(&Launch::Moe(MoeArgs { problem: base, ..short })).unwrap_err();
     assert!(err.to_string().contains("buffer route has 16 bytes"), "{err}");
 }
+
+/// E up to 256 on a unit built for 256 experts (k_max 8, 16 lanes, H ≤ 16).
+/// Ignored by default: its Verilator build took 16 min on the 2-core dev box
+/// (cached afterwards); run with `cargo test -p ferrite-host --test moe -- --ignored`.
+#[test]
+#[ignore = "builds a 256-expert unit: about 16 min of Verilator on 2 cores"]
+fn sim_equals_golden_with_256_experts() {
+    if !ferrite_sim::verilator_or_skip() {
+        return;
+    }
+    let cfg = MoeConfig { e_max: 256, k_max: 8, h_max: 16, lanes: 16, port_bits: 128, clock_mhz: 300.0 };
+    let runner_cfg = proptest::test_runner::Config { cases: 8, ..Default::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(runner_cfg);
+    runner
+        .run(&(case(16, 256), 0.0f64..0.4, any::<u64>()), |(c, backpressure, seed)| {
+            let mem = MemoryConfig {
+                ready_stall_prob: backpressure,
+                valid_stall_prob: backpressure,
+                seed,
+                ..MemoryConfig::default()
+            };
+            let mut dev = SimDevice::new(cfg.clone(), mem, Engine::Verilator, None).unwrap();
+            let (out, _) = ops::moe(&mut dev, &c.p, &c.x, &c.w, c.bias.as_deref()).unwrap();
+            prop_assert_eq!(out, route(&c.p, &c.x, &c.w, c.bias.as_deref()).unwrap());
+            Ok(())
+        })
+        .unwrap();
+}
