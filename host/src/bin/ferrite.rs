@@ -5,10 +5,10 @@
 // Under `ferrite/`: a module file directly in src/bin would be built as a binary of its own.
 #[path = "ferrite/attention.rs"]
 mod attention;
-#[path = "ferrite/moe.rs"]
-mod moe;
 #[path = "ferrite/compare.rs"]
 mod compare;
+#[path = "ferrite/moe.rs"]
+mod moe;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
