@@ -118,50 +118,12 @@ pub fn parse_stat(text: &str) -> Result<Counts> {
     Ok(c)
 }
 
-/// A unit configuration to synthesize, tagged by unit in JSON and the cache.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "unit", content = "config", rename_all = "lowercase")]
-pub enum Unit {
-    Gemm(GemmConfig),
-    Attention(AttentionConfig),
-    Moe(MoeConfig),
-}
+/// A unit configuration to synthesize: the manifest's [`UnitConfig`], whose
+/// serde tags also key the cache and the JSON report.
+pub use crate::manifest::UnitConfig as Unit;
 
+/// What the extrapolation needs of a unit: its one scaling knob.
 impl Unit {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Gemm(_) => "gemm",
-            Self::Attention(_) => "attention",
-            Self::Moe(_) => "moe",
-        }
-    }
-
-    pub fn kernel_name(&self) -> String {
-        match self {
-            Self::Gemm(c) => c.kernel_name(),
-            Self::Attention(c) => c.kernel_name(),
-            Self::Moe(c) => c.kernel_name(),
-        }
-    }
-
-    pub fn validate(&self) -> Result<()> {
-        match self {
-            Self::Gemm(c) => c.validate()?,
-            Self::Attention(c) => c.validate()?,
-            Self::Moe(c) => c.validate()?,
-        }
-        Ok(())
-    }
-
-    /// Multipliers in the unit: the quantity the model is linear in.
-    pub fn multipliers(&self) -> usize {
-        match self {
-            Self::Gemm(c) => c.macs(),
-            Self::Attention(c) => c.multipliers(),
-            Self::Moe(c) => c.macs(),
-        }
-    }
-
     /// The scaling knob's name and value.
     pub fn knob(&self) -> (&'static str, usize) {
         match self {
@@ -334,7 +296,7 @@ impl Model {
         Ok(m)
     }
 
-    pub fn predict(&self, multipliers: usize) -> [f64; 5] {
+    pub fn predict(&self, multipliers: u64) -> [f64; 5] {
         std::array::from_fn(|i| self.fixed[i] + self.per_mult[i] * multipliers as f64)
     }
 }
