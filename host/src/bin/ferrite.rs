@@ -540,16 +540,8 @@ fn demo(args: &DemoArgs) -> Result<()> {
     let golden = gemm(&problem, &ops.a, &ops.b, ops.bias.as_deref())?;
     let cfg = GemmConfig::default();
     let engine = demo_engine(args.sim.engine)?;
-    let mut devices: Vec<Box<dyn Device>> =
-        vec![Box::new(CpuDevice::new(CpuMode::Golden)), Box::new(CpuDevice::new(CpuMode::Fast))];
-    match engine {
-        Some(engine) => devices.push(Box::new(sim_device(cfg.clone(), &args.sim, engine, 0, None)?)),
-        None => println!("sim: skipped ({NO_VERILATOR})"),
-    }
-    match ferrite_host::backend::open_cuda() {
-        Ok(dev) => devices.push(dev),
-        Err(e) => println!("cuda: skipped ({e})"),
-    }
+    let mut devices = demo_devices(cfg.clone(), &args.sim, engine)?;
+    devices.insert(1, Box::new(CpuDevice::new(CpuMode::Fast)));
     println!("{} on the default {} unit at {} MHz", describe(&problem), cfg.kernel_name(), cfg.clock_mhz);
     let mut table = demo_table();
     let mut all_exact = true;
@@ -568,6 +560,22 @@ fn demo(args: &DemoArgs) -> Result<()> {
     let moe_exact = moe::demo(&args.sim, engine)?;
     ensure!(all_exact && attention_exact && moe_exact, "a device disagrees with the golden model");
     Ok(())
+}
+
+/// The devices of a unit's demo table: the golden model, the simulated
+/// `unit` (unless `engine` is `None`), and the first CUDA GPU where there is
+/// one; each skipped device is printed with the reason.
+fn demo_devices(unit: impl Into<SimUnit>, sim: &SimArgs, engine: Option<Engine>) -> Result<Vec<Box<dyn Device>>> {
+    let mut devices: Vec<Box<dyn Device>> = vec![Box::new(CpuDevice::new(CpuMode::Golden))];
+    match engine {
+        Some(engine) => devices.push(Box::new(sim_device(unit, sim, engine, 0, None)?)),
+        None => println!("sim: skipped ({NO_VERILATOR})"),
+    }
+    match ferrite_host::backend::open_cuda() {
+        Ok(dev) => devices.push(dev),
+        Err(e) => println!("cuda: skipped ({e})"),
+    }
+    Ok(devices)
 }
 
 /// The comparison table of `demo`, one row per device ([`demo_row`]).

@@ -2,7 +2,7 @@
 //! streaming attention unit on the golden model (`cpu`) or simulated cycle by
 //! cycle (`sim`), checked bit for bit against the golden model and measured
 //! against float64 attention.
-use super::{demo_row, demo_table, print_stats, sim_device, spinner, SimArgs, NO_VERILATOR};
+use super::{demo_devices, demo_row, demo_table, print_stats, sim_device, spinner, SimArgs};
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
@@ -388,16 +388,8 @@ pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
         Operands { q: gaussian_i8(&mut rng, n), k: gaussian_i8(&mut rng, n), v: gaussian_i8(&mut rng, n), problem };
     let p = &ops.problem;
     let golden = attention(p, &ops.q, &ops.k, &ops.v)?;
-    let mut devices: Vec<Box<dyn Device>> = vec![Box::new(CpuDevice::new(CpuMode::Golden))];
     println!();
-    match engine {
-        Some(engine) => devices.push(Box::new(sim_device(cfg.clone(), sim, engine, 0, None)?)),
-        None => println!("sim: skipped ({NO_VERILATOR})"),
-    }
-    match ferrite_host::backend::open_cuda() {
-        Ok(dev) => devices.push(dev),
-        Err(e) => println!("cuda: skipped ({e})"),
-    }
+    let devices = demo_devices(cfg.clone(), sim, engine)?;
     println!(
         "attention {} on a small {} unit ({} lanes, {}-bit port: a quick Verilator build; the default unit is d=64, 8 lanes, 1024-bit) at {} MHz",
         describe(p),

@@ -3,7 +3,7 @@
 //! cycle (`sim`) or its CUDA twin (`cuda`), checked bit for bit against the
 //! golden model and against a float64 router; plus the host-side statistics
 //! (load histogram, load-balancing and z-losses) and expert-choice routing.
-use super::{demo_row, demo_table, export, print_stats, sim_device, spinner, SimArgs, NO_VERILATOR};
+use super::{demo_devices, demo_row, demo_table, export, print_stats, sim_device, spinner, SimArgs};
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
@@ -377,16 +377,8 @@ pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
     let x: Vec<i8> = (0..problem.tokens * problem.hidden).map(|_| rng.gen()).collect();
     let w: Vec<i8> = (0..problem.experts * problem.hidden).map(|_| rng.gen()).collect();
     let golden = route(&problem, &x, &w, None)?;
-    let mut devices: Vec<Box<dyn Device>> = vec![Box::new(CpuDevice::new(CpuMode::Golden))];
     println!();
-    match engine {
-        Some(engine) => devices.push(Box::new(sim_device(cfg.clone(), sim, engine, 0, None)?)),
-        None => println!("sim: skipped ({NO_VERILATOR})"),
-    }
-    match ferrite_host::backend::open_cuda() {
-        Ok(dev) => devices.push(dev),
-        Err(e) => println!("cuda: skipped ({e})"),
-    }
+    let devices = demo_devices(cfg.clone(), sim, engine)?;
     println!(
         "MoE router {} on the small {} unit ({} lanes, {}-bit port) at {} MHz",
         describe(&problem),
