@@ -13,7 +13,8 @@ use crate::backend::cuda::CudaDevice;
 use crate::device::{Device, DeviceError, Layout, MoeArgs, Problem};
 use crate::ops;
 use anyhow::{bail, Context, Result};
-use cudarc::driver::{sys::CUevent_flags, CudaContext, CudaSlice, CudaStream};
+use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use ferrite_hw::moe::{route, CapacityFactor, GateMode, MoeProblem};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -48,7 +49,7 @@ struct Case {
     name: String,
     /// Floating-point operations (or bytes for the gate) per run, for rates.
     flops: f64,
-    ours_ms: f64,
+    ours: Timing,
     rel_err: f64,
     /// Largest error that passes (bf16: 1e-2).
     tol: f64,
@@ -68,8 +69,23 @@ fn normal(rng: &mut ChaCha8Rng) -> f32 {
     ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
 }
 
+/// Launches captured per CUDA graph when timing in steady state.
+const GRAPH_REPS: usize = 20;
+
+/// Both figures of one case, in ms per call (medians).
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    /// An event, the launch call(s), an event: host launch latency included,
+    /// as a caller that waits for each result sees it.
+    launch: f64,
+    /// [`GRAPH_REPS`] back-to-back calls captured in a CUDA graph and replayed
+    /// between two events, divided by the count: device time per call once host
+    /// dispatch is out of the way (PyTorch is captured the same way).
+    graph: f64,
+}
+
 /// Median kernel time in ms over `iters` runs (after 3 warm-ups), by events.
-fn time_ms(gpu: &Gpu, iters: usize, f: impl FnMut() -> Result<(), DeviceError>) -> Result<f64> {
+fn time_ms(gpu: &Gpu, iters: usize, f: impl FnMut() -> Result<(), DeviceError>) -> Result<Timing> {
     time_on(&gpu.ctx, &gpu.stream, iters, f)
 }
 
@@ -79,11 +95,35 @@ fn time_on(
     stream: &Arc<CudaStream>,
     iters: usize,
     mut f: impl FnMut() -> Result<(), DeviceError>,
-) -> Result<f64> {
+) -> Result<Timing> {
     for _ in 0..3 {
         f()?;
     }
     stream.synchronize().map_err(driver("running a kernel"))?;
+    let launch = median_ms(ctx, stream, iters, || Ok(f()?))?;
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .map_err(driver("capturing a graph"))?;
+    // The capture must end even when a launch fails, or the stream stays unusable.
+    let captured = (0..GRAPH_REPS).try_for_each(|_| f());
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).map_err(driver("instantiating a graph"))?;
+    captured?;
+    let graph = graph.context("the captured CUDA graph is empty")?;
+    graph.upload().map_err(driver("uploading a graph"))?;
+    for _ in 0..2 {
+        graph.launch().map_err(driver("launching a graph"))?;
+    }
+    let per_graph = median_ms(ctx, stream, iters, || Ok(graph.launch().map_err(driver("launching a graph"))?))?;
+    Ok(Timing { launch, graph: per_graph / GRAPH_REPS as f64 })
+}
+
+/// Median over `iters` of the event-timed `f`.
+fn median_ms(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    iters: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f64> {
     let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
     let mut times = Vec::with_capacity(iters);
     for _ in 0..iters.max(1) {
@@ -137,11 +177,11 @@ fn bench_gemm(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, s: usize) -> Result
             got.push(from_bf16(c[r * s + j]) as f64);
         }
     }
-    let ours_ms = time_ms(gpu, iters, || gemm_bf16(gpu, &da, &db, &mut dc, (s, s, s)))?;
+    let ours = time_ms(gpu, iters, || gemm_bf16(gpu, &da, &db, &mut dc, (s, s, s)))?;
     Ok(Case {
         name: format!("gemm_bf16_{s}"),
         flops: 2.0 * (s as f64).powi(3),
-        ours_ms,
+        ours,
         rel_err: rel_err(&got, &want),
         tol: 1e-2,
         refs: vec![("cublas", format!("gemm_bf16_{s}"))],
@@ -181,12 +221,12 @@ fn bench_attention(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, d: usize, caus
             }
         }
     }
-    let ours_ms = time_ms(gpu, iters, || flash_attention(gpu, &dq, &dk, &dv, &mut dout, bh, n, d, causal))?;
+    let ours = time_ms(gpu, iters, || flash_attention(gpu, &dq, &dk, &dv, &mut dout, bh, n, d, causal))?;
     let name = format!("attn_d{d}_{}", if causal { "causal" } else { "full" });
     let pairs = if causal { (n * (n + 1) / 2) as f64 } else { (n * n) as f64 };
     Ok(Case {
         flops: 4.0 * bh as f64 * pairs * d as f64,
-        ours_ms,
+        ours,
         rel_err: rel_err(&got, &want),
         tol: 1e-2,
         refs: vec![("sdpa_flash", format!("{name}_flash")), ("sdpa_cudnn", format!("{name}_cudnn"))],
@@ -220,12 +260,12 @@ fn bench_moe(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, e: usize, k: usize) 
             got.push(w[tok * k + slot] as f64);
         }
     }
-    let ours_ms = time_ms(gpu, iters, || moe_gate(gpu, &dl, &mut dw, &mut di, (t, e, k)))?;
+    let ours = time_ms(gpu, iters, || moe_gate(gpu, &dl, &mut dw, &mut di, (t, e, k)))?;
     Ok(Case {
         name: format!("moe_gate_e{e}_k{k}"),
         // Bytes moved (logits in, weights and indices out) stand in for FLOPs.
         flops: (t * e * 4 + t * k * 8) as f64,
-        ours_ms,
+        ours,
         // A wrong expert is a wrong answer whatever the weights say.
         rel_err: if wrong_index > 0 { f64::INFINITY } else { rel_err(&got, &want) },
         tol: 1e-5,
@@ -269,7 +309,7 @@ fn bench_moe_twin(dev: &mut CudaDevice, rng: &mut ChaCha8Rng, iters: usize, e: u
         stats: alloc(dev, layout.stats_bytes, None)?,
     };
     let (ctx, stream) = (dev.gpu().ctx.clone(), dev.gpu().stream.clone());
-    let ours_ms = time_on(&ctx, &stream, iters, || dev.enqueue_moe(&args))?;
+    let ours = time_on(&ctx, &stream, iters, || dev.enqueue_moe(&args))?;
     for b in [args.x, args.w, args.route, args.dispatch, args.stats] {
         dev.free(b)?;
     }
@@ -277,7 +317,7 @@ fn bench_moe_twin(dev: &mut CudaDevice, rng: &mut ChaCha8Rng, iters: usize, e: u
         name: format!("moe_router_twin_e{e}_k{k}"),
         // Tokens routed stand in for FLOPs.
         flops: t as f64,
-        ours_ms,
+        ours,
         rel_err: if exact { 0.0 } else { f64::INFINITY },
         tol: 0.0,
         refs: Vec::new(),
@@ -328,9 +368,13 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
     let torch = torch_reference(args)?;
     let mut rows = Vec::new();
     println!(
-        "{:<22} {:>10} {:>12} {:>10}  {:<12} {:>10} {:>7}",
-        "case", "ours ms", "rate", "rel err", "reference", "ref ms", "ratio"
+        "per launch: event, launch, event; graph: {GRAPH_REPS} calls in a CUDA graph, per call; ratio > 1: ours faster"
     );
+    println!(
+        "{:<24} {:>10} {:>10} {:>15} {:>8}  {:<12} {:>10} {:>10} {:>8} {:>8}",
+        "case", "ours ms", "graph ms", "rate", "rel err", "reference", "ref ms", "ref graph", "ratio", "graph"
+    );
+    let fmt = |x: Option<f64>, unit: &str| x.map_or("n/a".to_string(), |v| format!("{v:.4}{unit}"));
     for c in &cases {
         let unit = if c.name.starts_with("moe_router") {
             ("Mtok/s", 1e6)
@@ -339,33 +383,41 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
         } else {
             ("TFLOP/s", 1e12)
         };
-        let rate = c.flops / (c.ours_ms * 1e-3) / unit.1;
-        if c.refs.is_empty() {
+        let rate = c.flops / (c.ours.launch * 1e-3) / unit.1;
+        let row = |label: &str, ms: Option<f64>, graph: Option<f64>| {
             println!(
-                "{:<22} {:>10.4} {:>7.1} {:<7} {:>7.1e}  {:<12} {:>10} {:>7}",
-                c.name, c.ours_ms, rate, unit.0, c.rel_err, "(none)", "n/a", "n/a"
-            );
-        }
-        let mut refs = serde_json::Map::new();
-        for (label, key) in &c.refs {
-            let ms = torch["cases"][key]["ms"].as_f64();
-            // ratio > 1: ours is faster.
-            let ratio = ms.map(|r| r / c.ours_ms);
-            println!(
-                "{:<22} {:>10.4} {:>7.1} {:<7} {:>7.1e}  {:<12} {:>10} {:>7}",
+                "{:<24} {:>10.4} {:>10.4} {:>7.1} {:<7} {:>8.1e}  {:<12} {:>10} {:>10} {:>8} {:>8}",
                 c.name,
-                c.ours_ms,
+                c.ours.launch,
+                c.ours.graph,
                 rate,
                 unit.0,
                 c.rel_err,
                 label,
-                ms.map_or("n/a".into(), |m| format!("{m:.4}")),
-                ratio.map_or("n/a".into(), |r| format!("{r:.2}×"))
+                fmt(ms, ""),
+                fmt(graph, ""),
+                fmt(ms.map(|r| r / c.ours.launch), "×"),
+                fmt(graph.map(|r| r / c.ours.graph), "×"),
+            )
+        };
+        if c.refs.is_empty() {
+            row("(none)", None, None);
+        }
+        let mut refs = serde_json::Map::new();
+        for (label, key) in &c.refs {
+            let (ms, graph) = (torch["cases"][key]["ms"].as_f64(), torch["cases"][key]["graph_ms"].as_f64());
+            row(label, ms, graph);
+            refs.insert(
+                label.to_string(),
+                json!({
+                    "key": key, "ms": ms, "ratio": ms.map(|r| r / c.ours.launch),
+                    "graph_ms": graph, "graph_ratio": graph.map(|r| r / c.ours.graph),
+                }),
             );
-            refs.insert(label.to_string(), json!({ "ms": ms, "ratio": ratio, "key": key }));
         }
         rows.push(json!({
-            "name": c.name, "ours_ms": c.ours_ms, "rate": rate, "rate_unit": unit.0,
+            "name": c.name, "ours_ms": c.ours.launch, "ours_graph_ms": c.ours.graph,
+            "rate": rate, "rate_unit": unit.0,
             "rel_err": if c.rel_err.is_finite() { json!(c.rel_err) } else { json!("inf") },
             "tol": c.tol, "pass": c.rel_err <= c.tol, "reference": refs,
         }));
@@ -374,7 +426,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
         "device": name, "arch": arch, "sm_count": sm_count,
         "date_unix": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
         "torch": torch.get("torch"), "torch_device": torch.get("device"),
-        "cases": rows,
+        "graph_reps": GRAPH_REPS, "cases": rows,
     });
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)

@@ -112,7 +112,13 @@ impl Gpu {
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(driver("reading the SM count"))? as u32;
         let name = ctx.name().map_err(driver("reading the device name"))?;
-        let stream = ctx.default_stream();
+        // One stream carries all of this device's work, so cudarc's cross-stream
+        // event tracking (an event wait and record per buffer per launch) buys
+        // nothing; and a created stream, unlike the legacy default one, can be
+        // captured into a CUDA graph (`bench gpu` times kernels that way).
+        // SAFETY: nothing here uses a second stream, so no buffer is shared across streams.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(driver("creating a CUDA stream"))?;
         Ok(Self {
             ctx,
             stream,
