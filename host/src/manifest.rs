@@ -35,6 +35,24 @@ pub enum UnitConfig {
     Moe(MoeConfig),
 }
 
+impl From<GemmConfig> for UnitConfig {
+    fn from(cfg: GemmConfig) -> Self {
+        Self::Gemm(cfg)
+    }
+}
+
+impl From<AttentionConfig> for UnitConfig {
+    fn from(cfg: AttentionConfig) -> Self {
+        Self::Attention(cfg)
+    }
+}
+
+impl From<MoeConfig> for UnitConfig {
+    fn from(cfg: MoeConfig) -> Self {
+        Self::Moe(cfg)
+    }
+}
+
 impl UnitConfig {
     pub fn name(&self) -> &'static str {
         match self {
@@ -92,6 +110,33 @@ impl UnitConfig {
             Self::Attention(c) => c.multipliers() as u64,
             Self::Moe(c) => c.macs() as u64,
         }
+    }
+
+    /// Width of the unit's AXI4 memory port in bits.
+    pub fn port_bits(&self) -> usize {
+        match self {
+            Self::Gemm(c) => c.port_bits,
+            Self::Attention(c) => c.port_bits,
+            Self::Moe(c) => c.port_bits,
+        }
+    }
+
+    /// The unit's Verilog, generated on a thread with a 1 GiB stack: rust-hdl
+    /// recurses deeply on the larger units (MoE overflows the default stack).
+    pub fn verilog(&self) -> Result<String, DeviceError> {
+        let unit = self.clone();
+        let thread = |e: String| DeviceError::Backend { backend: "rust-hdl", source: e.into() };
+        std::thread::Builder::new()
+            .stack_size(1 << 30)
+            .spawn(move || match &unit {
+                Self::Gemm(c) => ferrite_hw::gemm::rtl::verilog(c),
+                Self::Attention(c) => ferrite_hw::attention::rtl::verilog(c),
+                Self::Moe(c) => ferrite_hw::moe::rtl::verilog(c),
+            })
+            .map_err(|e| thread(format!("starting the Verilog generator thread: {e}")))?
+            .join()
+            .map_err(|_| thread(format!("the Verilog generator of {} panicked", self.kernel_name())))?
+            .map_err(DeviceError::from)
     }
 
     /// Beat-aligned layout of `problem` on this unit, after checking that it

@@ -166,24 +166,6 @@ impl Unit {
         };
         format!("{size} ({} multipliers)", self.multipliers())
     }
-
-    /// The Verilog, generated on a thread with a 1 GiB stack: rust-hdl
-    /// recurses deeply on the larger units (MoE overflows the default stack).
-    fn verilog(&self) -> Result<String> {
-        let unit = self.clone();
-        let text = std::thread::Builder::new()
-            .stack_size(1 << 30)
-            .spawn(move || match &unit {
-                Self::Gemm(c) => ferrite_hw::gemm::rtl::verilog(c),
-                Self::Attention(c) => ferrite_hw::attention::rtl::verilog(c),
-                Self::Moe(c) => ferrite_hw::moe::rtl::verilog(c),
-            })
-            .context("starting the Verilog generator thread")?
-            .join()
-            .map_err(|_| anyhow::anyhow!("the Verilog generator of {} panicked", self.kernel_name()))?
-            .with_context(|| format!("generating the Verilog of {}", self.kernel_name()))?;
-        Ok(text)
-    }
 }
 
 /// A synthesized configuration.
@@ -223,7 +205,7 @@ fn yosys_version() -> Result<String> {
 pub fn synthesize(unit: &Unit, family: &str) -> Result<Measured> {
     unit.validate()?;
     let kernel = unit.kernel_name();
-    let verilog = unit.verilog()?;
+    let verilog = unit.verilog().with_context(|| format!("generating the Verilog of {kernel}"))?;
     let version = yosys_version()?;
     let script = format!("read_verilog {kernel}.v; synth_xilinx -flatten -noiopad -top {kernel} -family {family}; tee -q -o stat.txt stat");
     let key = sha256_hex(format!("{version}\n{script}\n{verilog}").as_bytes());

@@ -3,7 +3,8 @@
 //!
 //! Uses Verilator when installed; without it, rust-hdl (slow) outside CI and
 //! an error under CI, as [`Engine::detect`] decides.
-use ferrite_host::backend::sim::{Engine, SimDevice, SimUnit};
+use ferrite_host::backend::sim::{Engine, SimDevice};
+use ferrite_host::manifest::UnitConfig;
 use ferrite_host::{ops, Device, DeviceError, Problem};
 use ferrite_hw::gemm::{gemm, GemmConfig, GemmProblem};
 use ferrite_hw::numerics::Requant;
@@ -77,7 +78,7 @@ fn several_launches_on_one_device() {
 #[test]
 fn problems_beyond_the_unit_are_refused() {
     let dev = device(MemoryConfig::default());
-    let SimUnit::Gemm(cfg) = dev.unit() else { panic!("device() builds a GEMM unit") };
+    let UnitConfig::Gemm(cfg) = dev.unit() else { panic!("device() builds a GEMM unit") };
     let k_max = cfg.k_max;
     let err = dev.layout(&Problem::Gemm(GemmProblem::new(1, 1, k_max + 1))).unwrap_err();
     assert!(matches!(err, DeviceError::TooBig { .. }), "{err}");

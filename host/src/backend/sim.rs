@@ -1,15 +1,13 @@
 //! The simulator device: a unit's RTL clocked cycle by cycle against an AXI
 //! memory model, driven through its registers exactly like a board.
 use crate::device::{
-    check_attention_buffers, check_gemm_buffers, check_moe_buffers, AttentionArgs, Buffer, CycleStats, Device,
-    DeviceError, DeviceInfo, DeviceKind, GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats,
+    Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats,
 };
 use crate::driver::{self, ControlPort, Poll};
-use ferrite_hw::attention::{self, AttentionConfig, AttentionLayout, AttentionProblem};
-use ferrite_hw::gemm::{rtl, GemmConfig, GemmLayout, GemmProblem};
-use ferrite_hw::moe::{self, MoeConfig, MoeLayout, MoeProblem};
+use crate::manifest::UnitConfig;
 use ferrite_hw::regmap::RegisterMap;
 use ferrite_hw::vitis::{Inputs, Outputs, PinLevel};
+use ferrite_hw::{attention, gemm, moe};
 use ferrite_sim::{verilator_available, MemoryConfig, SimError, Simulation, VerilatorInstance, VerilatorModel};
 use std::collections::HashMap;
 use std::fmt;
@@ -97,102 +95,18 @@ impl PinLevel for Dut {
     }
 }
 
-/// Which unit a [`SimDevice`] simulates, with its one config.
-#[derive(Debug, Clone, PartialEq)]
-pub enum SimUnit {
-    Gemm(GemmConfig),
-    Attention(AttentionConfig),
-    Moe(MoeConfig),
-}
-
-impl From<GemmConfig> for SimUnit {
-    fn from(cfg: GemmConfig) -> Self {
-        Self::Gemm(cfg)
-    }
-}
-
-impl From<AttentionConfig> for SimUnit {
-    fn from(cfg: AttentionConfig) -> Self {
-        Self::Attention(cfg)
-    }
-}
-
-impl From<MoeConfig> for SimUnit {
-    fn from(cfg: MoeConfig) -> Self {
-        Self::Moe(cfg)
-    }
-}
-
-impl SimUnit {
-    fn validate(&self) -> Result<(), DeviceError> {
-        match self {
-            Self::Gemm(c) => c.validate()?,
-            Self::Attention(c) => c.validate()?,
-            Self::Moe(c) => c.validate()?,
-        }
-        Ok(())
-    }
-
-    fn verilog(&self) -> Result<String, DeviceError> {
-        Ok(match self {
-            Self::Gemm(c) => rtl::verilog(c)?,
-            Self::Attention(c) => attention::rtl::verilog(c)?,
-            Self::Moe(c) => moe::rtl::verilog(c)?,
-        })
-    }
-
-    fn hdl_model(&self) -> Result<Box<dyn PinLevel>, DeviceError> {
-        Ok(match self {
-            Self::Gemm(c) => rtl::hdl_model(c)?,
-            Self::Attention(c) => attention::rtl::hdl_model(c)?,
-            Self::Moe(c) => moe::rtl::hdl_model(c)?,
-        })
-    }
-
-    pub fn kernel_name(&self) -> String {
-        match self {
-            Self::Gemm(c) => c.kernel_name(),
-            Self::Attention(c) => c.kernel_name(),
-            Self::Moe(c) => c.kernel_name(),
-        }
-    }
-
-    fn port_bits(&self) -> usize {
-        match self {
-            Self::Gemm(c) => c.port_bits,
-            Self::Attention(c) => c.port_bits,
-            Self::Moe(c) => c.port_bits,
-        }
-    }
-
-    fn register_map(&self) -> RegisterMap {
-        match self {
-            Self::Gemm(c) => c.register_map(),
-            Self::Attention(c) => c.register_map(),
-            Self::Moe(c) => c.register_map(),
-        }
-    }
-
-    fn clock_mhz(&self) -> f64 {
-        match self {
-            Self::Gemm(c) => c.clock_mhz,
-            Self::Attention(c) => c.clock_mhz,
-            Self::Moe(c) => c.clock_mhz,
-        }
-    }
-
-    fn multipliers(&self) -> u64 {
-        match self {
-            Self::Gemm(c) => c.macs() as u64,
-            Self::Attention(c) => c.multipliers() as u64,
-            Self::Moe(c) => c.macs() as u64,
-        }
-    }
+/// rust-hdl's own pin-level model of `unit` (no Verilator needed; slow).
+fn hdl_model(unit: &UnitConfig) -> Result<Box<dyn PinLevel>, DeviceError> {
+    Ok(match unit {
+        UnitConfig::Gemm(c) => gemm::rtl::hdl_model(c)?,
+        UnitConfig::Attention(c) => attention::rtl::hdl_model(c)?,
+        UnitConfig::Moe(c) => moe::rtl::hdl_model(c)?,
+    })
 }
 
 /// A unit in simulation; buffers live in its AXI memory.
 pub struct SimDevice {
-    unit: SimUnit,
+    unit: UnitConfig,
     map: RegisterMap,
     engine: Engine,
     sim: Simulation<Dut>,
@@ -206,7 +120,7 @@ impl SimDevice {
     /// cached on disk) and reset it. `mem.data_bits` is set to the unit's port
     /// width. `vcd` writes a waveform of the whole session (Verilator only).
     pub fn new(
-        unit: impl Into<SimUnit>,
+        unit: impl Into<UnitConfig>,
         mut mem: MemoryConfig,
         engine: Engine,
         vcd: Option<&Path>,
@@ -227,7 +141,7 @@ impl SimDevice {
                 if vcd.is_some() {
                     return Err(DeviceError::Config("VCD traces need the verilator engine".into()));
                 }
-                Dut::RustHdl(unit.hdl_model()?)
+                Dut::RustHdl(hdl_model(&unit)?)
             }
         };
         mem.data_bits = unit.port_bits();
@@ -236,58 +150,8 @@ impl SimDevice {
         Ok(Self { map: unit.register_map(), unit, engine, sim, buffers: HashMap::new() })
     }
 
-    pub fn unit(&self) -> &SimUnit {
+    pub fn unit(&self) -> &UnitConfig {
         &self.unit
-    }
-
-    /// The GEMM config, for errors and limits; `None` for other units.
-    fn gemm_cfg(&self, what: &'static str) -> Result<&GemmConfig, DeviceError> {
-        match &self.unit {
-            SimUnit::Gemm(c) => Ok(c),
-            _ => Err(DeviceError::Unsupported { device: self.unit.kernel_name(), unit: what }),
-        }
-    }
-
-    fn attention_cfg(&self) -> Result<&AttentionConfig, DeviceError> {
-        match &self.unit {
-            SimUnit::Attention(c) => Ok(c),
-            _ => Err(DeviceError::Unsupported { device: self.unit.kernel_name(), unit: "attention" }),
-        }
-    }
-
-    fn moe_cfg(&self) -> Result<&MoeConfig, DeviceError> {
-        match &self.unit {
-            SimUnit::Moe(c) => Ok(c),
-            _ => Err(DeviceError::Unsupported { device: self.unit.kernel_name(), unit: "moe" }),
-        }
-    }
-
-    fn fits_moe(&self, p: &MoeProblem) -> Result<(), DeviceError> {
-        let cfg = self.moe_cfg()?;
-        p.validate()?;
-        p.validate_for(cfg).map_err(|e| DeviceError::TooBig { device: cfg.kernel_name(), reason: e.to_string() })
-    }
-
-    fn run_moe(&mut self, m: &MoeArgs) -> Result<u64, DeviceError> {
-        let cfg = self.moe_cfg()?.clone();
-        check_moe_buffers(m)?;
-        self.fits_moe(&m.problem)?;
-        let beat = cfg.port_bytes() as u64;
-        for (name, pitch) in [("LDX", m.layout.ldx), ("LDW", m.layout.ldw), ("DPITCH", m.layout.dpitch)] {
-            if !pitch.is_multiple_of(beat) {
-                return Err(DeviceError::Problem(format!(
-                    "{name} = {pitch} is not a multiple of the {beat}-byte beat"
-                )));
-            }
-        }
-        let args = driver::moe_args(&cfg, m, &|buf| self.known(buf))?;
-        let p = &m.problem;
-        // Weights load once; every token streams its row past each lane group and
-        // writes a record plus up to k dispatch entries.
-        let (x_beats, w_beats) = (m.layout.x_bytes / beat, m.layout.w_bytes / beat);
-        let work = w_beats + x_beats * cfg.groups() as u64 + (p.tokens * (p.top_k + 4)) as u64 + p.experts as u64;
-        let poll = Poll { interval: POLL_INTERVAL, limit: self.stretch(work, p.tokens as u64 / 16 + 4) };
-        driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)
     }
 
     pub fn engine(&self) -> Engine {
@@ -300,25 +164,6 @@ impl SimDevice {
         end.map(|_| buf.id() + offset).ok_or(DeviceError::OutOfBounds { id: buf.id(), offset, len: len as u64, size })
     }
 
-    /// A generous bound on a run's cycles: every beat of traffic (re-reading A
-    /// once per column tile) and every MAC step, each stretched by the memory's
-    /// latency and stall probabilities, times ten.
-    fn timeout_cycles(&self, cfg: &GemmConfig, p: &GemmProblem, l: &GemmLayout) -> u64 {
-        let (row_tiles, col_tiles) = (p.m.div_ceil(cfg.rows) as u64, p.n.div_ceil(cfg.cols) as u64);
-        let beats =
-            (l.a_bytes * col_tiles + l.b_bytes * row_tiles + l.c_bytes + l.bias_bytes) / cfg.port_bytes() as u64;
-        self.stretch(beats + p.macs() / cfg.macs() as u64, row_tiles * col_tiles)
-    }
-
-    /// `work` cycles plus `restarts` memory round trips, stretched by the
-    /// memory's stall probabilities, times ten: a bound no healthy run reaches.
-    fn stretch(&self, work: u64, restarts: u64) -> u64 {
-        let mem = self.sim.mem().config();
-        let latency = (mem.read_latency + mem.write_latency) as u64;
-        let stall = (1.0 - mem.ready_stall_prob) * (1.0 - mem.valid_stall_prob);
-        (10.0 * (work + restarts * (latency + 64)) as f64 / stall) as u64 + 100_000
-    }
-
     fn known(&self, buf: Buffer) -> Result<u64, DeviceError> {
         if self.buffers.contains_key(&buf.id()) {
             Ok(buf.id())
@@ -327,53 +172,39 @@ impl SimDevice {
         }
     }
 
-    fn run_attention(&mut self, a: &AttentionArgs) -> Result<u64, DeviceError> {
-        let cfg = self.attention_cfg()?.clone();
-        check_attention_buffers(a)?;
-        self.fits_attention(&a.problem)?;
-        let p = &a.problem;
-        let beat = cfg.port_bytes() as u64;
-        for (name, stride) in [("Q", a.layout.q_stride), ("KV", a.layout.kv_stride), ("O", a.layout.o_stride)] {
-            if !stride.is_multiple_of(beat) {
-                return Err(DeviceError::Problem(format!(
-                    "{name} head stride {stride} is not a multiple of the {beat}-byte beat"
-                )));
+    /// A generous bound on a run's cycles: the run's traffic and compute,
+    /// stretched by the memory's latency and stall probabilities, times ten.
+    /// Only called after [`UnitConfig::launch_args`] accepted the launch.
+    fn timeout_cycles(&self, launch: &Launch) -> u64 {
+        let beat = (self.unit.port_bits() / 8) as u64;
+        let (work, restarts) = match (&self.unit, launch) {
+            // Every beat of traffic (A re-read once per column tile) and every MAC step.
+            (UnitConfig::Gemm(c), Launch::Gemm(g)) => {
+                let (p, l) = (&g.problem, &g.layout);
+                let (row_tiles, col_tiles) = (p.m.div_ceil(c.rows) as u64, p.n.div_ceil(c.cols) as u64);
+                let beats = (l.a_bytes * col_tiles + l.b_bytes * row_tiles + l.c_bytes + l.bias_bytes) / beat;
+                (beats + p.macs() / c.macs() as u64, row_tiles * col_tiles)
             }
-        }
-        let args = driver::attention_args(&cfg, a, &|buf| self.known(buf))?;
-        // Keys stream at ≥ one per two cycles; every block also loads Q and writes O.
-        let blocks = (p.heads_total() * p.seq_q.div_ceil(cfg.lanes)) as u64;
-        let work = blocks * (2 * p.seq_kv as u64 + 4 * p.dim as u64 + 200);
-        let poll = Poll { interval: POLL_INTERVAL, limit: self.stretch(work, blocks) };
-        driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)
-    }
-
-    fn fits_attention(&self, p: &AttentionProblem) -> Result<(), DeviceError> {
-        let cfg = self.attention_cfg()?;
-        p.validate()?;
-        p.validate_for(cfg).map_err(|e| DeviceError::TooBig { device: cfg.kernel_name(), reason: e.to_string() })
-    }
-
-    fn run_gemm(&mut self, g: &GemmArgs) -> Result<u64, DeviceError> {
-        let cfg = self.gemm_cfg("gemm")?.clone();
-        check_gemm_buffers(g)?;
-        self.fits(&g.problem)?;
-        let beat = cfg.port_bytes() as u64;
-        for (name, ld) in [("LDA", g.layout.lda), ("LDB", g.layout.ldb), ("LDC", g.layout.ldc)] {
-            if !ld.is_multiple_of(beat) {
-                return Err(DeviceError::Problem(format!("{name} = {ld} is not a multiple of the {beat}-byte beat")));
+            // Keys stream at ≥ one per two cycles; every block also loads Q and writes O.
+            (UnitConfig::Attention(c), Launch::Attention(a)) => {
+                let p = &a.problem;
+                let blocks = (p.heads_total() * p.seq_q.div_ceil(c.lanes)) as u64;
+                (blocks * (2 * p.seq_kv as u64 + 4 * p.dim as u64 + 200), blocks)
             }
-        }
-        let args = driver::gemm_args(&cfg, g, &|buf| self.known(buf))?;
-        let poll = Poll { interval: POLL_INTERVAL, limit: self.timeout_cycles(&cfg, &g.problem, &g.layout) };
-        driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)
-    }
-
-    /// The problem is valid and fits this unit's buffers.
-    fn fits(&self, p: &GemmProblem) -> Result<(), DeviceError> {
-        let cfg = self.gemm_cfg("gemm")?;
-        p.validate()?;
-        p.validate_for(cfg).map_err(|e| DeviceError::TooBig { device: cfg.kernel_name(), reason: e.to_string() })
+            // Weights load once; every token streams its row past each lane group
+            // and writes a record plus up to k dispatch entries.
+            (UnitConfig::Moe(c), Launch::Moe(m)) => {
+                let p = &m.problem;
+                let (x_beats, w_beats) = (m.layout.x_bytes / beat, m.layout.w_bytes / beat);
+                let work = w_beats + x_beats * c.groups() as u64 + (p.tokens * (p.top_k + 4)) as u64 + p.experts as u64;
+                (work, p.tokens as u64 / 16 + 4)
+            }
+            _ => (0, 0),
+        };
+        let mem = self.sim.mem().config();
+        let latency = (mem.read_latency + mem.write_latency) as u64;
+        let stall = (1.0 - mem.ready_stall_prob) * (1.0 - mem.valid_stall_prob);
+        (10.0 * (work + restarts * (latency + 64)) as f64 / stall) as u64 + 100_000
     }
 }
 
@@ -388,20 +219,7 @@ impl Device for SimDevice {
 
     /// Beat-aligned row pitches, as the unit's bursts require.
     fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError> {
-        match problem {
-            Problem::Gemm(p) => {
-                self.fits(p)?;
-                Ok(Layout::Gemm(GemmLayout::new(self.gemm_cfg("gemm")?, p)))
-            }
-            Problem::Attention(p) => {
-                self.fits_attention(p)?;
-                Ok(Layout::Attention(AttentionLayout::new(p, self.attention_cfg()?.port_bytes() as u64)))
-            }
-            Problem::Moe(p) => {
-                self.fits_moe(p)?;
-                Ok(Layout::Moe(MoeLayout::new(self.moe_cfg()?, p)))
-            }
-        }
+        self.unit.layout(&self.unit.kernel_name(), problem)
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
@@ -427,11 +245,9 @@ impl Device for SimDevice {
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
-        let cycles = match launch {
-            Launch::Gemm(g) => self.run_gemm(g)?,
-            Launch::Attention(a) => self.run_attention(a)?,
-            Launch::Moe(m) => self.run_moe(m)?,
-        };
+        let args = self.unit.launch_args(&self.unit.kernel_name(), launch, &|buf| self.known(buf))?;
+        let poll = Poll { interval: POLL_INTERVAL, limit: self.timeout_cycles(launch) };
+        let cycles = driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)?;
         Ok(RunStats {
             wall: start.elapsed(),
             useful_macs: launch.useful_macs(),

@@ -14,7 +14,8 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
-use ferrite_host::backend::sim::{Engine, SimDevice, SimUnit};
+use ferrite_host::backend::sim::{Engine, SimDevice};
+use ferrite_host::manifest::UnitConfig;
 use ferrite_host::{npy, ops, Device, RunStats};
 use ferrite_hw::gemm::model::{error_vs_f64, ErrorStats};
 use ferrite_hw::gemm::{gemm, gemm_f64, rtl, GemmConfig, GemmOutput, GemmProblem};
@@ -386,7 +387,7 @@ fn demo_engine(arg: EngineArg) -> Result<Option<Engine>> {
 }
 
 fn sim_device(
-    unit: impl Into<SimUnit>,
+    unit: impl Into<UnitConfig>,
     sim: &SimArgs,
     engine: Engine,
     seed: u64,
@@ -565,7 +566,7 @@ fn demo(args: &DemoArgs) -> Result<()> {
 /// The devices of a unit's demo table: the golden model, the simulated
 /// `unit` (unless `engine` is `None`), and the first CUDA GPU where there is
 /// one; each skipped device is printed with the reason.
-fn demo_devices(unit: impl Into<SimUnit>, sim: &SimArgs, engine: Option<Engine>) -> Result<Vec<Box<dyn Device>>> {
+fn demo_devices(unit: impl Into<UnitConfig>, sim: &SimArgs, engine: Option<Engine>) -> Result<Vec<Box<dyn Device>>> {
     let mut devices: Vec<Box<dyn Device>> = vec![Box::new(CpuDevice::new(CpuMode::Golden))];
     match engine {
         Some(engine) => devices.push(Box::new(sim_device(unit, sim, engine, 0, None)?)),

@@ -189,24 +189,6 @@ fn check_verilog(verilog: &str, map: &RegisterMap) -> Outcome {
     }
 }
 
-/// The unit's Verilog. The MoE generator recurses deeply in rust-hdl, so it
-/// runs on a thread with a 1 GiB stack (as `ferrite moe export` does).
-fn verilog(unit: &UnitConfig) -> anyhow::Result<String> {
-    Ok(match unit {
-        UnitConfig::Gemm(c) => ferrite_hw::gemm::rtl::verilog(c)?,
-        UnitConfig::Attention(c) => ferrite_hw::attention::rtl::verilog(c)?,
-        UnitConfig::Moe(c) => {
-            let c = c.clone();
-            std::thread::Builder::new()
-                .stack_size(1 << 30)
-                .spawn(move || ferrite_hw::moe::rtl::verilog(&c))
-                .map_err(|e| anyhow::anyhow!("starting the MoE generator thread: {e}"))?
-                .join()
-                .map_err(|_| anyhow::anyhow!("the MoE Verilog generator panicked"))??
-        }
-    })
-}
-
 /// Generate, check, run the vendor tools that are installed, write the manifest.
 /// `Err` only for I/O and generation errors; check and tool failures are in the report.
 pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
@@ -220,7 +202,7 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
     let mut files = Vec::new();
     let mut checks = Vec::new();
 
-    let verilog = verilog(&req.unit)?;
+    let verilog = req.unit.verilog()?;
     write(out, &format!("{kernel}.v"), &verilog, &mut files)?;
     let map_json = map.to_json();
     write(out, &format!("{kernel}.regmap.json"), &map_json, &mut files)?;

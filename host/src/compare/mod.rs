@@ -13,11 +13,11 @@ pub mod energy;
 pub mod report;
 
 use crate::backend::cpu::{CpuDevice, CpuMode};
-use crate::backend::sim::{Engine, SimDevice, SimUnit};
+use crate::backend::sim::{Engine, SimDevice};
 use crate::bitstream::board::Board;
 use crate::device::{Device, DeviceError, DeviceKind, RunStats};
+use crate::manifest::UnitConfig;
 use crate::ops;
-use crate::resources::Unit;
 use anyhow::{bail, ensure, Context, Result};
 use energy::Meter;
 use ferrite_hw::attention::model::rel_fro_error;
@@ -307,16 +307,16 @@ impl Inputs {
     }
 
     /// The unit the simulator builds for this problem.
-    fn sim_unit(&self, clock_mhz: Option<f64>) -> SimUnit {
+    fn sim_unit(&self, clock_mhz: Option<f64>) -> UnitConfig {
         match self {
             Self::Gemm { .. } => {
                 let d = GemmConfig::default();
-                SimUnit::Gemm(GemmConfig { clock_mhz: clock_mhz.unwrap_or(d.clock_mhz), ..d })
+                UnitConfig::Gemm(GemmConfig { clock_mhz: clock_mhz.unwrap_or(d.clock_mhz), ..d })
             }
             Self::Attention { p, .. } => {
                 // Four lanes and the narrowest port that carries a K/V row: quick Verilator builds.
                 let d = AttentionConfig::default();
-                SimUnit::Attention(AttentionConfig {
+                UnitConfig::Attention(AttentionConfig {
                     head_dim: p.dim,
                     lanes: 4,
                     dot_par: p.dim,
@@ -329,7 +329,7 @@ impl Inputs {
                 let small = MoeConfig::small();
                 let fits = p.validate_for(&small).is_ok();
                 let cfg = if fits { small } else { MoeConfig::default() };
-                SimUnit::Moe(MoeConfig { clock_mhz: clock_mhz.unwrap_or(cfg.clock_mhz), ..cfg })
+                UnitConfig::Moe(MoeConfig { clock_mhz: clock_mhz.unwrap_or(cfg.clock_mhz), ..cfg })
             }
         }
     }
@@ -399,7 +399,7 @@ pub const NO_VERILATOR: &str = "verilator not found (scripts/install-deps.sh ins
     simulator is too slow for comparisons and is not used";
 
 /// The unit in Verilator; `Ok(Err(reason))` when Verilator is missing outside CI.
-pub fn open_sim(unit: SimUnit, seed: u64) -> Result<Result<SimDevice, String>> {
+pub fn open_sim(unit: UnitConfig, seed: u64) -> Result<Result<SimDevice, String>> {
     if !verilator_available() {
         ensure!(std::env::var_os("CI").is_none(), "CI is set but {NO_VERILATOR}");
         return Ok(Err(NO_VERILATOR.into()));
@@ -638,7 +638,7 @@ fn measure(
 }
 
 /// Resource counts of a simulated unit on the board, or why there are none.
-fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &SimUnit) -> (Option<Resources>, String) {
+fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &UnitConfig) -> (Option<Resources>, String) {
     let kernel = unit.kernel_name();
     pool.resources
         .entry(kernel)
@@ -646,13 +646,8 @@ fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &SimUnit) -> (Option<Re
             if !opts.resources {
                 return (None, "not requested: pass --resources (yosys synth_xilinx, cached by configuration)".into());
             }
-            let unit = match unit {
-                SimUnit::Gemm(c) => Unit::Gemm(c.clone()),
-                SimUnit::Attention(c) => Unit::Attention(c.clone()),
-                SimUnit::Moe(c) => Unit::Moe(c.clone()),
-            };
             let family = opts.board.spec().yosys_family;
-            match crate::resources::synthesize(&unit, family) {
+            match crate::resources::synthesize(unit, family) {
                 Ok(m) => {
                     let how = if m.cached { "cached".to_string() } else { format!("took {:.0} s", m.seconds) };
                     let c = m.counts;

@@ -8,9 +8,10 @@ use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::backend::sim::Engine;
+use ferrite_host::manifest::UnitConfig;
 use ferrite_host::routing::{expert_choice, generated_scales, load_histogram, losses};
 use ferrite_host::{npy, ops, Device};
-use ferrite_hw::moe::{agreement, route, route_f64, rtl, CapacityFactor, GateMode, MoeConfig, MoeOutput, MoeProblem};
+use ferrite_hw::moe::{agreement, route, route_f64, CapacityFactor, GateMode, MoeConfig, MoeOutput, MoeProblem};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::PathBuf;
@@ -351,15 +352,7 @@ fn run_expert_choice(ops: &Operands) -> Result<()> {
 
 pub(super) fn export_unit(args: &ExportMoe) -> Result<()> {
     let cfg = args.unit.config()?;
-    // Generating the unit recurses deeply in rust-hdl: give it a big stack.
-    let gen_cfg = cfg.clone();
-    let verilog = std::thread::Builder::new()
-        .stack_size(1 << 30)
-        .spawn(move || rtl::verilog(&gen_cfg))
-        .context("starting the generator thread")?
-        .join()
-        .map_err(|_| anyhow::anyhow!("the Verilog generator panicked"))?
-        .context("generating Verilog")?;
+    let verilog = UnitConfig::Moe(cfg.clone()).verilog().context("generating Verilog")?;
     let cfg_json = serde_json::to_string_pretty(&cfg).context("serializing the config")?;
     export(&args.out, &cfg.kernel_name(), verilog, cfg.register_map().to_json(), cfg_json)
 }
