@@ -26,47 +26,15 @@
  * Signed overflow and right shifts of negative values are avoided (undefined
  * or implementation-defined in OpenCL C): wrapping sums run in uint, floors
  * and rounding shifts work on magnitudes.
+
+ *
+ * round_shift, floor_shift, exp2_fixed and store_le32 are in fixed.cl, which
+ * the host prepends to this file.
  */
 /* FLAGS bits, as AttentionProblem::flags() sets them. */
 #define FLAG_CAUSAL 1u
 #define FLAG_KVLEN 2u
 #define FLAG_INT8 4u
-
-/* p / 2^s rounded half away from zero, for |p| <= 2^62 and s in 0..=62. */
-static long round_shift(long p, uint s)
-{
-    if (s == 0)
-        return p;
-    ulong rnd = 1ul << (s - 1);
-    if (p >= 0)
-        return (long)(((ulong)p + rnd) >> s);
-    return -(long)(((ulong)(-p) + rnd) >> s);
-}
-
-/* floor(x / 2^s): an arithmetic right shift. */
-static long floor_shift(long x, uint s)
-{
-    if (x >= 0)
-        return x >> s;
-    return -(long)(((ulong)(-x) + ((1ul << s) - 1)) >> s);
-}
-
-/* exp2_fixed: 2^(u / 2^8) in Q1.14 for u < 2^8, LUT on the fraction, shift by the integer part. */
-static long exp2_fixed(__global const uint *lut, long u)
-{
-    long ip = floor_shift(u, EXP2_FRAC_BITS); /* <= 0 */
-    uint fp = (uint)(u - ip * (1l << EXP2_FRAC_BITS));
-    uint sh = (uint)min(-ip, 31l);
-    return (long)(lut[fp] >> sh);
-}
-
-static void store_le32(__global uchar *dst, uint v)
-{
-    dst[0] = (uchar)v;
-    dst[1] = (uchar)(v >> 8);
-    dst[2] = (uchar)(v >> 16);
-    dst[3] = (uchar)(v >> 24);
-}
 
 /* Global size: heads_total * seq_q, one work-item per query row. */
 __kernel void ferrite_attention(__global const char *q,

@@ -13,22 +13,14 @@
  * right-shifting negative values (implementation-defined) by working on the
  * magnitude. Buffers are row-major with row pitches in bytes (lda, ldb, ldc),
  * as GemmLayout lays them out; flags bits are GemmProblem::flags().
+
+ *
+ * round_shift, floor_shift, exp2_fixed and store_le32 are in fixed.cl, which
+ * the host prepends to this file.
  */
 #define FLAG_BIAS    1u
 #define FLAG_RELU    2u
 #define FLAG_REQUANT 4u
-
-/* p / 2^s rounded half away from zero, for |p| <= 2^62 and s in 0..=62. */
-static long round_shift(long p, uint s)
-{
-    if (s == 0)
-        return p;
-    ulong rnd = 1ul << (s - 1); /* 2^(s-1); `half` is a type name in OpenCL C */
-    if (p >= 0)
-        return (long)(((ulong)p + rnd) >> s);
-    /* -(round(|p| / 2^s)) with ties away from zero: (|p| + rnd) >> s. */
-    return -(long)(((ulong)(-p) + rnd) >> s);
-}
 
 static char requantize(int x, int qmult, uint qshift)
 {

@@ -30,35 +30,11 @@
  * MOE_E_LIMIT, MOE_K_LIMIT, MOE_RECORD_BYTES, MOE_REC_IDS / _WEIGHTS / _SLOTS,
  * MOE_RECIP_BITS, MOE_WEIGHT_SHIFT, MOE_FLAG_*, and MOE_DISPATCH_ITEMS (the
  * most work-items the host launches ferrite_moe_dispatch with).
+
+ *
+ * round_shift, floor_shift, exp2_fixed and store_le32 are in fixed.cl, which
+ * the host prepends to this file.
  */
-
-/* p / 2^s rounded half away from zero, for |p| <= 2^62 and s in 0..=62. */
-static long round_shift(long p, uint s)
-{
-    if (s == 0)
-        return p;
-    ulong rnd = 1ul << (s - 1);
-    if (p >= 0)
-        return (long)(((ulong)p + rnd) >> s);
-    return -(long)(((ulong)(-p) + rnd) >> s);
-}
-
-/* exp2_fixed for u <= 0: LUT on the fraction bits, shift by -floor(u / 2^8). */
-static long exp2_fixed(__global const uint *lut, long u)
-{
-    ulong n = (ulong)(-u);
-    ulong ip = (n + ((1ul << EXP2_FRAC_BITS) - 1)) >> EXP2_FRAC_BITS; /* -floor(u / 2^8) */
-    uint fp = (uint)(ip * (1ul << EXP2_FRAC_BITS) - n);
-    return (long)(lut[fp] >> (uint)min(ip, 31ul));
-}
-
-static void store_le32(__global uchar *dst, uint v)
-{
-    dst[0] = (uchar)v;
-    dst[1] = (uchar)(v >> 8);
-    dst[2] = (uchar)(v >> 16);
-    dst[3] = (uchar)(v >> 24);
-}
 
 /* Global size: T, one work-item per token. */
 __kernel void ferrite_moe_gate(__global const char *x,

@@ -43,8 +43,12 @@ const ATTENTION_CL: (&str, &str) = ("attention.cl", include_str!("../../../kerne
 /// The MoE router port: `ferrite_moe_gate`, then `ferrite_moe_dispatch`.
 const MOE_CL: (&str, &str) = ("moe.cl", include_str!("../../../kernels/opencl/moe.cl"));
 
+/// Fixed-point helpers every port uses (rounding shifts, the exp2 LUT lookup,
+/// byte stores), prepended to each port when it is built.
+const FIXED_CL: &str = include_str!("../../../kernels/opencl/fixed.cl");
+
 /// OpenCL C ports of the units, by file name in `kernels/opencl/`; each is
-/// built as its own program with [`build_options`].
+/// built as its own program, after `fixed.cl`, with [`build_options`].
 pub const SOURCES: &[(&str, &str)] = &[GEMM_CL, ATTENTION_CL, MOE_CL];
 
 /// Most work-items of `ferrite_moe_dispatch`'s single work-group (the size of its local array).
@@ -76,10 +80,11 @@ fn build_options() -> String {
     options
 }
 
-/// Build one port (a `(file, source)` of [`SOURCES`]); a failure carries the build log.
+/// Build one port (a `(file, source)` of [`SOURCES`]) after `fixed.cl`; a
+/// failure carries the build log (its line numbers count `fixed.cl` first).
 fn build(context: &Context, (file, src): (&str, &str)) -> Result<Program, DeviceError> {
-    Program::create_and_build_from_source(context, src, &build_options())
-        .map_err(|log| cl_error(&format!("building kernels/opencl/{file}"), log))
+    Program::create_and_build_from_source(context, &format!("{FIXED_CL}{src}"), &build_options())
+        .map_err(|log| cl_error(&format!("building kernels/opencl/fixed.cl + {file}"), log))
 }
 
 /// Held while platforms are discovered and programs built: two threads doing
