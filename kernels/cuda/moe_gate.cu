@@ -18,17 +18,10 @@
 
 #define NEG_INF __int_as_float(0xff800000)
 
-template <int G, int V, bool VEC>
-__device__ __forceinline__ void moe_gate(const float* __restrict__ logits, float* __restrict__ w_out,
-                                         int* __restrict__ i_out, int T, int E, int k) {
-    const int lane = threadIdx.x & 31, sub = lane % G;
-    const long long token = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / G;
-    // Whole lane groups leave together, so the shuffles below see full groups.
-    if (token >= T) return;
-    const unsigned mask = G == 32 ? 0xffffffffu : (((1u << G) - 1u) << (lane / G * G));
-    const float* x = logits + token * E + sub * V;
-    const int e0 = sub * V;
-    float v[V];
+// A lane's V logits x[0..V) (experts e0..e0+V) into registers; slots past E read 0 here and
+// are set to −∞ by the caller. VEC: float4 loads, for rows that are 16-byte aligned.
+template <int V, bool VEC>
+__device__ __forceinline__ void load_logits(const float* __restrict__ x, int e0, int E, float (&v)[V]) {
     if (VEC) {
 #pragma unroll
         for (int c = 0; c < V; c += 4) {
@@ -42,6 +35,20 @@ __device__ __forceinline__ void moe_gate(const float* __restrict__ logits, float
 #pragma unroll
         for (int c = 0; c < V; c++) v[c] = e0 + c < E ? __ldg(x + c) : 0.f;
     }
+}
+
+template <int G, int V, bool VEC>
+__device__ __forceinline__ void moe_gate(const float* __restrict__ logits, float* __restrict__ w_out,
+                                         int* __restrict__ i_out, int T, int E, int k) {
+    const int lane = threadIdx.x & 31, sub = lane % G;
+    const long long token = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    // Whole lane groups leave together, so the shuffles below see full groups.
+    if (token >= T) return;
+    const unsigned mask = G == 32 ? 0xffffffffu : (((1u << G) - 1u) << (lane / G * G));
+    const float* x = logits + token * E + sub * V;
+    const int e0 = sub * V;
+    float v[V];
+    load_logits<V, VEC>(x, e0, E, v);
     // Bit c: value c is taken or is no expert (its value reads as −∞ too).
     unsigned taken = 0;
 #pragma unroll
@@ -114,19 +121,7 @@ __device__ __forceinline__ void moe_gate_sorted(const float* __restrict__ logits
     const float* x = logits + token * E + sub * V;
     const int e0 = sub * V;
     float v[V];
-    if (VEC) {
-#pragma unroll
-        for (int c = 0; c < V; c += 4) {
-            float4 f = e0 + c < E ? __ldg(reinterpret_cast<const float4*>(x + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
-            v[c] = f.x;
-            v[c + 1] = f.y;
-            v[c + 2] = f.z;
-            v[c + 3] = f.w;
-        }
-    } else {
-#pragma unroll
-        for (int c = 0; c < V; c++) v[c] = e0 + c < E ? __ldg(x + c) : 0.f;
-    }
+    load_logits<V, VEC>(x, e0, E, v);
     // Slots past E read as −∞ with an index ≥ E: they lose every comparison with
     // a real expert, and k ≤ E real ones always exist.
 #pragma unroll
