@@ -18,8 +18,8 @@
 
 #define NEG_INF __int_as_float(0xff800000)
 
-// A lane's V logits x[0..V) (experts e0..e0+V) into registers; slots past E read 0 here and
-// are set to −∞ by the caller. VEC: float4 loads, for rows that are 16-byte aligned.
+// A lane's V logits x[0..V) (experts e0..e0+V) into registers; slots past E read −∞, so they
+// lose every comparison with a real expert. VEC: float4 loads, for rows that are 16-byte aligned.
 template <int V, bool VEC>
 __device__ __forceinline__ void load_logits(const float* __restrict__ x, int e0, int E, float (&v)[V]) {
     if (VEC) {
@@ -35,6 +35,9 @@ __device__ __forceinline__ void load_logits(const float* __restrict__ x, int e0,
 #pragma unroll
         for (int c = 0; c < V; c++) v[c] = e0 + c < E ? __ldg(x + c) : 0.f;
     }
+#pragma unroll
+    for (int c = 0; c < V; c++)
+        if (e0 + c >= E) v[c] = NEG_INF;
 }
 
 template <int G, int V, bool VEC>
@@ -49,14 +52,11 @@ __device__ __forceinline__ void moe_gate(const float* __restrict__ logits, float
     const int e0 = sub * V;
     float v[V];
     load_logits<V, VEC>(x, e0, E, v);
-    // Bit c: value c is taken or is no expert (its value reads as −∞ too).
+    // Bit c: value c is taken or is no expert.
     unsigned taken = 0;
 #pragma unroll
     for (int c = 0; c < V; c++)
-        if (e0 + c >= E) {
-            v[c] = NEG_INF;
-            taken |= 1u << c;
-        }
+        if (e0 + c >= E) taken |= 1u << c;
 
     // Choices this lane writes: r = s·G + sub for s < S (k ≤ 8).
     constexpr int S = (8 + G - 1) / G;
@@ -122,11 +122,7 @@ __device__ __forceinline__ void moe_gate_sorted(const float* __restrict__ logits
     const int e0 = sub * V;
     float v[V];
     load_logits<V, VEC>(x, e0, E, v);
-    // Slots past E read as −∞ with an index ≥ E: they lose every comparison with
-    // a real expert, and k ≤ E real ones always exist.
-#pragma unroll
-    for (int c = 0; c < V; c++)
-        if (e0 + c >= E) v[c] = NEG_INF;
+    // Slots past E hold −∞ with an index ≥ E; k ≤ E real experts always beat them.
     // The list: values descending, ties by index ascending; empty slots hold index INT_MAX.
     float L[8];
     int I[8];
