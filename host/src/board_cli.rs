@@ -3,7 +3,7 @@
 use crate::bitstream::board::Board;
 use crate::bitstream::{build, BuildRequest};
 use crate::manifest::UnitConfig;
-use crate::resources::{largest_fit, synthesize, Measured, Model, Unit, FIT_FRACTION};
+use crate::resources::{largest_fit, synthesize, Measured, Model, Scaling, Unit, FIT_FRACTION};
 use anyhow::{bail, ensure, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
@@ -155,11 +155,18 @@ impl UnitFlags {
     }
 }
 
+/// `--board` values: the runtime's board ids (the runtime crate has no clap).
+pub fn board_arg() -> impl clap::builder::TypedValueParser<Value = Board> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Board::ALL.map(Board::id))
+        .map(|id| id.parse::<Board>().expect("a listed board id parses"))
+}
+
 #[derive(Args)]
 pub struct BuildArgs {
     #[arg(long, value_enum)]
     unit: UnitArg,
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = board_arg())]
     board: Board,
     #[command(flatten)]
     flags: UnitFlags,
@@ -193,7 +200,7 @@ pub struct ResourcesArgs {
     #[command(flatten)]
     flags: UnitFlags,
     /// Board to compare with (default: all); also picks the yosys family (xc7 for PYNQ-Z2).
-    #[arg(long, value_enum)]
+    #[arg(long, value_parser = board_arg())]
     board: Option<Board>,
     #[arg(long)]
     json: bool,

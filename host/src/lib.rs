@@ -1,21 +1,18 @@
-//! Ferrite host runtime: one [`Device`] trait over every place a unit can
-//! run (the CPU golden model, cycle-level simulation, and later CUDA, OpenCL
-//! and XRT boards), the register-level [`driver`] shared by the memory-mapped
-//! backends, host-array [`ops`], and `.npy` I/O for the `ferrite` CLI.
-pub mod backend;
+//! Ferrite's tooling over [`ferrite_runtime`]: cross-device comparison,
+//! bitstream recipes, resource estimates, board deploy, device listing, the
+//! GPU benchmark, MoE routing analysis, and the `ferrite` CLI.
+//!
+//! The runtime's modules are re-exported under their old paths, so
+//! `ferrite_host::device::Device` and `ferrite_runtime::Device` are one trait.
 pub mod bitstream;
 pub mod board_cli;
 pub mod compare;
 pub mod deploy;
-pub mod device;
 pub mod devices;
-pub mod driver;
 #[cfg(feature = "cuda")]
 pub mod gpu_bench;
-pub mod manifest;
-pub mod npy;
-pub mod ops;
 pub mod resources;
 pub mod routing;
 
-pub use device::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats};
+pub use ferrite_runtime::{backend, device, driver, manifest, npy, ops};
+pub use ferrite_runtime::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats};

@@ -123,18 +123,24 @@ pub fn parse_stat(text: &str) -> Result<Counts> {
 pub use crate::manifest::UnitConfig as Unit;
 
 /// What the extrapolation needs of a unit: its one scaling knob.
-impl Unit {
+pub trait Scaling: Sized {
     /// The scaling knob's name and value.
-    pub fn knob(&self) -> (&'static str, usize) {
-        match self {
-            Self::Gemm(c) => ("rows", c.rows),
-            Self::Attention(c) => ("lanes", c.lanes),
-            Self::Moe(c) => ("lanes", c.lanes),
-        }
-    }
-
+    fn knob(&self) -> (&'static str, usize);
     /// The same configuration with the knob at `v`; GEMM also takes the
     /// widest `cols` the port allows when `widest` (the fitted array).
+    fn with_knob(&self, v: usize, widest: bool) -> Self;
+    /// The configuration measured next to this one for the extrapolation:
+    /// half the knob (or 2 from 1), everything else equal.
+    fn companion(&self) -> Result<Self>;
+    /// A short description of the knob setting: `8×4 (32 multipliers)`, `8 lanes (...)`.
+    fn describe(&self) -> String;
+}
+
+impl Scaling for Unit {
+    fn knob(&self) -> (&'static str, usize) {
+        self.unit().scaling_knob()
+    }
+
     fn with_knob(&self, v: usize, widest: bool) -> Self {
         match self {
             Self::Gemm(c) => {
@@ -146,9 +152,7 @@ impl Unit {
         }
     }
 
-    /// The configuration measured next to this one for the extrapolation:
-    /// half the knob (or 2 from 1), everything else equal.
-    pub fn companion(&self) -> Result<Self> {
+    fn companion(&self) -> Result<Self> {
         let (name, v) = self.knob();
         let other = self.with_knob(if v > 1 { v / 2 } else { 2 }, false);
         other
@@ -157,14 +161,8 @@ impl Unit {
         Ok(other)
     }
 
-    /// A short description of the knob setting: `8×4 (32 multipliers)`, `8 lanes (...)`.
-    pub fn describe(&self) -> String {
-        let size = match self {
-            Self::Gemm(c) => format!("{}×{}", c.rows, c.cols),
-            Self::Attention(c) => format!("{} lanes", c.lanes),
-            Self::Moe(c) => format!("{} lanes", c.lanes),
-        };
-        format!("{size} ({} multipliers)", self.multipliers())
+    fn describe(&self) -> String {
+        format!("{} ({} multipliers)", self.unit().size_label(), self.multipliers())
     }
 }
 

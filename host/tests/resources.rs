@@ -3,7 +3,7 @@
 //! board in the unit's knob (GEMM rows, attention and MoE lanes).
 use assert_cmd::Command;
 use ferrite_host::bitstream::board::Board;
-use ferrite_host::resources::{largest_fit, synthesize, Fit, Measured, Model, Unit};
+use ferrite_host::resources::{largest_fit, synthesize, Fit, Measured, Model, Scaling, Unit};
 use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::moe::MoeConfig;

@@ -78,7 +78,7 @@ fn several_launches_on_one_device() {
 #[test]
 fn problems_beyond_the_unit_are_refused() {
     let dev = device(MemoryConfig::default());
-    let UnitConfig::Gemm(cfg) = dev.unit() else { panic!("device() builds a GEMM unit") };
+    let Some(UnitConfig::Gemm(cfg)) = dev.config() else { panic!("device() builds a GEMM unit") };
     let k_max = cfg.k_max;
     let err = dev.layout(&Problem::Gemm(GemmProblem::new(1, 1, k_max + 1))).unwrap_err();
     assert!(matches!(err, DeviceError::TooBig { .. }), "{err}");

@@ -13,6 +13,7 @@ pub mod gemm;
 pub mod moe;
 pub mod numerics;
 pub mod regmap;
+pub mod unit;
 pub mod vitis;
 
 /// Errors raised when a unit is configured or asked to run something it cannot.

@@ -12,8 +12,7 @@
 //! vendor tool that is not installed is not a failure: the report names the
 //! tool and the command it would have run, and the directory can be copied to
 //! a machine that has it (`sh build.sh`).
-pub mod bitfile;
-pub mod board;
+pub use ferrite_runtime::{bitfile, board};
 pub mod dts;
 pub mod kernel_xml;
 pub mod tcl;

@@ -246,7 +246,11 @@ pub struct GemmLayout {
 
 impl GemmLayout {
     pub fn new(cfg: &GemmConfig, p: &GemmProblem) -> Self {
-        let beat = cfg.port_bytes() as u64;
+        Self::with_beat(p, cfg.port_bytes() as u64)
+    }
+
+    /// Pitches rounded up to `beat` bytes (1 for dense host memory).
+    pub fn with_beat(p: &GemmProblem, beat: u64) -> Self {
         let pitch = |bytes: u64| bytes.div_ceil(beat) * beat;
         let (lda, ldb, ldc) = (pitch(p.k as u64), pitch(p.n as u64), pitch((p.n * p.out_elem_bytes()) as u64));
         Self {

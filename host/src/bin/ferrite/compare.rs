@@ -40,7 +40,7 @@ pub(super) struct CompareArgs {
     #[arg(long)]
     clock_mhz: Option<f64>,
     /// Board of the FPGA projection: resource family and static power.
-    #[arg(long, value_enum, default_value_t = Board::U55c)]
+    #[arg(long, value_parser = ferrite_host::board_cli::board_arg(), default_value_t = Board::U55c)]
     board: Board,
     /// Estimate FPGA resources with yosys (slow the first time, cached by configuration).
     #[arg(long)]

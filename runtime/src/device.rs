@@ -10,8 +10,10 @@
 use ferrite_hw::attention::{AttentionLayout, AttentionProblem};
 use ferrite_hw::gemm::{GemmLayout, GemmProblem};
 use ferrite_hw::moe::{MoeLayout, MoeProblem};
+use ferrite_hw::unit::Unit;
 use ferrite_hw::HwError;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What kind of machine a device is; reports and timeouts differ per kind.
@@ -148,13 +150,53 @@ pub struct MoeArgs {
     pub stats: Buffer,
 }
 
-/// A unit launch with typed arguments.
+/// A unit known only through its [`Unit`] trait, as a register-level launch names it.
+#[derive(Clone)]
+pub struct UnitRef(pub Arc<dyn Unit>);
+
+impl fmt::Debug for UnitRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.kernel_name())
+    }
+}
+
+/// Two references are the same unit when they generate the same kernel with the same map.
+impl PartialEq for UnitRef {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.kernel_name() == other.0.kernel_name() && self.0.register_map() == other.0.register_map()
+    }
+}
+
+impl Eq for UnitRef {}
+
+/// The value of one argument register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegValue {
+    /// A buffer: the device writes its address.
+    Buffer(Buffer),
+    Scalar(u64),
+}
+
+/// A launch given register by register: the generic path. Any unit with a
+/// register table runs this way on the simulator and the boards with no host
+/// code of its own, and on the CPU through [`Unit::run_registers`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisterArgs {
+    pub unit: UnitRef,
+    /// A value for every argument register of the unit's map, by name.
+    pub values: Vec<(String, RegValue)>,
+    /// Multiply-accumulates the launch performs (0 for a unit without multipliers).
+    pub useful_macs: u64,
+}
+
+/// A unit launch with typed arguments, or register by register.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Launch {
     Gemm(GemmArgs),
     Attention(AttentionArgs),
     Moe(MoeArgs),
+    Registers(RegisterArgs),
 }
 
 impl Launch {
@@ -164,6 +206,7 @@ impl Launch {
             Self::Gemm(g) => g.problem.macs(),
             Self::Attention(a) => a.problem.macs(),
             Self::Moe(m) => m.problem.macs(),
+            Self::Registers(r) => r.useful_macs,
         }
     }
 
@@ -173,6 +216,7 @@ impl Launch {
             Self::Gemm(_) => "gemm",
             Self::Attention(_) => "attention",
             Self::Moe(_) => "moe",
+            Self::Registers(r) => r.unit.0.name(),
         }
     }
 }

@@ -3,8 +3,8 @@
 //! build. `ferrite deploy` and the XRT backend load images only through a
 //! checked manifest, so a stale, edited or mismatched image is refused before
 //! it reaches a card.
-use crate::bitstream::bitfile::BitFile;
-use crate::bitstream::board::{Board, Flow};
+use crate::bitfile::BitFile;
+use crate::board::{Board, Flow};
 use crate::device::{
     check_attention_buffers, check_gemm_buffers, check_moe_buffers, Buffer, DeviceError, Launch, Layout, Problem,
 };
@@ -13,6 +13,7 @@ use ferrite_hw::attention::{AttentionConfig, AttentionLayout};
 use ferrite_hw::gemm::{GemmConfig, GemmLayout};
 use ferrite_hw::moe::{MoeConfig, MoeLayout};
 use ferrite_hw::regmap::RegisterMap;
+use ferrite_hw::unit::Unit;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -26,9 +27,10 @@ pub const FORMAT: u32 = 1;
 /// The unit an image holds, with its generation-time configuration, one
 /// variant per unit. The serde tags (`gemm`, `attention`, `moe`) are the
 /// manifest's `unit` field, so GEMM manifests of earlier builds still load.
+/// Exhaustive on purpose: a new unit's variant makes the compiler list every
+/// place (layout, launch arguments, self-test) that must learn it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "unit", content = "config", rename_all = "lowercase")]
-#[non_exhaustive]
 pub enum UnitConfig {
     Gemm(GemmConfig),
     Attention(AttentionConfig),
@@ -54,89 +56,54 @@ impl From<MoeConfig> for UnitConfig {
 }
 
 impl UnitConfig {
-    pub fn name(&self) -> &'static str {
+    /// The unit behind the variant: everything that is not layout or launch
+    /// asks it (see [`Unit`]).
+    pub fn unit(&self) -> &dyn Unit {
         match self {
-            Self::Gemm(_) => "gemm",
-            Self::Attention(_) => "attention",
-            Self::Moe(_) => "moe",
+            Self::Gemm(c) => c,
+            Self::Attention(c) => c,
+            Self::Moe(c) => c,
         }
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.unit().name()
     }
 
     pub fn kernel_name(&self) -> String {
-        match self {
-            Self::Gemm(c) => c.kernel_name(),
-            Self::Attention(c) => c.kernel_name(),
-            Self::Moe(c) => c.kernel_name(),
-        }
+        self.unit().kernel_name()
     }
 
     pub fn register_map(&self) -> RegisterMap {
-        match self {
-            Self::Gemm(c) => c.register_map(),
-            Self::Attention(c) => c.register_map(),
-            Self::Moe(c) => c.register_map(),
-        }
+        self.unit().register_map()
     }
 
     pub fn validate(&self) -> Result<(), ferrite_hw::HwError> {
-        match self {
-            Self::Gemm(c) => c.validate(),
-            Self::Attention(c) => c.validate(),
-            Self::Moe(c) => c.validate(),
-        }
+        self.unit().validate()
     }
 
     /// The HWINFO value the unit reports; a board backend compares it after loading.
     pub fn hwinfo(&self) -> u32 {
-        match self {
-            Self::Gemm(c) => c.hwinfo(),
-            Self::Attention(c) => c.hwinfo(),
-            Self::Moe(c) => c.hwinfo(),
-        }
+        self.unit().hwinfo()
     }
 
     pub fn clock_mhz(&self) -> f64 {
-        match self {
-            Self::Gemm(c) => c.clock_mhz,
-            Self::Attention(c) => c.clock_mhz,
-            Self::Moe(c) => c.clock_mhz,
-        }
+        self.unit().clock_mhz()
     }
 
     /// Multipliers of the unit, for utilization.
     pub fn multipliers(&self) -> u64 {
-        match self {
-            Self::Gemm(c) => c.macs() as u64,
-            Self::Attention(c) => c.multipliers() as u64,
-            Self::Moe(c) => c.macs() as u64,
-        }
+        self.unit().multipliers()
     }
 
     /// Width of the unit's AXI4 memory port in bits.
     pub fn port_bits(&self) -> usize {
-        match self {
-            Self::Gemm(c) => c.port_bits,
-            Self::Attention(c) => c.port_bits,
-            Self::Moe(c) => c.port_bits,
-        }
+        self.unit().port_bits()
     }
 
-    /// The unit's Verilog, generated on a thread with a 1 GiB stack: rust-hdl
-    /// recurses deeply on the larger units (MoE overflows the default stack).
+    /// The unit's Verilog (generated on a large stack, see [`ferrite_hw::unit::verilog`]).
     pub fn verilog(&self) -> Result<String, DeviceError> {
-        let unit = self.clone();
-        let thread = |e: String| DeviceError::Backend { backend: "rust-hdl", source: e.into() };
-        std::thread::Builder::new()
-            .stack_size(1 << 30)
-            .spawn(move || match &unit {
-                Self::Gemm(c) => ferrite_hw::gemm::rtl::verilog(c),
-                Self::Attention(c) => ferrite_hw::attention::rtl::verilog(c),
-                Self::Moe(c) => ferrite_hw::moe::rtl::verilog(c),
-            })
-            .map_err(|e| thread(format!("starting the Verilog generator thread: {e}")))?
-            .join()
-            .map_err(|_| thread(format!("the Verilog generator of {} panicked", self.kernel_name())))?
-            .map_err(DeviceError::from)
+        Ok(ferrite_hw::unit::verilog(self.unit())?)
     }
 
     /// Beat-aligned layout of `problem` on this unit, after checking that it

@@ -7,7 +7,7 @@
 //!   name to `fpga0/firmware`; `state` must then read `operating`.
 //! * **Device-tree overlay** (when the manifest lists `overlay.dtbo`): copied to
 //!   the firmware directory and applied through configfs, which creates the
-//!   unit's UIO node ([`crate::bitstream::dts`]).
+//!   unit's UIO node (`ferrite_host::bitstream::dts`).
 //! * **UIO**: the `/sys/class/uio/uioN` whose `name` is the kernel name gives
 //!   the control window; `/dev/uioN` is mapped and [`Registers`] is the
 //!   [`ControlPort`] over it, so [`driver::launch`] runs the same register
@@ -19,7 +19,7 @@
 //!
 //! Every filesystem root is in [`PynqPaths`], so the whole sequence runs
 //! against a fake tree in tests (regular files stand in for the device nodes).
-use crate::bitstream::bitfile::BitFile;
+use crate::bitfile::BitFile;
 use crate::device::{
     Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats,
 };

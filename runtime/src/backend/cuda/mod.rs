@@ -222,6 +222,7 @@ impl Device for CudaDevice {
                 self.enqueue_moe(m)?;
                 self.gpu.sync()?
             }
+            other => return Err(DeviceError::Unsupported { device: self.info().name, unit: other.unit() }),
         }
         Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })
     }

@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Kernel sources, embedded so a built binary needs no source tree. The
 /// `#include "common_*.cuh"` lines are expanded by [`expand`], because NVRTC
 /// gets one string and no include path.
-pub(crate) const COMMON_BF16: &str = include_str!("../../../../kernels/cuda/common_bf16.cuh");
-pub(crate) const COMMON_HOPPER: &str = include_str!("../../../../kernels/cuda/common_hopper.cuh");
+pub const COMMON_BF16: &str = include_str!("../../../../kernels/cuda/common_bf16.cuh");
+pub const COMMON_HOPPER: &str = include_str!("../../../../kernels/cuda/common_hopper.cuh");
 
 /// One `.cu` file of `kernels/cuda/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,7 +51,7 @@ fn expand(src: &str) -> String {
 }
 
 /// A driver error as a [`DeviceError`], with what was being done.
-pub(crate) fn driver(what: &str) -> impl FnOnce(DriverError) -> DeviceError + '_ {
+pub fn driver(what: &str) -> impl FnOnce(DriverError) -> DeviceError + '_ {
     move |e| DeviceError::Backend { backend: "cuda", source: format!("{what}: {e}").into() }
 }
 

@@ -4,12 +4,13 @@
 //! backend (where the port is `xrtKernelReadRegister`/`WriteRegister`) execute
 //! the same steps against the same [`RegisterMap`]: identify, program
 //! arguments by name, start, poll for `ap_done`, read the cycle counter.
-use crate::device::{AttentionArgs, Buffer, DeviceError, GemmArgs, MoeArgs};
+use crate::device::{AttentionArgs, Buffer, DeviceError, GemmArgs, MoeArgs, RegValue, RegisterArgs};
 use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::moe::MoeConfig;
 use ferrite_hw::numerics::Requant;
-use ferrite_hw::regmap::{Register, RegisterMap, CTRL, CTRL_AP_DONE, CTRL_AP_IDLE, CTRL_AP_START};
+use ferrite_hw::regmap::{ArgKind, Register, RegisterMap, CTRL, CTRL_AP_DONE, CTRL_AP_IDLE, CTRL_AP_START};
+use ferrite_hw::unit::Unit;
 
 /// A unit's AXI4-Lite control window, and a way to let time pass.
 ///
@@ -44,19 +45,20 @@ pub struct Poll {
 }
 
 /// What to launch: the HWINFO value the configuration implies, and a value for
-/// every argument register of the map, by name.
+/// every argument register of the map, by name (`&'static str` for the typed
+/// launches, `String` for register-level ones).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LaunchArgs {
+pub struct LaunchArgs<N = &'static str> {
     pub hwinfo: u32,
-    pub values: Vec<(&'static str, u64)>,
+    pub values: Vec<(N, u64)>,
 }
 
 /// Run one launch; returns the unit's CYCLES register (its own count from
 /// ap_start to ap_done, independent of the polling granularity).
-pub fn launch(
+pub fn launch<N: AsRef<str>>(
     port: &mut dyn ControlPort,
     map: &RegisterMap,
-    args: &LaunchArgs,
+    args: &LaunchArgs<N>,
     poll: Poll,
 ) -> Result<u64, DeviceError> {
     let status = |name: &str| {
@@ -74,7 +76,8 @@ pub fn launch(
     }
 
     for (name, _) in &args.values {
-        if map.arguments().all(|r| r.name != *name) {
+        let name = name.as_ref();
+        if map.arguments().all(|r| r.name != name) {
             return Err(DeviceError::Argument(format!("{name} is not an argument of {}", map.kernel)));
         }
     }
@@ -82,7 +85,7 @@ pub fn launch(
         let value = args
             .values
             .iter()
-            .find(|(name, _)| *name == reg.name)
+            .find(|(name, _)| name.as_ref() == reg.name)
             .map(|&(_, v)| v)
             .ok_or_else(|| DeviceError::Argument(format!("no value given for {}", reg.name)))?;
         write_arg(port, reg, value)?;
@@ -130,6 +133,32 @@ fn read64(port: &mut dyn ControlPort, reg: &Register) -> Result<u64, DeviceError
         return Ok(lo);
     }
     Ok(lo | (port.read32(reg.offset + 4)? as u64) << 32)
+}
+
+/// Register values of a register-level launch on `unit`: every name an
+/// argument of its map, buffers exactly where the map has buffers.
+pub fn register_args(
+    unit: &dyn Unit,
+    r: &RegisterArgs,
+    address: &dyn Fn(Buffer) -> Result<u64, DeviceError>,
+) -> Result<LaunchArgs<String>, DeviceError> {
+    let map = unit.register_map();
+    let mut values = Vec::with_capacity(r.values.len());
+    for (name, value) in &r.values {
+        let reg = map
+            .arguments()
+            .find(|reg| reg.name == *name)
+            .ok_or_else(|| DeviceError::Argument(format!("{name} is not an argument of {}", map.kernel)))?;
+        let value = match (reg.kind, value) {
+            (ArgKind::Buffer, RegValue::Buffer(b)) => address(*b)?,
+            (ArgKind::Scalar, RegValue::Scalar(v)) => *v,
+            (kind, v) => {
+                return Err(DeviceError::Argument(format!("{name} is a {kind:?} register, given {v:?}")));
+            }
+        };
+        values.push((name.clone(), value));
+    }
+    Ok(LaunchArgs { hwinfo: unit.hwinfo(), values })
 }
 
 /// Register values of a GEMM launch; `address` gives each buffer's device address.

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A supported board or card.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Board {
     U55c,
@@ -154,6 +154,17 @@ impl Board {
     }
 }
 
+impl std::str::FromStr for Board {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|b| b.id() == s).ok_or_else(|| {
+            let ids: Vec<_> = Self::ALL.iter().map(|b| b.id()).collect();
+            format!("unknown board `{s}` (one of {})", ids.join(", "))
+        })
+    }
+}
+
 impl fmt::Display for Board {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.id())
@@ -165,12 +176,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_round_trip_through_serde_and_clap() {
-        use clap::ValueEnum;
+    fn ids_round_trip_through_serde_and_from_str() {
         for b in Board::ALL {
             assert_eq!(serde_json::to_string(&b).unwrap(), format!("\"{}\"", b.id()));
-            assert_eq!(Board::from_str(b.id(), false).unwrap(), b);
+            assert_eq!(b.id().parse::<Board>().unwrap(), b);
             assert_eq!(b.spec().board, b);
         }
+        assert!("u50".parse::<Board>().unwrap_err().contains("pynq-z2"));
     }
 }

@@ -8,7 +8,6 @@
 //! the order of `kernel.xml` and of the ports' parameter lists, so one launch
 //! path serves both. A port appends what the hardware fixes at generation
 //! time or holds on chip (attention's head dimension, the exp2 LUT, scratch).
-use crate::backend::cpu::dense_layout;
 use crate::device::{
     check_attention_buffers, check_gemm_buffers, check_moe_buffers, AttentionArgs, Buffer, Device, DeviceError,
     DeviceInfo, DeviceKind, GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats,
@@ -478,7 +477,7 @@ impl Device for OpenClDevice {
             Problem::Gemm(p) => {
                 self.fits(p)?;
                 Ok(Layout::Gemm(match self.flavor {
-                    Flavor::Port(_) => dense_layout(p),
+                    Flavor::Port(_) => GemmLayout::with_beat(p, 1),
                     Flavor::Xclbin => GemmLayout::new(&self.cfg, p),
                 }))
             }
@@ -543,6 +542,7 @@ impl Device for OpenClDevice {
             Launch::Gemm(g) => self.run_gemm(g)?,
             Launch::Attention(a) => self.run_attention(a)?,
             Launch::Moe(m) => self.run_moe(m)?,
+            other => return Err(DeviceError::Unsupported { device: self.info().name, unit: other.unit() }),
         }
         Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })
     }

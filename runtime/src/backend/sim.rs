@@ -1,17 +1,18 @@
 //! The simulator device: a unit's RTL clocked cycle by cycle against an AXI
 //! memory model, driven through its registers exactly like a board.
 use crate::device::{
-    Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats,
+    Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RegValue, RunStats,
 };
 use crate::driver::{self, ControlPort, Poll};
 use crate::manifest::UnitConfig;
 use ferrite_hw::regmap::RegisterMap;
+use ferrite_hw::unit::Unit;
 use ferrite_hw::vitis::{Inputs, Outputs, PinLevel};
-use ferrite_hw::{attention, gemm, moe};
 use ferrite_sim::{verilator_available, MemoryConfig, SimError, Simulation, VerilatorInstance, VerilatorModel};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Cycles `ap_rst_n` is held low when the device is created.
@@ -95,18 +96,12 @@ impl PinLevel for Dut {
     }
 }
 
-/// rust-hdl's own pin-level model of `unit` (no Verilator needed; slow).
-fn hdl_model(unit: &UnitConfig) -> Result<Box<dyn PinLevel>, DeviceError> {
-    Ok(match unit {
-        UnitConfig::Gemm(c) => gemm::rtl::hdl_model(c)?,
-        UnitConfig::Attention(c) => attention::rtl::hdl_model(c)?,
-        UnitConfig::Moe(c) => moe::rtl::hdl_model(c)?,
-    })
-}
-
 /// A unit in simulation; buffers live in its AXI memory.
 pub struct SimDevice {
-    unit: UnitConfig,
+    unit: Arc<dyn Unit>,
+    /// The typed configuration, for typed launches; `None` for a unit built
+    /// with [`SimDevice::generic`], which runs register-level launches only.
+    config: Option<UnitConfig>,
     map: RegisterMap,
     engine: Engine,
     sim: Simulation<Dut>,
@@ -121,18 +116,45 @@ impl SimDevice {
     /// width. `vcd` writes a waveform of the whole session (Verilator only).
     pub fn new(
         unit: impl Into<UnitConfig>,
+        mem: MemoryConfig,
+        engine: Engine,
+        vcd: Option<&Path>,
+    ) -> Result<Self, DeviceError> {
+        let config = unit.into();
+        let unit: Arc<dyn Unit> = match &config {
+            UnitConfig::Gemm(c) => Arc::new(c.clone()),
+            UnitConfig::Attention(c) => Arc::new(c.clone()),
+            UnitConfig::Moe(c) => Arc::new(c.clone()),
+        };
+        Self::build(unit, Some(config), mem, engine, vcd)
+    }
+
+    /// Any [`Unit`], driven through register-level launches
+    /// ([`Launch::Registers`]) only: the path a new unit takes before (or
+    /// instead of) typed host support.
+    pub fn generic(
+        unit: Arc<dyn Unit>,
+        mem: MemoryConfig,
+        engine: Engine,
+        vcd: Option<&Path>,
+    ) -> Result<Self, DeviceError> {
+        Self::build(unit, None, mem, engine, vcd)
+    }
+
+    fn build(
+        unit: Arc<dyn Unit>,
+        config: Option<UnitConfig>,
         mut mem: MemoryConfig,
         engine: Engine,
         vcd: Option<&Path>,
     ) -> Result<Self, DeviceError> {
-        let unit = unit.into();
         unit.validate()?;
         let dut = match engine {
             Engine::Verilator => {
                 if !verilator_available() {
                     return Err(missing_verilator("not on PATH"));
                 }
-                let verilog = unit.verilog()?;
+                let verilog = ferrite_hw::unit::verilog(&*unit)?;
                 let model = VerilatorModel::build(&verilog, &unit.kernel_name(), unit.port_bits(), vcd.is_some())
                     .map_err(sim_error)?;
                 Dut::Verilator(model.instance(vcd).map_err(sim_error)?)
@@ -141,17 +163,23 @@ impl SimDevice {
                 if vcd.is_some() {
                     return Err(DeviceError::Config("VCD traces need the verilator engine".into()));
                 }
-                Dut::RustHdl(hdl_model(&unit)?)
+                Dut::RustHdl(unit.hdl_model()?)
             }
         };
         mem.data_bits = unit.port_bits();
         let mut sim = Simulation::new(dut, mem).map_err(sim_error)?;
         sim.reset(RESET_CYCLES).map_err(sim_error)?;
-        Ok(Self { map: unit.register_map(), unit, engine, sim, buffers: HashMap::new() })
+        Ok(Self { map: unit.register_map(), unit, config, engine, sim, buffers: HashMap::new() })
     }
 
-    pub fn unit(&self) -> &UnitConfig {
-        &self.unit
+    /// The typed configuration (`None` for a [`generic`](Self::generic) unit).
+    pub fn config(&self) -> Option<&UnitConfig> {
+        self.config.as_ref()
+    }
+
+    /// The typed configuration, or `Unsupported` for a typed launch on a generic unit.
+    fn typed(&self, unit: &'static str) -> Result<&UnitConfig, DeviceError> {
+        self.config.as_ref().ok_or_else(|| DeviceError::Unsupported { device: self.unit.kernel_name(), unit })
     }
 
     pub fn engine(&self) -> Engine {
@@ -177,27 +205,34 @@ impl SimDevice {
     /// Only called after [`UnitConfig::launch_args`] accepted the launch.
     fn timeout_cycles(&self, launch: &Launch) -> u64 {
         let beat = (self.unit.port_bits() / 8) as u64;
-        let (work, restarts) = match (&self.unit, launch) {
+        let (work, restarts) = match (&self.config, launch) {
             // Every beat of traffic (A re-read once per column tile) and every MAC step.
-            (UnitConfig::Gemm(c), Launch::Gemm(g)) => {
+            (Some(UnitConfig::Gemm(c)), Launch::Gemm(g)) => {
                 let (p, l) = (&g.problem, &g.layout);
                 let (row_tiles, col_tiles) = (p.m.div_ceil(c.rows) as u64, p.n.div_ceil(c.cols) as u64);
                 let beats = (l.a_bytes * col_tiles + l.b_bytes * row_tiles + l.c_bytes + l.bias_bytes) / beat;
                 (beats + p.macs() / c.macs() as u64, row_tiles * col_tiles)
             }
             // Keys stream at ≥ one per two cycles; every block also loads Q and writes O.
-            (UnitConfig::Attention(c), Launch::Attention(a)) => {
+            (Some(UnitConfig::Attention(c)), Launch::Attention(a)) => {
                 let p = &a.problem;
                 let blocks = (p.heads_total() * p.seq_q.div_ceil(c.lanes)) as u64;
                 (blocks * (2 * p.seq_kv as u64 + 4 * p.dim as u64 + 200), blocks)
             }
             // Weights load once; every token streams its row past each lane group
             // and writes a record plus up to k dispatch entries.
-            (UnitConfig::Moe(c), Launch::Moe(m)) => {
+            (Some(UnitConfig::Moe(c)), Launch::Moe(m)) => {
                 let p = &m.problem;
                 let (x_beats, w_beats) = (m.layout.x_bytes / beat, m.layout.w_bytes / beat);
                 let work = w_beats + x_beats * c.groups() as u64 + (p.tokens * (p.top_k + 4)) as u64 + p.experts as u64;
                 (work, p.tokens as u64 / 16 + 4)
+            }
+            // A unit known only by its registers: every byte of every buffer
+            // moved once, and its multipliers busy for the launch's MACs.
+            (_, Launch::Registers(r)) => {
+                let bytes: u64 =
+                    r.values.iter().map(|(_, v)| if let RegValue::Buffer(b) = v { b.len() } else { 0 }).sum();
+                (bytes.div_ceil(beat) + r.useful_macs / self.unit.multipliers().max(1), 1)
             }
             _ => (0, 0),
         };
@@ -219,7 +254,7 @@ impl Device for SimDevice {
 
     /// Beat-aligned row pitches, as the unit's bursts require.
     fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError> {
-        self.unit.layout(&self.unit.kernel_name(), problem)
+        self.typed(problem.unit())?.layout(&self.unit.kernel_name(), problem)
     }
 
     fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
@@ -245,9 +280,21 @@ impl Device for SimDevice {
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
-        let args = self.unit.launch_args(&self.unit.kernel_name(), launch, &|buf| self.known(buf))?;
         let poll = Poll { interval: POLL_INTERVAL, limit: self.timeout_cycles(launch) };
-        let cycles = driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)?;
+        let address = |buf| self.known(buf);
+        let cycles = match launch {
+            Launch::Registers(r) if r.unit.0.kernel_name() == self.unit.kernel_name() => {
+                let args = driver::register_args(&*self.unit, r, &address)?;
+                driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)?
+            }
+            Launch::Registers(r) => {
+                return Err(DeviceError::Unsupported { device: self.unit.kernel_name(), unit: r.unit.0.name() })
+            }
+            typed => {
+                let args = self.typed(typed.unit())?.launch_args(&self.unit.kernel_name(), typed, &address)?;
+                driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)?
+            }
+        };
         Ok(RunStats {
             wall: start.elapsed(),
             useful_macs: launch.useful_macs(),

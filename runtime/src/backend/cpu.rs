@@ -2,8 +2,9 @@
 //! CPU GEMM that must stay bit-exact with it.
 use crate::device::{
     check_attention_buffers, check_gemm_buffers, check_moe_buffers, AttentionArgs, Buffer, Device, DeviceError,
-    DeviceInfo, DeviceKind, GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats,
+    DeviceInfo, DeviceKind, GemmArgs, Launch, Layout, MoeArgs, Problem, RegisterArgs, RunStats,
 };
+use crate::driver;
 use crate::ops::{pack_attention, pack_output, unpack_rows};
 use ferrite_hw::attention::AttentionLayout;
 use ferrite_hw::gemm::model::check_operands;
@@ -11,6 +12,7 @@ use ferrite_hw::gemm::{GemmLayout, GemmOutput, GemmProblem};
 use ferrite_hw::moe::config::RECORD_BYTES;
 use ferrite_hw::moe::MoeLayout;
 use ferrite_hw::numerics::requantize;
+use ferrite_hw::unit::{Memory, RegisterValues};
 use ferrite_hw::HwError;
 use ndarray::Array2;
 use std::collections::HashMap;
@@ -48,6 +50,25 @@ impl CpuDevice {
         let data = self.buffers.get_mut(&buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))?;
         let range = span(buf, offset, len, data.len())?;
         Ok(&mut data[range])
+    }
+
+    /// The unit's register-level golden model on the CPU's buffers; a STATUS
+    /// with bit 0 set is a refused run, as the board driver reports it.
+    fn run_registers(&mut self, r: &RegisterArgs) -> Result<(), DeviceError> {
+        let address = |buf: Buffer| {
+            if self.buffers.contains_key(&buf.id()) {
+                Ok(buf.id() << BUFFER_SHIFT)
+            } else {
+                Err(DeviceError::UnknownBuffer(buf.id()))
+            }
+        };
+        let args = driver::register_args(&*r.unit.0, r, &address)?;
+        let values = RegisterValues(args.values);
+        let status = r.unit.0.run_registers(&values, &mut AddressSpace(&mut self.buffers))?;
+        if status & 1 != 0 {
+            return Err(DeviceError::Fault { status });
+        }
+        Ok(())
     }
 
     /// The golden model in both modes: fixed-point attention has no faster
@@ -126,6 +147,40 @@ impl CpuDevice {
     }
 }
 
+/// Bits of a register-level launch's address below the buffer id: buffer
+/// `id` sits at `id << BUFFER_SHIFT`, so every buffer gets a 1 TiB window.
+const BUFFER_SHIFT: u32 = 40;
+
+/// The CPU's buffers as the flat address space a register-level golden model
+/// reads and writes; an access outside a buffer is an error, as on a board's
+/// memory protection, never a silent wrap.
+struct AddressSpace<'a>(&'a mut HashMap<u64, Vec<u8>>);
+
+impl AddressSpace<'_> {
+    fn span(&self, addr: u64, len: usize) -> Result<(u64, std::ops::Range<usize>), HwError> {
+        let (id, offset) = (addr >> BUFFER_SHIFT, addr & ((1 << BUFFER_SHIFT) - 1));
+        let size = self.0.get(&id).map(Vec::len);
+        let end = (offset as usize).checked_add(len).filter(|&e| size.is_some_and(|s| e <= s));
+        end.map(|end| (id, offset as usize..end)).ok_or_else(|| {
+            HwError::Problem(format!("the unit accessed {len} bytes at {addr:#x}, outside every buffer"))
+        })
+    }
+}
+
+impl Memory for AddressSpace<'_> {
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), HwError> {
+        let (id, range) = self.span(addr, out.len())?;
+        out.copy_from_slice(&self.0[&id][range]);
+        Ok(())
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), HwError> {
+        let (id, range) = self.span(addr, data.len())?;
+        self.0.get_mut(&id).expect("span checked the buffer")[range].copy_from_slice(data);
+        Ok(())
+    }
+}
+
 /// The byte range `offset..offset+len` of a buffer, checked.
 fn span(buf: Buffer, offset: u64, len: usize, size: usize) -> Result<std::ops::Range<usize>, DeviceError> {
     let oob = || DeviceError::OutOfBounds { id: buf.id(), offset, len: len as u64, size: size as u64 };
@@ -152,7 +207,7 @@ impl Device for CpuDevice {
         match problem {
             Problem::Gemm(p) => {
                 p.validate()?;
-                Ok(Layout::Gemm(dense_layout(p)))
+                Ok(Layout::Gemm(GemmLayout::with_beat(p, 1)))
             }
             Problem::Attention(p) => {
                 p.validate()?;
@@ -197,16 +252,10 @@ impl Device for CpuDevice {
             Launch::Gemm(g) => self.run_gemm(g)?,
             Launch::Attention(a) => self.run_attention(a)?,
             Launch::Moe(m) => self.run_moe(m)?,
+            Launch::Registers(r) => self.run_registers(r)?,
         }
         Ok(RunStats { wall: start.elapsed(), useful_macs: launch.useful_macs(), cycles: None })
     }
-}
-
-/// Unpadded row-major layout.
-pub fn dense_layout(p: &GemmProblem) -> GemmLayout {
-    let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
-    let ldc = n * p.out_elem_bytes() as u64;
-    GemmLayout { lda: k, ldb: n, ldc, a_bytes: m * k, b_bytes: k * n, bias_bytes: 4 * n, c_bytes: m * ldc }
 }
 
 /// The GEMM through matrixmultiply's dgemm (via ndarray), epilogue in integers.
