@@ -30,6 +30,8 @@ pub struct Source {
 }
 
 pub const GEMM_I8: Source = Source { name: "gemm_i8.cu", text: include_str!("../../../../kernels/cuda/gemm_i8.cu") };
+pub const GEMM_I8_WGMMA: Source =
+    Source { name: "gemm_i8_wgmma.cu", text: include_str!("../../../../kernels/cuda/gemm_i8_wgmma.cu") };
 pub const ATTENTION_FIXED: Source =
     Source { name: "attention_fixed.cu", text: include_str!("../../../../kernels/cuda/attention_fixed.cu") };
 pub const MOE_ROUTER: Source =
@@ -45,8 +47,17 @@ pub const FLASH_ATTN_WGMMA: Source =
     Source { name: "flash_attn_wgmma.cu", text: include_str!("../../../../kernels/cuda/flash_attn_wgmma.cu") };
 
 /// Every kernel source, for tools that compile them all ahead of a benchmark.
-pub const ALL_SOURCES: [Source; 8] =
-    [GEMM_I8, ATTENTION_FIXED, MOE_ROUTER, MOE_GATE, GEMM_BF16, GEMM_BF16_WGMMA, FLASH_ATTN, FLASH_ATTN_WGMMA];
+pub const ALL_SOURCES: [Source; 9] = [
+    GEMM_I8,
+    GEMM_I8_WGMMA,
+    ATTENTION_FIXED,
+    MOE_ROUTER,
+    MOE_GATE,
+    GEMM_BF16,
+    GEMM_BF16_WGMMA,
+    FLASH_ATTN,
+    FLASH_ATTN_WGMMA,
+];
 
 fn expand(src: &str) -> String {
     src.replace("#include \"common_bf16.cuh\"", COMMON_BF16)
