@@ -121,6 +121,25 @@ fn gemm_accumulator_wraps_like_int32() {
     check_gemm(&mut dev, &p, &a, &b, Some(&bias)).unwrap();
 }
 
+#[test]
+fn gemm_past_the_transpose_grid_falls_back_to_mma_sync() {
+    let Some(mut dev) = gpu("gemm_past_the_transpose_grid_falls_back_to_mma_sync") else {
+        return;
+    };
+    // K beyond 65535 block rows of the Bᵀ pre-pass: Auto takes mma.sync (and
+    // the sum wraps), an explicit wgmma request is refused.
+    let k = 65_535 * 128 + 1;
+    let p = GemmProblem::new(1, 1, k);
+    let (a, b) = (vec![-128i8; k], vec![-128i8; k]);
+    let want = gemm(&p, &a, &b, None).unwrap();
+    assert_eq!(ops::gemm(&mut dev, &p, &a, &b, None).unwrap().0, want);
+    if dev.gpu().arch == "sm_90a" {
+        dev.set_gemm_kernel(GemmKernel::Wgmma { tile_n: 64 }).unwrap();
+        let err = ops::gemm(&mut dev, &p, &a, &b, None).unwrap_err();
+        assert!(matches!(err, DeviceError::TooBig { .. }), "{err}");
+    }
+}
+
 /// Every epilogue mode on shapes around the Hopper kernel's tile edges, as raw
 /// launches: A and B rows carry junk padding that must not leak in, C starts
 /// poisoned and its row padding must stay poisoned.

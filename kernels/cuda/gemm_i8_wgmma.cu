@@ -58,6 +58,52 @@ struct I8Tile {
     static constexpr unsigned A_BYTES = IBM * IBK, B_BYTES = BN * IBK;
 };
 
+// The fused epilogue on one consumer thread's accumulators. Fragment of
+// m64nNk32: 8-column group j holds (row, 8j + 2q + 0..1) in d[4j..4j+1] and
+// (row + 8, same columns) in d[4j+2..4j+3]. One instance per output type and
+// bias use keeps each straight-line; the tile's columns start at col0, and
+// ncols = N − col0 of them exist.
+template <int BN, bool BIAS, bool REQUANT>
+__device__ __forceinline__ void store_fragment(const int (&d)[BN / 2], const int* sbias, signed char* __restrict__ C,
+                                               long long ldc, int row0, int col0, int M, int ncols, bool relu,
+                                               int qmult, unsigned qshift) {
+    const int c0 = 2 * (threadIdx.x % 4);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = row0 + 8 * h;
+        if (row >= M) continue;
+        signed char* out = C + (long long)row * ldc + (REQUANT ? col0 : 4 * col0);
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int c = c0 + 8 * j;
+            if (c >= ncols) continue;
+            int v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+            if (BIAS) {
+                v0 = wrap_add(v0, sbias[c]);
+                v1 = wrap_add(v1, sbias[c + 1]);
+            }
+            if (relu) {
+                v0 = max(v0, 0);
+                v1 = max(v1, 0);
+            }
+            if (REQUANT) {
+                const signed char q0 = requantize(v0, qmult, qshift), q1 = requantize(v1, qmult, qshift);
+                if (c + 1 < ncols)
+                    *reinterpret_cast<unsigned short*>(out + c) =
+                        (unsigned short)((unsigned char)q0 | ((unsigned)(unsigned char)q1 << 8));
+                else
+                    out[c] = q0;
+            } else {
+                int* o = reinterpret_cast<int*>(out) + c;
+                if (c + 1 < ncols)
+                    *reinterpret_cast<int2*>(o) = make_int2(v0, v1);
+                else
+                    *o = v0;
+            }
+        }
+    }
+}
+
 template <int BN>
 __device__ __forceinline__ void gemm_i8_wgmma(const TmaMap& tmA, const TmaMap& tmB, const int* __restrict__ bias,
                                               signed char* __restrict__ C, int M, int N, int K, long long ldc,
@@ -78,6 +124,11 @@ __device__ __forceinline__ void gemm_i8_wgmma(const TmaMap& tmA, const TmaMap& t
     const int bm = first_m + (pid % (group * tiles_n)) % gsize;
     const int bn = (pid % (group * tiles_n)) / gsize;
 
+    // The tile's bias, staged before the mainloop (a global load per column in
+    // the epilogue would wait a full L2 round trip each).
+    int* sbias = reinterpret_cast<int*>(smem + (bars + 16 * STAGES - smem_u32(smem)));
+    if (flags & GEMM_FLAG_BIAS)
+        for (int i = threadIdx.x; i < BN; i += blockDim.x) sbias[i] = bn * BN + i < N ? bias[bn * BN + i] : 0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(full + 8 * s, 1);
@@ -121,44 +172,18 @@ __device__ __forceinline__ void gemm_i8_wgmma(const TmaMap& tmA, const TmaMap& t
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 
-    // Accumulator fragment of m64nNk32: 8-column group j holds (row, 8j + 2q + 0..1)
-    // in d[4j..4j+1] and (row + 8, same columns) in d[4j+2..4j+3].
-    const int warp = tid / 32, lane = tid % 32;
-    const int row0 = bm * IBM + (wg - 1) * 64 + warp * 16 + lane / 4;
-    const int col0 = bn * BN + 2 * (lane % 4);
-    const bool requant = flags & GEMM_FLAG_REQUANT;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        const int col = col0 + 8 * j;
-        if (col >= N) continue;
-        const bool pair = col + 1 < N;
-        int b0 = 0, b1 = 0;
-        if (flags & GEMM_FLAG_BIAS) {
-            b0 = bias[col];
-            b1 = pair ? bias[col + 1] : 0;
-        }
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = row0 + 8 * h;
-            if (row >= M) continue;
-            const int v0 = gemm_pre_requant(d[4 * j + 2 * h], flags, b0);
-            const int v1 = gemm_pre_requant(d[4 * j + 2 * h + 1], flags, b1);
-            signed char* out = C + (long long)row * ldc;
-            if (requant) {
-                const signed char q0 = requantize(v0, qmult, qshift), q1 = requantize(v1, qmult, qshift);
-                if (pair)
-                    *reinterpret_cast<unsigned short*>(out + col) =
-                        (unsigned short)((unsigned char)q0 | ((unsigned)(unsigned char)q1 << 8));
-                else
-                    out[col] = q0;
-            } else {
-                int* o = reinterpret_cast<int*>(out) + col;
-                if (pair)
-                    *reinterpret_cast<int2*>(o) = make_int2(v0, v1);
-                else
-                    *o = v0;
-            }
-        }
+    const int row0 = bm * IBM + (wg - 1) * 64 + (tid / 32) * 16 + (tid % 32) / 4, ncols = N - bn * BN;
+    const bool relu = flags & GEMM_FLAG_RELU;
+    if (flags & GEMM_FLAG_REQUANT) {
+        if (flags & GEMM_FLAG_BIAS)
+            store_fragment<BN, true, true>(d, sbias, C, ldc, row0, bn * BN, M, ncols, relu, qmult, qshift);
+        else
+            store_fragment<BN, false, true>(d, sbias, C, ldc, row0, bn * BN, M, ncols, relu, qmult, qshift);
+    } else {
+        if (flags & GEMM_FLAG_BIAS)
+            store_fragment<BN, true, false>(d, sbias, C, ldc, row0, bn * BN, M, ncols, relu, qmult, qshift);
+        else
+            store_fragment<BN, false, false>(d, sbias, C, ldc, row0, bn * BN, M, ncols, relu, qmult, qshift);
     }
 }
 

@@ -133,10 +133,18 @@ impl CudaDevice {
                 )));
             }
         }
+        // The Bᵀ pre-pass has one block row per 128 of K (grid y ≤ 65535).
+        let transposable = p.k.div_ceil(TRANSPOSE_TILE) <= 65_535;
         let tile_n = match self.gemm_kernel {
             GemmKernel::MmaSync => None,
+            GemmKernel::Wgmma { .. } if !transposable => {
+                return Err(DeviceError::TooBig {
+                    device: "cuda".into(),
+                    reason: format!("the wgmma kernel takes K ≤ {} (got {})", 65_535 * TRANSPOSE_TILE, p.k),
+                })
+            }
             GemmKernel::Wgmma { tile_n } => Some(tile_n),
-            GemmKernel::Auto if self.gpu.arch == "sm_90a" => {
+            GemmKernel::Auto if self.gpu.arch == "sm_90a" && transposable => {
                 // The widest tile whose grid still covers every SM.
                 let tiles = |n: usize| p.m.div_ceil(WGMMA_TILE_M) * p.n.div_ceil(n);
                 let sms = self.gpu.sm_count as usize;
@@ -201,8 +209,9 @@ impl CudaDevice {
         let transpose = self.gpu.function(GEMM_I8_WGMMA, "ferrite_i8_transpose")?;
         let func = self.gpu.function(GEMM_I8_WGMMA, &format!("ferrite_gemm_i8_wgmma_n{tile_n}"))?;
         let stages = wgmma_stages(tile_n);
-        // Stages of A and Bᵀ tiles, their mbarriers, slack for 1024-byte alignment.
-        let smem = (stages * (WGMMA_TILE_M + tile_n) * WGMMA_TILE_K + 16 * stages + 1024) as u32;
+        // Stages of A and Bᵀ tiles, their mbarriers, the tile's bias, slack for
+        // 1024-byte alignment.
+        let smem = (stages * (WGMMA_TILE_M + tile_n) * WGMMA_TILE_K + 16 * stages + 4 * tile_n + 1024) as u32;
         self.gpu.set_dynamic_smem(&func, smem)?;
         let (a, b, c) = (self.slice(g.a)?, self.slice(g.b)?, self.slice(g.c)?);
         let bias = match g.bias {
