@@ -2,10 +2,10 @@
 //!
 //! [`CudaDevice`] implements [`Device`] for the GEMM unit with the integer
 //! tensor cores (`kernels/cuda/gemm_i8_wgmma.cu` on Hopper, `gemm_i8.cu`
-//! elsewhere), equal to `ferrite_hw::gemm::gemm` bit for bit, so a board's output can be checked
-//! against a GPU; likewise the attention unit ([`attention`]) and the MoE
-//! router ([`moe`]). [`float`] holds the fast bf16/f32 kernels the GPU
-//! benchmark measures.
+//! elsewhere), equal to `ferrite_hw::gemm::gemm` bit for bit, so a board's
+//! output can be checked against a GPU; likewise the attention unit
+//! ([`attention`]) and the MoE router ([`moe`]). [`float`] holds the fast
+//! bf16/f32 kernels the GPU benchmark measures.
 pub mod attention;
 pub mod float;
 pub mod moe;
@@ -27,7 +27,7 @@ use std::time::Instant;
 /// Row pitches must be multiples of this: the GEMM and MoE kernels load rows
 /// in aligned 16-byte chunks.
 pub const PITCH_ALIGN: u64 = 16;
-/// Output tile of the int8 GEMM kernel (grid = ⌈N/64⌉ × ⌈M/64⌉).
+/// Output tile of the mma.sync int8 GEMM kernel (grid = ⌈N/64⌉ × ⌈M/64⌉).
 const GEMM_TILE: usize = 64;
 /// Rows (M) and depth (K) of the Hopper kernel's block tile.
 const WGMMA_TILE_M: usize = 128;
