@@ -93,6 +93,18 @@ def main():
                     cases[f"{name}_{label}"] = {"ms": None, "graph_ms": None, "error": str(e).splitlines()[0][:200]}
         del q, k, v
 
+    # cuBLASLt int8 (int32 out, no epilogue) against the int8 GEMM twin. _int_mm
+    # is fastest with B column-major (a [N, K] tensor transposed), the layout
+    # cuBLASLt's int8 tensor-core kernels take; the unit's row-major B is
+    # timed too.
+    for s in (1024, 4096, 8192):
+        a = torch.randint(-128, 128, (s, s), device=dev, dtype=torch.int8)
+        bt = torch.randint(-128, 128, (s, s), device=dev, dtype=torch.int8)
+        b = bt.t().contiguous()
+        cases[f"gemm_i8_{s}"] = timed(lambda: torch._int_mm(a, bt.t()), iters)
+        cases[f"gemm_i8_{s}_row_major_b"] = timed(lambda: torch._int_mm(a, b), iters)
+        del a, b, bt
+
     t = 16384
     for e, k in ((8, 2), (64, 8)):
         x = torch.randn(t, e, device=dev, dtype=torch.float32) * 2

@@ -1,6 +1,8 @@
 //! `ferrite bench gpu`: times the fast float kernels of the CUDA backend against
 //! what a PyTorch user would run instead, checks every output against a float64
-//! reference, and writes every figure (ours, PyTorch's, the ratio) as JSON.
+//! reference, and writes every figure (ours, PyTorch's, the ratio) as JSON. The
+//! int8 GEMM twin is timed against cuBLASLt int8 (`torch._int_mm`) and checked
+//! bit for bit against the golden model on sampled rows.
 //!
 //! PyTorch's timings come from `scripts/torch_reference.py`, run as a child
 //! process on the same GPU (or read from a JSON it wrote before, `--torch`).
@@ -10,12 +12,14 @@
 use crate::backend::cuda::float::{flash_attention, from_bf16, gemm_bf16, moe_gate, to_bf16};
 use crate::backend::cuda::runtime::{driver, Gpu};
 use crate::backend::cuda::CudaDevice;
-use crate::device::{Device, DeviceError, Layout, MoeArgs, Problem};
+use crate::device::{Device, DeviceError, GemmArgs, Layout, MoeArgs, Problem};
 use crate::ops;
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use ferrite_hw::gemm::{gemm, GemmOutput, GemmProblem};
 use ferrite_hw::moe::{route, CapacityFactor, GateMode, MoeProblem};
+use ferrite_hw::numerics::Requant;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{json, Value};
@@ -273,6 +277,95 @@ fn bench_moe(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, e: usize, k: usize) 
     })
 }
 
+/// The int8 GEMM twin (the unit's layouts: A and B row-major) on s³ through
+/// the [`Device`] path, the Bᵀ pre-pass included in every figure. Checked
+/// bit for bit against the golden model on 16 sampled rows of a poisoned C,
+/// then timed. `epilogue` adds bias, ReLU and requantization to
+/// int8; without it C is int32 like `torch._int_mm`'s, the reference.
+fn bench_gemm_i8(dev: &mut CudaDevice, rng: &mut ChaCha8Rng, iters: usize, s: usize, epilogue: bool) -> Result<Case> {
+    let p = if epilogue {
+        GemmProblem {
+            bias: true,
+            relu: true,
+            requant: Some(Requant { multiplier: 1 << 30, shift: 44 }),
+            ..GemmProblem::new(s, s, s)
+        }
+    } else {
+        GemmProblem::new(s, s, s)
+    };
+    let a: Vec<i8> = (0..s * s).map(|_| rng.gen()).collect();
+    let b: Vec<i8> = (0..s * s).map(|_| rng.gen()).collect();
+    let bias: Vec<i32> = (0..s).map(|_| rng.gen_range(-1 << 20..1 << 20)).collect();
+    let Layout::Gemm(layout) = dev.layout(&Problem::Gemm(p))? else { bail!("the cuda device gave no GEMM layout") };
+    let as_bytes = |v: &[i8]| -> Vec<u8> { v.iter().map(|&x| x as u8).collect() };
+    let buf = |dev: &mut CudaDevice, data: &[u8]| -> Result<_> {
+        let b = dev.alloc(data.len() as u64)?;
+        dev.upload(b, 0, data)?;
+        Ok(b)
+    };
+    // s is a multiple of 16, so the layout is dense.
+    let args = GemmArgs {
+        problem: p,
+        layout,
+        a: buf(dev, &as_bytes(&a))?,
+        b: buf(dev, &as_bytes(&b))?,
+        bias: if epilogue {
+            Some(buf(dev, &bias.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>())?)
+        } else {
+            None
+        },
+        c: buf(dev, &vec![ops::POISON; layout.c_bytes as usize])?,
+    };
+    dev.enqueue_gemm(&args)?;
+    dev.gpu().sync()?;
+    // Without an epilogue, row r of C is the golden model's Bᵀ · (row r of A)
+    // as an N×1 problem, whose reads are sequential (B read by columns costs
+    // a cache miss per element at 8192²); with one, the model runs on the row.
+    let bt = if epilogue {
+        Vec::new()
+    } else {
+        let mut bt = vec![0i8; s * s];
+        for (k, row) in b.chunks_exact(s).enumerate() {
+            for (n, &x) in row.iter().enumerate() {
+                bt[n * s + k] = x;
+            }
+        }
+        bt
+    };
+    let mut exact = true;
+    for r in (0..16).map(|i| i * (s - 1) / 15) {
+        let a_row = &a[r * s..(r + 1) * s];
+        let want = if epilogue {
+            gemm(&GemmProblem { m: 1, ..p }, a_row, &b, Some(&bias))?
+        } else {
+            gemm(&GemmProblem::new(s, 1, s), &bt, a_row, None)?
+        };
+        let mut got = vec![0u8; s * p.out_elem_bytes()];
+        dev.download(args.c, r as u64 * layout.ldc, &mut got)?;
+        let got = match p.requant {
+            Some(_) => GemmOutput::I8(got.iter().map(|&x| x as i8).collect()),
+            None => {
+                GemmOutput::I32(got.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect())
+            }
+        };
+        exact &= got == want;
+    }
+    let (ctx, stream) = (dev.gpu().ctx.clone(), dev.gpu().stream.clone());
+    let ours = time_on(&ctx, &stream, iters, || dev.enqueue_gemm(&args))?;
+    for b in [Some(args.a), Some(args.b), args.bias, Some(args.c)].into_iter().flatten() {
+        dev.free(b)?;
+    }
+    let key = format!("gemm_i8_{s}");
+    Ok(Case {
+        name: if epilogue { format!("{key}_bias_relu_requant") } else { key.clone() },
+        flops: 2.0 * (s as f64).powi(3),
+        ours,
+        rel_err: if exact { 0.0 } else { f64::INFINITY },
+        tol: 0.0,
+        refs: vec![("int_mm", key.clone()), ("int_mm_rowB", format!("{key}_row_major_b"))],
+    })
+}
+
 /// The MoE router twin (int8 logits, fixed-point softmax, top-k, capacity
 /// slots, dispatch plan) on T = 16384, H = 1024: checked bit for bit against
 /// `ferrite_hw::moe::route` with poisoned outputs, then timed. PyTorch has no
@@ -365,6 +458,10 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
     cases.push(bench_moe(gpu, &mut rng, it.max(100), 64, 8)?);
     cases.push(bench_moe_twin(&mut dev, &mut rng, it, 8, 2)?);
     cases.push(bench_moe_twin(&mut dev, &mut rng, it, 64, 8)?);
+    for s in [1024, 4096, 8192] {
+        cases.push(bench_gemm_i8(&mut dev, &mut rng, it, s, false)?);
+    }
+    cases.push(bench_gemm_i8(&mut dev, &mut rng, it, 4096, true)?);
     let torch = torch_reference(args)?;
     let mut rows = Vec::new();
     println!(
@@ -376,7 +473,9 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
     );
     let fmt = |x: Option<f64>, unit: &str| x.map_or("n/a".to_string(), |v| format!("{v:.4}{unit}"));
     for c in &cases {
-        let unit = if c.name.starts_with("moe_router") {
+        let unit = if c.name.starts_with("gemm_i8") {
+            ("TOP/s", 1e12)
+        } else if c.name.starts_with("moe_router") {
             ("Mtok/s", 1e6)
         } else if c.name.starts_with("moe") {
             ("GB/s", 1e9)

@@ -4,7 +4,7 @@
 #![cfg(feature = "cuda")]
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::backend::cuda::float::{flash_attention, from_bf16, gemm_bf16, moe_gate, to_bf16};
-use ferrite_host::backend::cuda::CudaDevice;
+use ferrite_host::backend::cuda::{CudaDevice, GemmKernel};
 use ferrite_host::device::{AttentionArgs, Buffer, GemmArgs, MoeArgs};
 use ferrite_host::{ops, Device, DeviceError, Launch, Layout, Problem};
 use ferrite_hw::attention::{attention, AttentionParams, AttentionProblem};
@@ -44,13 +44,31 @@ fn opening_without_a_driver_is_an_error_not_a_panic() {
     }
 }
 
+/// Every int8 GEMM kernel this GPU runs: on a Hopper the portable mma.sync
+/// one, the wgmma one at each tile width, and the automatic choice.
+fn gemm_kernels(dev: &CudaDevice) -> Vec<GemmKernel> {
+    if dev.gpu().arch != "sm_90a" {
+        return vec![GemmKernel::Auto];
+    }
+    let wgmma = [64, 128, 256].map(|tile_n| GemmKernel::Wgmma { tile_n });
+    [GemmKernel::MmaSync].into_iter().chain(wgmma).chain([GemmKernel::Auto]).collect()
+}
+
+/// The GEMM through `ops::gemm` (poisoned C) with every kernel, against the golden model.
 fn check_gemm(dev: &mut CudaDevice, p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result<(), String> {
     let want = gemm(p, a, b, bias).map_err(|e| e.to_string())?;
-    let (got, _) = ops::gemm(dev, p, a, b, bias).map_err(|e| e.to_string())?;
-    match got.first_mismatch(&want) {
-        None => Ok(()),
-        Some((i, g, w)) => Err(format!("{p:?}: first mismatch at ({}, {}): cuda {g}, golden {w}", i / p.n, i % p.n)),
+    for kernel in gemm_kernels(dev) {
+        dev.set_gemm_kernel(kernel).map_err(|e| e.to_string())?;
+        let (got, _) = ops::gemm(dev, p, a, b, bias).map_err(|e| e.to_string())?;
+        if let Some((i, g, w)) = got.first_mismatch(&want) {
+            return Err(format!(
+                "{p:?} {kernel:?}: first mismatch at ({}, {}): cuda {g}, golden {w}",
+                i / p.n,
+                i % p.n
+            ));
+        }
     }
+    dev.set_gemm_kernel(GemmKernel::Auto).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -93,6 +111,108 @@ fn gemm_accumulator_wraps_like_int32() {
     let k = 140_000;
     let p = GemmProblem::new(2, 3, k);
     check_gemm(&mut dev, &p, &vec![-128; 2 * k], &vec![-128; k * 3], None).unwrap();
+    // Two row tiles of the Hopper kernel, mixed signs, a wrapping bias on top.
+    let (m, n) = (130, 20);
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let a: Vec<i8> = (0..m * k).map(|_| if rng.gen_bool(0.9) { -128 } else { 127 }).collect();
+    let b: Vec<i8> = (0..k * n).map(|_| if rng.gen_bool(0.9) { -128 } else { rng.gen() }).collect();
+    let bias: Vec<i32> = (0..n).map(|_| rng.gen()).collect();
+    let p = GemmProblem { bias: true, ..GemmProblem::new(m, n, k) };
+    check_gemm(&mut dev, &p, &a, &b, Some(&bias)).unwrap();
+}
+
+#[test]
+fn gemm_past_the_transpose_grid_falls_back_to_mma_sync() {
+    let Some(mut dev) = gpu("gemm_past_the_transpose_grid_falls_back_to_mma_sync") else {
+        return;
+    };
+    // K beyond 65535 block rows of the Bᵀ pre-pass: Auto takes mma.sync (and
+    // the sum wraps), an explicit wgmma request is refused.
+    let k = 65_535 * 128 + 1;
+    let p = GemmProblem::new(1, 1, k);
+    let (a, b) = (vec![-128i8; k], vec![-128i8; k]);
+    let want = gemm(&p, &a, &b, None).unwrap();
+    assert_eq!(ops::gemm(&mut dev, &p, &a, &b, None).unwrap().0, want);
+    if dev.gpu().arch == "sm_90a" {
+        dev.set_gemm_kernel(GemmKernel::Wgmma { tile_n: 64 }).unwrap();
+        let err = ops::gemm(&mut dev, &p, &a, &b, None).unwrap_err();
+        assert!(matches!(err, DeviceError::TooBig { .. }), "{err}");
+    }
+}
+
+/// Every epilogue mode on shapes around the Hopper kernel's tile edges, as raw
+/// launches: A and B rows carry junk padding that must not leak in, C starts
+/// poisoned and its row padding must stay poisoned.
+#[test]
+fn gemm_every_epilogue_on_pitched_buffers_is_bit_exact() {
+    let Some(mut dev) = gpu("gemm_every_epilogue_on_pitched_buffers_is_bit_exact") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(15);
+    let dims = [1, 15, 63, 64, 65, 127, 128, 129, 255, 256, 257, 300];
+    for case in 0..32 {
+        let mut dim = || dims[rng.gen_range(0..dims.len())];
+        let (m, n, k) = (dim(), dim(), dim() + dim());
+        let requant =
+            (case & 4 != 0).then(|| Requant { multiplier: rng.gen_range(1..=i32::MAX), shift: rng.gen_range(0..=62) });
+        let p = GemmProblem { bias: case & 1 != 0, relu: case & 2 != 0, requant, ..GemmProblem::new(m, n, k) };
+        let mut i8s = |len: usize| -> Vec<i8> {
+            (0..len)
+                .map(|_| match rng.gen_range(0..4) {
+                    0 => -128,
+                    1 => 127,
+                    _ => rng.gen(),
+                })
+                .collect()
+        };
+        let (a, b) = (i8s(m * k), i8s(k * n));
+        let bias: Vec<i32> = (0..n).map(|_| rng.gen()).collect();
+        let want = gemm(&p, &a, &b, p.bias.then_some(&bias[..])).unwrap();
+        let eb = p.out_elem_bytes();
+        for kernel in gemm_kernels(&dev) {
+            dev.set_gemm_kernel(kernel).unwrap();
+            let Ok(Layout::Gemm(l)) = dev.layout(&Problem::Gemm(p)) else { panic!("no GEMM layout") };
+            let mut inputs = vec![pitched(&bytes(&a), k, l.lda as usize), pitched(&bytes(&b), n, l.ldb as usize)];
+            if p.bias {
+                inputs.push(bias.iter().flat_map(|x| x.to_le_bytes()).collect());
+            }
+            let make = |i: &[Buffer], o: &[Buffer]| {
+                Launch::Gemm(GemmArgs { problem: p, layout: l, a: i[0], b: i[1], bias: p.bias.then(|| i[2]), c: o[0] })
+            };
+            let c = run_raw(&mut dev, &inputs, &[l.c_bytes], make).unwrap().remove(0);
+            for (r, row) in c.chunks_exact(l.ldc as usize).enumerate() {
+                let expect: Vec<u8> =
+                    (0..n).flat_map(|j| want.get(r * n + j).to_le_bytes().into_iter().take(eb)).collect();
+                assert_eq!(&row[..n * eb], &expect[..], "{p:?} {kernel:?}: row {r}");
+                assert!(row[n * eb..].iter().all(|&x| x == ops::POISON), "{p:?} {kernel:?}: row {r} padding written");
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_large_random_is_bit_exact() {
+    let Some(mut dev) = gpu("gemm_large_random_is_bit_exact") else {
+        return;
+    };
+    // Many tiles in both directions and a long K, edge values included.
+    let (m, n, k) = (1000, 1100, 1200);
+    let mut rng = ChaCha8Rng::seed_from_u64(16);
+    let mut i8s = |len: usize| -> Vec<i8> {
+        (0..len)
+            .map(|_| match rng.gen_range(0..8) {
+                0 => -128,
+                1 => 127,
+                _ => rng.gen(),
+            })
+            .collect()
+    };
+    let (a, b) = (i8s(m * k), i8s(k * n));
+    let bias: Vec<i32> = (0..n).map(|j| (j as i32 - 550) * 1000).collect();
+    for requant in [None, Some(Requant { multiplier: 1 << 30, shift: 42 })] {
+        let p = GemmProblem { bias: true, relu: requant.is_some(), requant, ..GemmProblem::new(m, n, k) };
+        check_gemm(&mut dev, &p, &a, &b, Some(&bias)).unwrap();
+    }
 }
 
 #[test]

@@ -12,13 +12,7 @@
 // do the same steps in the same key order; the parallelism is across query
 // rows (warps) and the head dimension (lanes), never across keys.
 
-#define FRAC_BITS 8
-
-__device__ __forceinline__ long long round_shift(long long p, unsigned s) {
-    if (s == 0) return p;
-    long long half = 1ll << (s - 1);
-    return (p + half - (p < 0 ? 1 : 0)) >> s;
-}
+#include "fixed.cuh"
 
 // Lanes own x = lane + 32·i for i < 4 (head_dim ≤ 128). Each head's rows are
 // contiguous; heads are q_stride / kv_stride / o_stride bytes apart (the layout).
@@ -62,7 +56,7 @@ extern "C" __global__ void ferrite_attention_fixed(
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
         long long t = round_shift((long long)s * (long long)score_mult, score_shift);
-        long long e = t >> FRAC_BITS;
+        long long e = floor_shift(t, EXP2_FRAC_BITS);
         long long delta = 0;
         if (j == 0) {
             m = e;
@@ -70,12 +64,7 @@ extern "C" __global__ void ferrite_attention_fixed(
             delta = e - m;
             m = e;
         }
-        long long u = t - (m << FRAC_BITS);  // ≤ 2^F − 1
-        long long ip = u >> FRAC_BITS;       // ≤ 0
-        int fp = (int)(u & ((1 << FRAC_BITS) - 1));
-        long long nsh = -ip;
-        unsigned sh = nsh > 31 ? 31u : (unsigned)nsh;
-        long long p = (long long)(lut[fp] >> sh);
+        long long p = exp2_fixed(lut, t - (m << EXP2_FRAC_BITS));  // argument ≤ 2^F − 1
         unsigned rs = delta > 62 ? 62u : (unsigned)delta;
         l = round_shift(l, rs) + p;
 #pragma unroll
@@ -91,9 +80,7 @@ extern "C" __global__ void ferrite_attention_fixed(
         if (x >= d) continue;
         int fixed = (int)round_shift(o[c] * r, 16);
         if (out_requant) {
-            long long qv = round_shift((long long)fixed * (long long)out_mult, out_shift);
-            qv = qv < -128 ? -128 : (qv > 127 ? 127 : qv);
-            reinterpret_cast<signed char*>(oh)[(long long)i * d + x] = (signed char)qv;
+            reinterpret_cast<signed char*>(oh)[(long long)i * d + x] = requantize(fixed, out_mult, out_shift);
         } else {
             reinterpret_cast<int*>(oh)[(long long)i * d + x] = fixed;
         }

@@ -13,6 +13,8 @@
 // Bytes past K (or N) inside a row's pitch are never trusted: loads mask them
 // to zero, so whatever the caller left in the padding cannot leak in.
 
+#include "fixed.cuh"
+
 #define BM 64
 #define BN 64
 #define BK 64
@@ -49,14 +51,7 @@ __device__ __forceinline__ void mma_s8(int* c, const unsigned* a, const unsigned
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// p / 2^s rounded half away from zero (numerics::round_shift).
-__device__ __forceinline__ long long round_shift(long long p, unsigned s) {
-    if (s == 0) return p;
-    long long half = 1ll << (s - 1);
-    return (p + half - (p < 0 ? 1 : 0)) >> s;
-}
-
-// flags: bit0 bias, bit1 relu, bit2 requantize (int8 output).
+// flags: GEMM_FLAG_BIAS, GEMM_FLAG_RELU, GEMM_FLAG_REQUANT (int8 output).
 extern "C" __global__ void __launch_bounds__(128) ferrite_gemm_i8(
     const i8* __restrict__ A, const i8* __restrict__ B, const int* __restrict__ bias,
     void* __restrict__ C, int M, int N, int K, long long lda, long long ldb, long long ldc,
@@ -132,14 +127,9 @@ extern "C" __global__ void __launch_bounds__(128) ferrite_gemm_i8(
                 int row = m0 + wm + i * 16 + g + (r >> 1) * 8;
                 int col = n0 + wn + j * 8 + t * 2 + (r & 1);
                 if (row >= M || col >= N) continue;
-                int v = acc[i][j][r];
-                // Two's-complement wrapping add, done unsigned to stay defined.
-                if (flags & 1u) v = (int)((unsigned)v + (unsigned)bias[col]);
-                if ((flags & 2u) && v < 0) v = 0;
-                if (flags & 4u) {
-                    long long q = round_shift((long long)v * (long long)qmult, qshift);
-                    q = q < -128 ? -128 : (q > 127 ? 127 : q);
-                    (reinterpret_cast<i8*>(C) + (long long)row * ldc)[col] = (i8)q;
+                int v = gemm_pre_requant(acc[i][j][r], flags, (flags & GEMM_FLAG_BIAS) ? bias[col] : 0);
+                if (flags & GEMM_FLAG_REQUANT) {
+                    (reinterpret_cast<i8*>(C) + (long long)row * ldc)[col] = requantize(v, qmult, qshift);
                 } else {
                     reinterpret_cast<int*>(reinterpret_cast<i8*>(C) + (long long)row * ldc)[col] = v;
                 }

@@ -14,18 +14,11 @@
 // statistics, `place` ranks tokens inside their chunk in token order and
 // writes the slots and the dispatch plan. Nothing depends on atomics' order.
 
-#define FRAC_BITS 8
-#define RECIP_BITS 40
-#define WEIGHT_SHIFT 24
-#define CHUNK 256
-#define KMAX 8
-#define I64_MIN (-0x7fffffffffffffffll - 1)
+#include "fixed.cuh"
 
-__device__ __forceinline__ long long round_shift(long long p, unsigned s) {
-    if (s == 0) return p;
-    long long half = 1ll << (s - 1);
-    return (p + half - (p < 0 ? 1 : 0)) >> s;
-}
+#define CHUNK 256
+#define KMAX MOE_K_LIMIT
+#define I64_MIN (-0x7fffffffffffffffll - 1)
 
 // Lanes are split as EL expert lanes × (32/EL) lanes over H: lane = hl·EL + el
 // owns experts el + EL·c (c < C) and the 16-byte columns hl, hl + 32/EL, ….
@@ -70,7 +63,7 @@ __device__ __forceinline__ void route_token(const signed char* __restrict__ X, c
     for (int c = 0; c < C; c++) {
         for (int off = EL; off < 32; off <<= 1) z[c] += __shfl_xor_sync(0xffffffffu, z[c], off);
         int e = el + EL * c;
-        if ((flags & 1) && e < E) z[c] += bias[e];  // wrapping int32 add
+        if ((flags & MOE_FLAG_BIAS) && e < E) z[c] = wrap_add(z[c], bias[e]);
     }
     // t and max t (t is monotone in z, but compute the max honestly).
     long long t[C];
@@ -89,11 +82,7 @@ __device__ __forceinline__ void route_token(const signed char* __restrict__ X, c
 #pragma unroll
     for (int c = 0; c < C; c++) {
         int e = el + EL * c;
-        long long u = t[c] - tmax;  // ≤ 0
-        long long ip = u >> FRAC_BITS;
-        int fp = (int)(u & ((1 << FRAC_BITS) - 1));
-        unsigned sh = -ip > 31 ? 31u : (unsigned)(-ip);
-        long long p = (long long)(__ldg(lut + fp) >> sh);
+        long long p = exp2_fixed(lut, t[c] - tmax);  // argument ≤ 0
         if (e < E) {
             lsum += p;
             key[c] = ((long long)z[c] << 24) | ((long long)(255 - e) << 16) | p;
@@ -127,9 +116,9 @@ __device__ __forceinline__ void route_token(const signed char* __restrict__ X, c
         }
     }
     // Softmax-top-k without renormalization divides by all E; otherwise by the k.
-    const bool over_chosen = (flags & 2) || (flags & 4);
+    const bool over_chosen = (flags & MOE_FLAG_TOPK_SOFTMAX) || (flags & MOE_FLAG_RENORMALIZE);
     const long long L = over_chosen ? lsel : lsum;
-    const long long recip = (1ll << RECIP_BITS) / L;
+    const long long recip = (1ll << MOE_RECIP_BITS) / L;
     if (lane == 0) {
         unsigned wd[8];
         wd[0] = wd[1] = 0;
@@ -141,17 +130,17 @@ __device__ __forceinline__ void route_token(const signed char* __restrict__ X, c
         for (int j = 0; j < 4; j++) {
             unsigned lo = 0, hi = 0;
             if (2 * j < k) {
-                long long w = round_shift(ps[2 * j] * recip, WEIGHT_SHIFT);
+                long long w = round_shift(ps[2 * j] * recip, MOE_WEIGHT_SHIFT);
                 lo = (unsigned)(w > 65535 ? 65535 : w);
             }
             if (2 * j + 1 < k) {
-                long long w = round_shift(ps[2 * j + 1] * recip, WEIGHT_SHIFT);
+                long long w = round_shift(ps[2 * j + 1] * recip, MOE_WEIGHT_SHIFT);
                 hi = (unsigned)(w > 65535 ? 65535 : w);
             }
             wd[2 + j] = lo | (hi << 16);
         }
         wd[6] = wd[7] = 0;
-        uint4* rec = reinterpret_cast<uint4*>(route + tok * 64);
+        uint4* rec = reinterpret_cast<uint4*>(route + tok * MOE_RECORD_BYTES);
         rec[0] = make_uint4(wd[0], wd[1], wd[2], wd[3]);
         rec[1] = make_uint4(wd[4], wd[5], wd[6], wd[7]);
     }
@@ -173,7 +162,7 @@ ROUTE(8)
 
 // Chosen experts of token `tok`, from its route record.
 __device__ __forceinline__ void read_ids(const unsigned char* route, long long tok, unsigned& w0, unsigned& w1) {
-    uint2 v = *reinterpret_cast<const uint2*>(route + tok * 64);
+    uint2 v = *reinterpret_cast<const uint2*>(route + tok * MOE_RECORD_BYTES);
     w0 = v.x;
     w1 = v.y;
 }
@@ -288,7 +277,7 @@ extern "C" __global__ void ferrite_moe_place(unsigned char* route, const unsigne
             }
         }
     }
-    int4* rec = reinterpret_cast<int4*>(route + tok * 64 + 32);
+    int4* rec = reinterpret_cast<int4*>(route + tok * MOE_RECORD_BYTES + MOE_REC_SLOTS);
     rec[0] = make_int4(slots[0], slots[1], slots[2], slots[3]);
     rec[1] = make_int4(slots[4], slots[5], slots[6], slots[7]);
 }

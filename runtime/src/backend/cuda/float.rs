@@ -81,24 +81,41 @@ const WGMMA_SMEM: u32 = 4 * (128 * 64 * 2 + 256 * 64 * 2) + 64 + 1024;
 
 /// A TMA descriptor as a kernel argument (128 opaque bytes, by value).
 #[repr(transparent)]
-struct TmaMap(sys::CUtensorMap);
+pub(super) struct TmaMap(sys::CUtensorMap);
 // SAFETY: plain bytes the kernel reads as its `TmaMap` parameter.
 unsafe impl DeviceRepr for TmaMap {}
 
 /// TMA descriptor of a K-major bf16 matrix `[rows][k]`, loaded in boxes of
 /// `box_rows` × 64 with the 128-byte swizzle wgmma reads.
 fn tma_map(ptr: sys::CUdeviceptr, rows: usize, k: usize, box_rows: u32) -> Result<TmaMap, DeviceError> {
+    let bf16 = sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    tma_map_k_major(ptr, bf16, rows, k, 2 * k as u64, box_rows)
+}
+
+/// TMA descriptor of a K-major matrix `[rows][k]` of `dtype` with row pitch
+/// `pitch` bytes (a multiple of 16), loaded in boxes of `box_rows` rows × 128
+/// bytes with the 128-byte swizzle wgmma reads; reads past `rows` or `k`
+/// fill zeros.
+pub(super) fn tma_map_k_major(
+    ptr: sys::CUdeviceptr,
+    dtype: sys::CUtensorMapDataType,
+    rows: usize,
+    k: usize,
+    pitch: u64,
+    box_rows: u32,
+) -> Result<TmaMap, DeviceError> {
+    let elem_bytes = if dtype == sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 { 2 } else { 1 };
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     let dims = [k as u64, rows as u64];
-    let strides = [2 * k as u64];
-    let boxes = [64u32, box_rows];
+    let strides = [pitch];
+    let boxes = [128 / elem_bytes, box_rows];
     let elem = [1u32, 1];
     // SAFETY: every pointer is to a local array of the rank the call names;
     // `map` is written by the driver before it is read.
     let r = unsafe {
         sys::cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
-            sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            dtype,
             2,
             ptr as *mut std::ffi::c_void,
             dims.as_ptr(),

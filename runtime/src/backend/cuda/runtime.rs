@@ -17,8 +17,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Kernel sources, embedded so a built binary needs no source tree. The
 /// `#include "common_*.cuh"` lines are expanded by [`expand`], because NVRTC
 /// gets one string and no include path.
-pub const COMMON_BF16: &str = include_str!("../../../../kernels/cuda/common_bf16.cuh");
-pub const COMMON_HOPPER: &str = include_str!("../../../../kernels/cuda/common_hopper.cuh");
+pub(crate) const COMMON_BF16: &str = include_str!("../../../../kernels/cuda/common_bf16.cuh");
+pub(crate) const COMMON_HOPPER: &str = include_str!("../../../../kernels/cuda/common_hopper.cuh");
+/// The fixed-point helpers of the bit-exact twins (the CUDA side of `fixed.cl`).
+pub(crate) const FIXED: &str = include_str!("../../../../kernels/cuda/fixed.cuh");
 
 /// One `.cu` file of `kernels/cuda/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,6 +30,8 @@ pub struct Source {
 }
 
 pub const GEMM_I8: Source = Source { name: "gemm_i8.cu", text: include_str!("../../../../kernels/cuda/gemm_i8.cu") };
+pub const GEMM_I8_WGMMA: Source =
+    Source { name: "gemm_i8_wgmma.cu", text: include_str!("../../../../kernels/cuda/gemm_i8_wgmma.cu") };
 pub const ATTENTION_FIXED: Source =
     Source { name: "attention_fixed.cu", text: include_str!("../../../../kernels/cuda/attention_fixed.cu") };
 pub const MOE_ROUTER: Source =
@@ -43,11 +47,45 @@ pub const FLASH_ATTN_WGMMA: Source =
     Source { name: "flash_attn_wgmma.cu", text: include_str!("../../../../kernels/cuda/flash_attn_wgmma.cu") };
 
 /// Every kernel source, for tools that compile them all ahead of a benchmark.
-pub const ALL_SOURCES: [Source; 8] =
-    [GEMM_I8, ATTENTION_FIXED, MOE_ROUTER, MOE_GATE, GEMM_BF16, GEMM_BF16_WGMMA, FLASH_ATTN, FLASH_ATTN_WGMMA];
+pub const ALL_SOURCES: [Source; 9] = [
+    GEMM_I8,
+    GEMM_I8_WGMMA,
+    ATTENTION_FIXED,
+    MOE_ROUTER,
+    MOE_GATE,
+    GEMM_BF16,
+    GEMM_BF16_WGMMA,
+    FLASH_ATTN,
+    FLASH_ATTN_WGMMA,
+];
 
 fn expand(src: &str) -> String {
-    src.replace("#include \"common_bf16.cuh\"", COMMON_BF16).replace("#include \"common_hopper.cuh\"", COMMON_HOPPER)
+    src.replace("#include \"common_bf16.cuh\"", COMMON_BF16)
+        .replace("#include \"common_hopper.cuh\"", COMMON_HOPPER)
+        .replace("#include \"fixed.cuh\"", FIXED)
+}
+
+/// The constants the twins share with the golden models, as `-D` options:
+/// taken from the Rust definitions, so the two cannot drift (`fixed.cuh`
+/// lists them; the OpenCL build passes the same ones).
+fn defines() -> [(&'static str, u64); 12] {
+    use ferrite_hw::gemm::config as gemm;
+    use ferrite_hw::moe::{config as moe, model as moe_model};
+    use ferrite_hw::numerics;
+    [
+        ("EXP2_FRAC_BITS", numerics::EXP2_FRAC_BITS.into()),
+        ("GEMM_FLAG_BIAS", gemm::FLAG_BIAS.into()),
+        ("GEMM_FLAG_RELU", gemm::FLAG_RELU.into()),
+        ("GEMM_FLAG_REQUANT", gemm::FLAG_REQUANT.into()),
+        ("MOE_K_LIMIT", moe::K_LIMIT as u64),
+        ("MOE_RECORD_BYTES", moe::RECORD_BYTES as u64),
+        ("MOE_REC_SLOTS", moe::REC_SLOTS as u64),
+        ("MOE_RECIP_BITS", moe_model::RECIP_BITS.into()),
+        ("MOE_WEIGHT_SHIFT", moe_model::WEIGHT_SHIFT.into()),
+        ("MOE_FLAG_BIAS", moe::FLAG_BIAS.into()),
+        ("MOE_FLAG_TOPK_SOFTMAX", moe::FLAG_TOPK_SOFTMAX.into()),
+        ("MOE_FLAG_RENORMALIZE", moe::FLAG_RENORMALIZE.into()),
+    ]
 }
 
 /// A driver error as a [`DeviceError`], with what was being done.
@@ -195,9 +233,12 @@ fn nvrtc_version() -> String {
 }
 
 /// Compiler options: the GPU's own target (real SASS, so the driver never
-/// JIT-compiles), C++17 for the lambdas, line info for profilers.
+/// JIT-compiles), C++17 for the lambdas, line info for profilers, and the
+/// shared constants ([`defines`]).
 fn options(arch: &str) -> Vec<String> {
-    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "--generate-line-info".into()]
+    let mut o = vec![format!("--gpu-architecture={arch}"), "--std=c++17".into(), "--generate-line-info".into()];
+    o.extend(defines().iter().map(|(name, value)| format!("-D{name}={value}")));
+    o
 }
 
 /// The cache key: source, target, compiler version and options. A changed
