@@ -89,7 +89,7 @@ pub fn verilog(unit: &dyn Unit) -> Result<String, HwError> {
 
 /// `Unit` for a config type whose inherent methods carry the same names.
 macro_rules! unit_from_inherent {
-    ($cfg:ty, $name:literal, $rtl:path, |$c:ident| multipliers: $mult:expr, knob: $knob:expr, size: $size:expr) => {
+    ($cfg:ty, $name:literal, $rtl:path, |$c:ident| multipliers: $mult:expr, knob: $knob:expr, size: $size:expr $(, registers: $registers:path)?) => {
         impl Unit for $cfg {
             fn name(&self) -> &'static str {
                 $name
@@ -132,11 +132,16 @@ macro_rules! unit_from_inherent {
                 use $rtl as rtl;
                 rtl::hdl_model(self)
             }
+            $(
+                fn run_registers(&self, args: &RegisterValues, mem: &mut dyn Memory) -> Result<u32, HwError> {
+                    $registers(self, args, mem)
+                }
+            )?
         }
     };
 }
 
-unit_from_inherent!(GemmConfig, "gemm", crate::gemm::rtl, |c| multipliers: c.macs(), knob: ("rows", c.rows), size: format!("{}×{}", c.rows, c.cols));
+unit_from_inherent!(GemmConfig, "gemm", crate::gemm::rtl, |c| multipliers: c.macs(), knob: ("rows", c.rows), size: format!("{}×{}", c.rows, c.cols), registers: crate::gemm::model::gemm_registers);
 unit_from_inherent!(AttentionConfig, "attention", crate::attention::rtl, |c| multipliers: c.multipliers(), knob: ("lanes", c.lanes), size: format!("{} lanes", c.lanes));
 unit_from_inherent!(MoeConfig, "moe", crate::moe::rtl, |c| multipliers: c.macs(), knob: ("lanes", c.lanes), size: format!("{} lanes", c.lanes));
 

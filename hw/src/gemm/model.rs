@@ -3,9 +3,12 @@
 //! The model is the unit's specification: `C = epilogue(A·B + bias)` with an
 //! exact int32 accumulator, two's-complement wrapping bias add, optional ReLU,
 //! then optional requantization (see [`crate::numerics::requantize`]). Tiling
-//! does not change the result, so the model needs no [`super::GemmConfig`].
-use super::GemmProblem;
-use crate::numerics::requantize;
+//! does not change the result, so the model needs no [`super::GemmConfig`]
+//! (only [`gemm_registers`], which also says what the unit refuses).
+use super::config::{FLAG_BIAS, FLAG_RELU, FLAG_REQUANT};
+use super::{GemmConfig, GemmProblem};
+use crate::numerics::{requantize, Requant, MAX_REQUANT_SHIFT};
+use crate::unit::{Memory, RegisterValues};
 use crate::HwError;
 
 /// Output of one GEMM: int32, or int8 when requantized. Row-major M×N.
@@ -167,4 +170,57 @@ mod tests {
         assert!(err.to_string().contains("A has 3 elements"), "{err}");
         assert!(gemm(&p, &[0; 4], &[0; 4], Some(&[0, 0])).is_err());
     }
+}
+
+/// The golden model at the register level, what the unit does with its
+/// registers and memory: refuse (STATUS 1, no memory access) when M, N or K
+/// is 0, K > k_max, or a bias comes with N > n_max; otherwise read A, B and the
+/// bias at their addresses and pitches and write each row's N outputs of C
+/// (int32, or int8 when requantizing), leaving the pitch padding as it was.
+pub fn gemm_registers(cfg: &GemmConfig, args: &RegisterValues, mem: &mut dyn Memory) -> Result<u32, HwError> {
+    let (m, n, k) = (args.get("M")? as usize, args.get("N")? as usize, args.get("K")? as usize);
+    let flags = args.get("FLAGS")? as u32;
+    let bias_on = flags & FLAG_BIAS != 0;
+    if m == 0 || n == 0 || k == 0 || k > cfg.k_max || (bias_on && n > cfg.n_max) {
+        return Ok(1);
+    }
+    let requant = if flags & FLAG_REQUANT != 0 {
+        let shift = args.get("QSHIFT")? as u32;
+        if shift > MAX_REQUANT_SHIFT {
+            return Err(HwError::Problem(format!("QSHIFT = {shift} is outside 0..={MAX_REQUANT_SHIFT}")));
+        }
+        Some(Requant { multiplier: args.get("QMULT")? as u32 as i32, shift })
+    } else {
+        None
+    };
+    let p = GemmProblem { m, n, k, bias: bias_on, relu: flags & FLAG_RELU != 0, requant };
+    let rows = |mem: &dyn Memory, base: u64, pitch: u64, count: usize, len: usize| -> Result<Vec<u8>, HwError> {
+        let mut out = vec![0; count * len];
+        for (r, row) in out.chunks_mut(len).enumerate() {
+            mem.read(base + r as u64 * pitch, row)?;
+        }
+        Ok(out)
+    };
+    let as_i8 = |v: Vec<u8>| v.into_iter().map(|x| x as i8).collect::<Vec<_>>();
+    let a = as_i8(rows(mem, args.get("A")?, args.get("LDA")?, m, k)?);
+    let b = as_i8(rows(mem, args.get("B")?, args.get("LDB")?, k, n)?);
+    let bias = match bias_on {
+        true => Some(
+            rows(mem, args.get("BIAS")?, 0, 1, 4 * n)?
+                .chunks(4)
+                .map(|w| i32::from_le_bytes(w.try_into().expect("4-byte chunks")))
+                .collect::<Vec<_>>(),
+        ),
+        false => None,
+    };
+    let out = gemm(&p, &a, &b, bias.as_deref())?;
+    let bytes: Vec<u8> = match &out {
+        GemmOutput::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        GemmOutput::I8(v) => v.iter().map(|&x| x as u8).collect(),
+    };
+    let (c, ldc, row_bytes) = (args.get("C")?, args.get("LDC")?, n * p.out_elem_bytes());
+    for (i, row) in bytes.chunks(row_bytes).enumerate() {
+        mem.write(c + i as u64 * ldc, row)?;
+    }
+    Ok(0)
 }
