@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the system tools Ferrite's tests and demo use (Debian/Ubuntu, as root or with sudo).
-# Verilator builds and runs the exported RTL; yosys runs resource estimates and
+# Verilator builds and runs the exported RTL; Icarus Verilog (iverilog, vvp)
+# co-simulates it as an event-driven simulator (docs/simulators.md); yosys runs resource estimates and
 # the synthesis check. The board path needs XRT's headers and libraries
 # (libxrt-dev, bindgen's libclang-dev) for the `xrt` feature, an OpenCL ICD
 # loader and PoCL for the `opencl` feature's tests, tclsh to check the
@@ -10,6 +11,7 @@ set -euo pipefail
 need=()
 command -v verilator >/dev/null 2>&1 || need+=(verilator)
 command -v yosys >/dev/null 2>&1 || need+=(yosys)
+command -v iverilog >/dev/null 2>&1 || need+=(iverilog)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v tclsh >/dev/null 2>&1 || need+=(tcl)
@@ -19,7 +21,7 @@ for pkg in libxrt-dev libclang-dev pocl-opencl-icd ocl-icd-opencl-dev; do
 done
 
 if [ ${#need[@]} -eq 0 ]; then
-  echo "install-deps: verilator, yosys, g++, make, tclsh, dtc, XRT, libclang, OpenCL and PoCL are present"
+  echo "install-deps: verilator, iverilog, yosys, g++, make, tclsh, dtc, XRT, libclang, OpenCL and PoCL are present"
   exit 0
 fi
 
@@ -32,3 +34,4 @@ echo "install-deps: installing ${need[*]}"
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 verilator --version
+iverilog -V 2>/dev/null | head -n 1 || true

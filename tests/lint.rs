@@ -13,7 +13,7 @@ fn lint_all(unit: &str, designs: impl IntoIterator<Item = (String, String)>) {
     let dir = std::env::temp_dir().join(format!("ferrite-lint-{unit}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for (top, verilog) in designs {
-        let file = dir.join(format!("{top}.v"));
+        let file = dir.join(format!("{top}.sv"));
         std::fs::write(&file, verilog).unwrap();
         let out = Command::new("verilator")
             .args(ferrite::hw::vitis::lint_args(file.to_str().unwrap(), &top))

@@ -205,7 +205,7 @@ pub fn synthesize(unit: &Unit, family: &str) -> Result<Measured> {
     let kernel = unit.kernel_name();
     let verilog = unit.verilog().with_context(|| format!("generating the Verilog of {kernel}"))?;
     let version = yosys_version()?;
-    let script = format!("read_verilog {kernel}.v; synth_xilinx -flatten -noiopad -top {kernel} -family {family}; tee -q -o stat.txt stat");
+    let script = format!("read_verilog -sv {kernel}.sv; synth_xilinx -flatten -noiopad -top {kernel} -family {family}; tee -q -o stat.txt stat");
     let key = sha256_hex(format!("{version}\n{script}\n{verilog}").as_bytes());
     let dir = cache_root()?.join("resources");
     let cached = dir.join(format!("{key}.json"));
@@ -216,7 +216,7 @@ pub fn synthesize(unit: &Unit, family: &str) -> Result<Measured> {
         }
     }
     let work = tempfile::tempdir().context("creating a work directory for yosys")?;
-    std::fs::write(work.path().join(format!("{kernel}.v")), &verilog)?;
+    std::fs::write(work.path().join(format!("{kernel}.sv")), &verilog)?;
     let start = Instant::now();
     let out =
         Command::new("yosys").args(["-q", "-p", &script]).current_dir(work.path()).output().context("running yosys")?;

@@ -17,7 +17,7 @@ fn export_writes_verilog_regmap_and_config() {
     let stdout = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(stdout.contains("lint: skipped"), "{stdout}");
     let name = "ferrite_gemm_4x4_p128";
-    let verilog = std::fs::read_to_string(dir.path().join(format!("{name}.v"))).unwrap();
+    let verilog = std::fs::read_to_string(dir.path().join(format!("{name}.sv"))).unwrap();
     assert!(verilog.contains(&format!("module {name}")), "top module missing");
     let map = RegisterMap::from_json(&std::fs::read_to_string(dir.path().join(format!("{name}.regmap.json"))).unwrap())
         .unwrap();

@@ -12,6 +12,7 @@ pub mod control;
 pub mod gemm;
 pub mod moe;
 pub mod numerics;
+pub mod portable;
 pub mod regmap;
 pub mod unit;
 pub mod vitis;

@@ -6,10 +6,12 @@
 //! master ([`axilite`]) on `s_axi_control`. The `ap_start`/`ap_done` driver is
 //! not here: the host crate shares it between this simulator and real boards.
 pub mod axilite;
+pub mod icarus;
 pub mod memory;
 mod simulation;
 pub mod verilator;
 
+pub use icarus::{iverilog_or_skip, iverilog_version, IcarusInstance, IcarusModel};
 pub use memory::{AxiMemory, MemoryConfig, MemoryStats};
 pub use simulation::{Simulation, CONTROL_TIMEOUT_CYCLES};
 pub use verilator::{verilator_available, verilator_or_skip, verilator_version, VerilatorInstance, VerilatorModel};

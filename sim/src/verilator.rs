@@ -20,7 +20,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Bumped when the build recipe changes, so stale cached objects are not reused.
-const RECIPE: &str = "ferrite-sim build recipe 1: --cc --exe --build -O3 -shared -Bsymbolic";
+const RECIPE: &str = "ferrite-sim build recipe 2: --cc --exe --build -O3 -shared -Bsymbolic, x-initial choice";
 
 /// C type of one field of [`Inputs`] / [`Outputs`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,10 +309,16 @@ size_t ferrite_sizeof_inputs(void) { return sizeof(FerriteInputs); }
 size_t ferrite_sizeof_outputs(void) { return sizeof(FerriteOutputs); }
 int ferrite_has_trace(void) { return FERRITE_TRACE; }
 
-// Returns null when the VCD file cannot be opened.
-void* ferrite_new(const char* vcd_path) {
+// Returns null when the VCD file cannot be opened. A non-zero `seed` fills
+// every register and memory without an initial value with random bits from
+// it (effective in builds with --x-initial unique).
+void* ferrite_new(const char* vcd_path, uint32_t seed) {
     Model* m = new Model;
     m->ctx.reset(new VerilatedContext);
+    if (seed != 0) {
+        m->ctx->randReset(2);
+        m->ctx->randSeed((int)seed);
+    }
 #if FERRITE_TRACE
     if (vcd_path) m->ctx->traceEverOn(true);
 #endif
@@ -414,7 +420,7 @@ fn default_cache_dir() -> Result<PathBuf, SimError> {
     }
 }
 
-type NewFn = unsafe extern "C" fn(*const c_char) -> *mut c_void;
+type NewFn = unsafe extern "C" fn(*const c_char, u32) -> *mut c_void;
 type FreeFn = unsafe extern "C" fn(*mut c_void);
 type StepFn = unsafe extern "C" fn(*mut c_void, *const Inputs, *mut Outputs);
 
@@ -492,8 +498,27 @@ impl VerilatorModel {
         Self::build_in(&default_cache_dir()?, verilog, top, data_bits, trace)
     }
 
+    /// [`build`](Self::build) with `--x-initial unique --x-assign unique`:
+    /// registers and memories without an initial value, and X assignments,
+    /// take random values chosen per instance by [`instance_seeded`](Self::instance_seeded).
+    /// A design that works here does not rely on a simulator zeroing its state.
+    pub fn build_x_random(verilog: &str, top: &str, data_bits: usize) -> Result<Self, SimError> {
+        Self::build_with(&default_cache_dir()?, verilog, top, data_bits, false, true)
+    }
+
     /// [`build`](Self::build) with an explicit cache directory.
     pub fn build_in(cache: &Path, verilog: &str, top: &str, data_bits: usize, trace: bool) -> Result<Self, SimError> {
+        Self::build_with(cache, verilog, top, data_bits, trace, false)
+    }
+
+    fn build_with(
+        cache: &Path,
+        verilog: &str,
+        top: &str,
+        data_bits: usize,
+        trace: bool,
+        x_random: bool,
+    ) -> Result<Self, SimError> {
         let ident = top.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && top.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ident {
@@ -504,7 +529,15 @@ impl VerilatorModel {
         }
         let version = verilator_version().ok_or(SimError::VerilatorNotFound)?;
         let shim = shim_source(top, data_bits, trace)?;
-        let hash = cache_key(&[verilog, top, &data_bits.to_string(), &trace.to_string(), &version, &shim]);
+        let hash = cache_key(&[
+            verilog,
+            top,
+            &data_bits.to_string(),
+            &trace.to_string(),
+            &x_random.to_string(),
+            &version,
+            &shim,
+        ]);
         fs::create_dir_all(cache).map_err(|e| SimError::io(format!("creating cache dir {}", cache.display()), e))?;
         let stem = cache.join(format!("{top}-{hash}"));
         let so = stem.with_extension("so");
@@ -517,7 +550,7 @@ impl VerilatorModel {
             lock.lock().map_err(|e| SimError::io(format!("locking {}", lock_path.display()), e))?;
             cached = so.exists();
             if !cached {
-                compile(&stem, &so, verilog, top, &shim, trace)?;
+                compile(&stem, &so, verilog, top, &shim, trace, x_random)?;
             }
         }
         let lib = Arc::new(Library::load(&so, trace)?);
@@ -526,6 +559,12 @@ impl VerilatorModel {
 
     /// A fresh instance of the design; `vcd` asks for a waveform (needs a `trace` build).
     pub fn instance(&self, vcd: Option<&Path>) -> Result<VerilatorInstance, SimError> {
+        self.instance_seeded(vcd, 0)
+    }
+
+    /// [`instance`](Self::instance) whose uninitialized state is random from
+    /// `seed` (≠ 0) in a [`build_x_random`](Self::build_x_random) build.
+    pub fn instance_seeded(&self, vcd: Option<&Path>, seed: u32) -> Result<VerilatorInstance, SimError> {
         let vcd_c = match vcd {
             Some(_) if !self.trace => {
                 return Err(SimError::Config(format!("a VCD was requested but `{}` was built without trace", self.top)))
@@ -541,7 +580,7 @@ impl VerilatorModel {
         };
         let ptr = vcd_c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
         // SAFETY: `ptr` is null or a NUL-terminated string that outlives the call.
-        let model = unsafe { (self.lib.new)(ptr) };
+        let model = unsafe { (self.lib.new)(ptr, seed) };
         if model.is_null() {
             let path = vcd.map(Path::display);
             return Err(SimError::Config(format!(
@@ -586,20 +625,32 @@ fn cache_key(parts: &[&str]) -> String {
 }
 
 /// Builds the shared object `so` in a scratch directory and renames it into place.
-fn compile(stem: &Path, so: &Path, verilog: &str, top: &str, shim: &str, trace: bool) -> Result<(), SimError> {
+fn compile(
+    stem: &Path,
+    so: &Path,
+    verilog: &str,
+    top: &str,
+    shim: &str,
+    trace: bool,
+    x_random: bool,
+) -> Result<(), SimError> {
     eprintln!("ferrite-sim: building {top} with Verilator (cached afterwards)...");
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let dir = stem.with_extension(format!("build-{}-{nanos}", std::process::id()));
     let io = |what: &str, e| SimError::io(format!("{what} in {}", dir.display()), e);
     fs::create_dir_all(&dir).map_err(|e| io("creating the build dir", e))?;
-    let (v_path, shim_path, log_path) =
-        (dir.join(format!("{top}.v")), dir.join("ferrite_shim.cpp"), dir.join("build.log"));
+    let (v_path, shim_path, log_path) = (
+        dir.join(format!("{top}.{}", ferrite_hw::portable::EXTENSION)),
+        dir.join("ferrite_shim.cpp"),
+        dir.join("build.log"),
+    );
     fs::write(&v_path, verilog).map_err(|e| io("writing the Verilog", e))?;
     fs::write(&shim_path, shim).map_err(|e| io("writing the shim", e))?;
     let log = File::create(&log_path).map_err(|e| io("creating the log", e))?;
     let out_so = dir.join("libferrite_model.so");
     let mut cmd = Command::new("verilator");
-    cmd.args(["--cc", "--exe", "--build", "-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal"])
+    let x = if x_random { "unique" } else { "fast" };
+    cmd.args(["--cc", "--exe", "--build", "-O3", "--x-assign", x, "--x-initial", x, "-Wno-fatal"])
         .args(["--top-module", top, "-CFLAGS", "-fPIC -O2", "-LDFLAGS", "-shared -Wl,-Bsymbolic", "-j", "2"])
         .args(["--Mdir", "obj_dir", "-o"])
         .arg(&out_so)

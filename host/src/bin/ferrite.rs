@@ -93,7 +93,7 @@ struct ExportAttention {
     /// Memory port width in bits (at least 8·d).
     #[arg(long, default_value_t = 1024)]
     port_bits: usize,
-    /// Directory to write `<kernel>.v`, `<kernel>.regmap.json` and `<kernel>.config.json` into.
+    /// Directory to write `<kernel>.sv`, `<kernel>.regmap.json` and `<kernel>.config.json` into.
     #[arg(long)]
     out: PathBuf,
 }
@@ -152,7 +152,7 @@ impl UnitArgs {
 struct ExportGemm {
     #[command(flatten)]
     unit: UnitArgs,
-    /// Directory to write `<kernel>.v`, `<kernel>.regmap.json` and `<kernel>.config.json` into.
+    /// Directory to write `<kernel>.sv`, `<kernel>.regmap.json` and `<kernel>.config.json` into.
     #[arg(long)]
     out: PathBuf,
 }
@@ -310,7 +310,7 @@ fn export_attention(args: &ExportAttention) -> Result<()> {
 /// Write a unit's Verilog, register map and config into `out`, then lint it.
 fn export(out: &Path, name: &str, verilog: String, regmap: String, cfg_json: String) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let v_path = out.join(format!("{name}.v"));
+    let v_path = out.join(format!("{name}.{}", ferrite_hw::portable::EXTENSION));
     for (path, text) in [
         (v_path.clone(), verilog),
         (out.join(format!("{name}.regmap.json")), regmap),

@@ -202,7 +202,7 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
     let mut checks = Vec::new();
 
     let verilog = req.unit.verilog()?;
-    write(out, &format!("{kernel}.v"), &verilog, &mut files)?;
+    write(out, &format!("{kernel}.{}", ferrite_hw::portable::EXTENSION), &verilog, &mut files)?;
     let map_json = map.to_json();
     write(out, &format!("{kernel}.regmap.json"), &map_json, &mut files)?;
     write(out, &format!("{kernel}.config.json"), &serde_json::to_string_pretty(&req.unit)?, &mut files)?;

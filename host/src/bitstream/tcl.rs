@@ -27,7 +27,7 @@ pub fn package_xo(map: &RegisterMap, part: &str) -> String {
     let _ = writeln!(s, "set here [file dirname [file normalize [info script]]]");
     let _ = writeln!(s, "set ip_dir [file join $here ip]");
     let _ = writeln!(s, "create_project -force kernel_pack [file join $here .kernel_pack] -part {part}");
-    let _ = writeln!(s, "add_files -norecurse [file join $here ${{kernel}}.v]");
+    let _ = writeln!(s, "add_files -norecurse [file join $here ${{kernel}}.sv]");
     let _ = writeln!(s, "set_property top $kernel [current_fileset]");
     let _ = writeln!(s, "update_compile_order -fileset sources_1");
     let _ = writeln!(s, "ipx::package_project -root_dir $ip_dir -vendor ferrite -library kernel -taxonomy /KernelIP -import_files -set_current false");
@@ -149,7 +149,7 @@ pub fn pynq_overlay(map: &RegisterMap, spec: &BoardSpec, clock_mhz: f64) -> Opti
         "    puts \"WARNING: board files for {board_part} not installed ($err); the PS keeps its defaults\""
     );
     let _ = writeln!(s, "}}");
-    let _ = writeln!(s, "add_files -norecurse [file join $here ${{kernel}}.v]");
+    let _ = writeln!(s, "add_files -norecurse [file join $here ${{kernel}}.sv]");
     let _ = writeln!(s, "update_compile_order -fileset sources_1");
     let _ = writeln!(s, "create_bd_design overlay");
     let _ = writeln!(s, "set ps [create_bd_cell -type ip -vlnv {ps_vlnv} ps]");

@@ -2,6 +2,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod icarus;
 #[cfg(feature = "opencl")]
 pub mod opencl;
 #[cfg(target_os = "linux")]

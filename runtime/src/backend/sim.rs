@@ -27,6 +27,10 @@ pub enum Engine {
     Verilator,
     /// rust-hdl's own event simulator of the same design: slow, needs no tools.
     RustHdl,
+    /// Verilator with `--x-initial unique --x-assign unique`: every register
+    /// and memory without an initial value starts random from the seed (≠ 0),
+    /// to prove the unit never relies on a simulator zeroing its state.
+    VerilatorXRandom(u32),
 }
 
 impl Engine {
@@ -49,6 +53,7 @@ impl fmt::Display for Engine {
         f.write_str(match self {
             Self::Verilator => "verilator",
             Self::RustHdl => "rust-hdl",
+            Self::VerilatorXRandom(_) => "verilator-x-random",
         })
     }
 }
@@ -158,6 +163,21 @@ impl SimDevice {
                 let model = VerilatorModel::build(&verilog, &unit.kernel_name(), unit.port_bits(), vcd.is_some())
                     .map_err(sim_error)?;
                 Dut::Verilator(model.instance(vcd).map_err(sim_error)?)
+            }
+            Engine::VerilatorXRandom(seed) => {
+                if !verilator_available() {
+                    return Err(missing_verilator("not on PATH"));
+                }
+                if vcd.is_some() || seed == 0 {
+                    return Err(DeviceError::Config("the x-random engine needs a seed ≠ 0 and takes no VCD".into()));
+                }
+                let model = VerilatorModel::build_x_random(
+                    &ferrite_hw::unit::verilog(&*unit)?,
+                    &unit.kernel_name(),
+                    unit.port_bits(),
+                )
+                .map_err(sim_error)?;
+                Dut::Verilator(model.instance_seeded(None, seed).map_err(sim_error)?)
             }
             Engine::RustHdl => {
                 if vcd.is_some() {

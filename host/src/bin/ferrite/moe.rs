@@ -91,7 +91,7 @@ impl MoeUnitArgs {
 pub(super) struct ExportMoe {
     #[command(flatten)]
     unit: MoeUnitArgs,
-    /// Directory to write `<kernel>.v`, `<kernel>.regmap.json` and `<kernel>.config.json` into.
+    /// Directory to write `<kernel>.sv`, `<kernel>.regmap.json` and `<kernel>.config.json` into.
     #[arg(long)]
     out: PathBuf,
 }
