@@ -137,41 +137,6 @@ pub fn error_vs_f64(out: &GemmOutput, reference: &[f64]) -> ErrorStats {
     ErrorStats { max_abs, rel_fro: if den > 0.0 { (num / den).sqrt() } else { num.sqrt() }, saturated }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::numerics::Requant;
-
-    #[test]
-    fn small_known_product() {
-        // [1 2; 3 4] · [5 6; 7 8] = [19 22; 43 50]
-        let p = GemmProblem::new(2, 2, 2);
-        let out = gemm(&p, &[1, 2, 3, 4], &[5, 6, 7, 8], None).unwrap();
-        assert_eq!(out, GemmOutput::I32(vec![19, 22, 43, 50]));
-        let p = GemmProblem { bias: true, relu: true, ..p };
-        let out = gemm(&p, &[1, 2, 3, 4], &[5, 6, 7, 8], Some(&[-20, 0])).unwrap();
-        assert_eq!(out, GemmOutput::I32(vec![0, 22, 23, 50]));
-    }
-
-    #[test]
-    fn requant_error_is_within_half_lsb() {
-        let p = GemmProblem { requant: Requant::from_scale(1.0 / 300.0), ..GemmProblem::new(3, 5, 7) };
-        let a: Vec<i8> = (0..21).map(|i| (i * 37 % 255 - 127) as i8).collect();
-        let b: Vec<i8> = (0..35).map(|i| (i * 53 % 255 - 127) as i8).collect();
-        let out = gemm(&p, &a, &b, None).unwrap();
-        let stats = error_vs_f64(&out, &gemm_f64(&p, &a, &b, None).unwrap());
-        assert!(stats.max_abs <= 0.5 + 1e-9, "{stats:?}");
-    }
-
-    #[test]
-    fn shape_errors_are_reported() {
-        let p = GemmProblem::new(2, 2, 2);
-        let err = gemm(&p, &[1, 2, 3], &[5, 6, 7, 8], None).unwrap_err();
-        assert!(err.to_string().contains("A has 3 elements"), "{err}");
-        assert!(gemm(&p, &[0; 4], &[0; 4], Some(&[0, 0])).is_err());
-    }
-}
-
 /// The golden model at the register level, what the unit does with its
 /// registers and memory: refuse (STATUS 1, no memory access) when M, N or K
 /// is 0, K > k_max, or a bias comes with N > n_max; otherwise read A, B and the
@@ -223,4 +188,39 @@ pub fn gemm_registers(cfg: &GemmConfig, args: &RegisterValues, mem: &mut dyn Mem
         mem.write(c + i as u64 * ldc, row)?;
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::numerics::Requant;
+
+    #[test]
+    fn small_known_product() {
+        // [1 2; 3 4] · [5 6; 7 8] = [19 22; 43 50]
+        let p = GemmProblem::new(2, 2, 2);
+        let out = gemm(&p, &[1, 2, 3, 4], &[5, 6, 7, 8], None).unwrap();
+        assert_eq!(out, GemmOutput::I32(vec![19, 22, 43, 50]));
+        let p = GemmProblem { bias: true, relu: true, ..p };
+        let out = gemm(&p, &[1, 2, 3, 4], &[5, 6, 7, 8], Some(&[-20, 0])).unwrap();
+        assert_eq!(out, GemmOutput::I32(vec![0, 22, 23, 50]));
+    }
+
+    #[test]
+    fn requant_error_is_within_half_lsb() {
+        let p = GemmProblem { requant: Requant::from_scale(1.0 / 300.0), ..GemmProblem::new(3, 5, 7) };
+        let a: Vec<i8> = (0..21).map(|i| (i * 37 % 255 - 127) as i8).collect();
+        let b: Vec<i8> = (0..35).map(|i| (i * 53 % 255 - 127) as i8).collect();
+        let out = gemm(&p, &a, &b, None).unwrap();
+        let stats = error_vs_f64(&out, &gemm_f64(&p, &a, &b, None).unwrap());
+        assert!(stats.max_abs <= 0.5 + 1e-9, "{stats:?}");
+    }
+
+    #[test]
+    fn shape_errors_are_reported() {
+        let p = GemmProblem::new(2, 2, 2);
+        let err = gemm(&p, &[1, 2, 3], &[5, 6, 7, 8], None).unwrap_err();
+        assert!(err.to_string().contains("A has 3 elements"), "{err}");
+        assert!(gemm(&p, &[0; 4], &[0; 4], Some(&[0, 0])).is_err());
+    }
 }
