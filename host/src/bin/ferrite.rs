@@ -5,6 +5,8 @@
 // Under `ferrite/`: a module file directly in src/bin would be built as a binary of its own.
 #[path = "ferrite/attention.rs"]
 mod attention;
+#[path = "ferrite/boards.rs"]
+mod boards;
 #[path = "ferrite/compare.rs"]
 mod compare;
 #[path = "ferrite/guard.rs"]
@@ -169,6 +171,12 @@ enum DeviceArg {
     Sim,
     /// The bit-exact twin on the first CUDA GPU (integer tensor cores).
     Cuda,
+    /// An OpenCL device (feature `opencl`): the OpenCL C port, or an xclbin on a Xilinx platform.
+    Opencl,
+    /// An Alveo card through XRT (feature `xrt`), with the image of --manifest.
+    Xrt,
+    /// A PYNQ board's programmable logic, with the image of --manifest.
+    Pynq,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -199,6 +207,8 @@ struct RunGemm {
     device: DeviceArg,
     #[command(flatten)]
     sim: SimArgs,
+    #[command(flatten)]
+    board: boards::BoardArgs,
     /// Rows of A and C (taken from --a when given).
     #[arg(long)]
     m: Option<usize>,
@@ -514,6 +524,9 @@ fn run_gemm(args: &RunGemm) -> Result<()> {
             args.trace.as_deref(),
         )?),
         DeviceArg::Cuda => ferrite_host::backend::open_cuda()?,
+        DeviceArg::Opencl => boards::open_opencl(&args.board, "gemm")?,
+        DeviceArg::Xrt => boards::open_xrt(&args.board, "gemm")?,
+        DeviceArg::Pynq => boards::open_pynq(&args.board, "gemm")?,
     };
     let name = dev.info().name;
     let result = est.progress(format!("running {}×{}×{} on {name}", p.m, p.n, p.k), || {

@@ -33,6 +33,12 @@ pub(super) enum AttentionDevice {
     Sim,
     /// The bit-exact twin on an NVIDIA GPU (needs the driver and NVRTC).
     Cuda,
+    /// An OpenCL device (feature `opencl`): the OpenCL C port.
+    Opencl,
+    /// An Alveo card through XRT (feature `xrt`), with the image of --manifest.
+    Xrt,
+    /// A PYNQ board's programmable logic, with the image of --manifest.
+    Pynq,
 }
 
 /// Generation-time parameters of the attention unit (see `AttentionConfig`);
@@ -74,6 +80,8 @@ pub(super) struct RunAttention {
     device: AttentionDevice,
     #[command(flatten)]
     sim: SimArgs,
+    #[command(flatten)]
+    board: super::boards::BoardArgs,
     /// Batch entries (default 1; taken from --q when it is 4-D).
     #[arg(long)]
     batch: Option<usize>,
@@ -334,19 +342,24 @@ pub(super) fn run(args: &RunAttention) -> Result<()> {
         AttentionDevice::Sim => Some(super::engine(args.sim.engine)?),
         _ => None,
     };
-    let cfg = args.unit.config(p.dim)?;
-    let est = super::estimate(p.macs(), cfg.multipliers() as u64, engine, args.device == AttentionDevice::Cpu);
+    // The unit flags describe the simulated unit only; a board's unit comes from its image.
+    let cfg = engine.map(|_| args.unit.config(p.dim)).transpose()?;
+    let multipliers = cfg.as_ref().map_or(1, |c| c.multipliers() as u64);
+    let est = super::estimate(p.macs(), multipliers, engine, args.device == AttentionDevice::Cpu);
     est.confirm(args.yes)?;
     let mut dev: Box<dyn Device> = match args.device {
         AttentionDevice::Cpu => Box::new(CpuDevice::new(CpuMode::Golden)),
         AttentionDevice::Sim => Box::new(sim_device(
-            cfg,
+            cfg.context("no unit configuration")?,
             &args.sim,
             engine.context("no simulator engine")?,
             args.seed,
             args.trace.as_deref(),
         )?),
         AttentionDevice::Cuda => ferrite_host::backend::open_cuda()?,
+        AttentionDevice::Opencl => super::boards::open_opencl(&args.board, "attention")?,
+        AttentionDevice::Xrt => super::boards::open_xrt(&args.board, "attention")?,
+        AttentionDevice::Pynq => super::boards::open_pynq(&args.board, "attention")?,
     };
     let name = dev.info().name;
     let result = est.progress(format!("running {} on {name}", describe(p)), || {

@@ -31,6 +31,12 @@ pub(super) enum MoeDevice {
     Sim,
     /// The bit-exact twin on the first CUDA GPU.
     Cuda,
+    /// An OpenCL device (feature `opencl`): the OpenCL C port.
+    Opencl,
+    /// An Alveo card through XRT (feature `xrt`), with the image of --manifest.
+    Xrt,
+    /// A PYNQ board's programmable logic, with the image of --manifest.
+    Pynq,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -102,6 +108,8 @@ pub(super) struct RunMoe {
     device: MoeDevice,
     #[command(flatten)]
     sim: SimArgs,
+    #[command(flatten)]
+    board: super::boards::BoardArgs,
     /// T: tokens (taken from --x when given).
     #[arg(long)]
     tokens: Option<usize>,
@@ -285,6 +293,9 @@ fn open(args: &RunMoe, p: &MoeProblem, engine: Option<Engine>) -> Result<Box<dyn
             Box::new(sim_device(cfg, &args.sim, engine, args.seed, args.trace.as_deref())?)
         }
         MoeDevice::Cuda => ferrite_host::backend::open_cuda()?,
+        MoeDevice::Opencl => super::boards::open_opencl(&args.board, "moe")?,
+        MoeDevice::Xrt => super::boards::open_xrt(&args.board, "moe")?,
+        MoeDevice::Pynq => super::boards::open_pynq(&args.board, "moe")?,
     })
 }
 
@@ -307,7 +318,9 @@ pub(super) fn run(args: &RunMoe) -> Result<()> {
         MoeDevice::Sim => Some(super::engine(args.sim.engine)?),
         _ => None,
     };
-    let est = super::estimate(p.macs(), args.unit.config()?.macs() as u64, engine, args.device == MoeDevice::Cpu);
+    // The unit flags describe the simulated unit only; a board's unit comes from its image.
+    let multipliers = engine.map(|_| args.unit.config()).transpose()?.map_or(1, |c| c.macs() as u64);
+    let est = super::estimate(p.macs(), multipliers, engine, args.device == MoeDevice::Cpu);
     est.confirm(args.yes)?;
     let mut dev = open(args, p, engine)?;
     let name = dev.info().name;
