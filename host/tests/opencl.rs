@@ -459,8 +459,8 @@ fn run_cli_on_opencl_is_bit_exact_with_npy_in_and_out() {
         assert!(stdout.contains("bit-exact"), "{stdout}");
     };
 
-    let a = ndarray::Array2::<i8>::from_shape_fn((9, 13), |(i, j)| (i as i8 * 29) ^ (j as i8 * 7));
-    let b = ndarray::Array2::<i8>::from_shape_fn((13, 6), |(i, j)| (j as i8 * 41).wrapping_sub(i as i8 * 3));
+    let a = ndarray::Array2::<i8>::from_shape_fn((9, 13), |(i, j)| ((i as i32 * 29) ^ (j as i32 * 7)) as i8);
+    let b = ndarray::Array2::<i8>::from_shape_fn((13, 6), |(i, j)| (j as i32 * 41 - i as i32 * 3) as i8);
     ndarray_npy::write_npy(path("a.npy"), &a).unwrap();
     ndarray_npy::write_npy(path("b.npy"), &b).unwrap();
     run(&["gemm", "--a", &path("a.npy"), "--b", &path("b.npy"), "--relu", "--out", &path("c.npy")]);
@@ -470,7 +470,7 @@ fn run_cli_on_opencl_is_bit_exact_with_npy_in_and_out() {
     assert_eq!(ferrite_hw::gemm::GemmOutput::I32(got.into_raw_vec()), want);
 
     let q = ndarray::Array4::<i8>::from_shape_fn((1, 2, 5, 16), |(_, h, i, j)| (h * 31 + i * 7 + j * 3) as i8);
-    let k = ndarray::Array4::<i8>::from_shape_fn((1, 2, 8, 16), |(_, h, i, j)| (h * 17 + i * 5) as i8 ^ j as i8);
+    let k = ndarray::Array4::<i8>::from_shape_fn((1, 2, 8, 16), |(_, h, i, j)| ((h * 17 + i * 5) ^ j) as i8);
     for (n, t) in [("q.npy", &q), ("k.npy", &k), ("v.npy", &k)] {
         ndarray_npy::write_npy(path(n), t).unwrap();
     }
@@ -478,8 +478,8 @@ fn run_cli_on_opencl_is_bit_exact_with_npy_in_and_out() {
     let o: ndarray::Array4<i32> = ndarray_npy::read_npy(path("o.npy")).unwrap();
     assert_eq!(o.dim(), (1, 2, 5, 16));
 
-    let x = ndarray::Array2::<i8>::from_shape_fn((20, 32), |(i, j)| (i as i8 * 13) ^ (j as i8 * 5));
-    let w = ndarray::Array2::<i8>::from_shape_fn((6, 32), |(i, j)| (i as i8 * 23).wrapping_add(j as i8 * 9));
+    let x = ndarray::Array2::<i8>::from_shape_fn((20, 32), |(i, j)| ((i as i32 * 13) ^ (j as i32 * 5)) as i8);
+    let w = ndarray::Array2::<i8>::from_shape_fn((6, 32), |(i, j)| (i as i32 * 23 + j as i32 * 9) as i8);
     ndarray_npy::write_npy(path("x.npy"), &x).unwrap();
     ndarray_npy::write_npy(path("w.npy"), &w).unwrap();
     let moe_out = dir.path().join("routes");

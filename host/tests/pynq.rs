@@ -744,8 +744,8 @@ fn run_cli_runs_user_npy_on_the_board_bit_exact() {
     let manifest = built_image(image.path());
     let board = FakeBoard::new(1 << 20);
     let data = tempfile::tempdir().unwrap();
-    let a = ndarray::Array2::<i8>::from_shape_fn((5, 7), |(i, j)| (i as i8 * 37).wrapping_sub(j as i8 * 19));
-    let b = ndarray::Array2::<i8>::from_shape_fn((7, 3), |(i, j)| (j as i8 * 53).wrapping_add(i as i8 * 11) ^ 0x55);
+    let a = ndarray::Array2::<i8>::from_shape_fn((5, 7), |(i, j)| (i as i32 * 37 - j as i32 * 19) as i8);
+    let b = ndarray::Array2::<i8>::from_shape_fn((7, 3), |(i, j)| ((j as i32 * 53 + i as i32 * 11) ^ 0x55) as i8);
     let (pa, pb, pc) = (data.path().join("a.npy"), data.path().join("b.npy"), data.path().join("c.npy"));
     ndarray_npy::write_npy(&pa, &a).unwrap();
     ndarray_npy::write_npy(&pb, &b).unwrap();

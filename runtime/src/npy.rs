@@ -67,8 +67,11 @@ fn from_bytes<T: ndarray_npy::ReadNpyExt>(
             NpyError::Dtype { path: path.into(), found: found.to_string(), expected: dtype }
         }
         ReadNpyError::WrongNdim(_, found) => NpyError::Rank { path: path.into(), found, expected: rank },
-        // ndarray-npy's messages repeat their source's text; one line of it is the whole story.
-        other => NpyError::Malformed { path: path.into(), reason: other.to_string() },
+        // ndarray-npy's parse errors draw a multi-line caret diagram: keep it on one line.
+        other => {
+            let reason = other.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            NpyError::Malformed { path: path.into(), reason }
+        }
     })
 }
 
