@@ -95,3 +95,21 @@ fn unusable_out_paths_fail_before_the_run() {
     }
     assert!(!missing.exists());
 }
+
+/// A backend left out of the build is one line naming the `cargo` command
+/// that adds it (these run in builds without the feature, the default).
+#[test]
+#[cfg(not(all(feature = "opencl", feature = "xrt")))]
+fn a_backend_left_out_names_the_cargo_command() {
+    #[cfg(not(feature = "opencl"))]
+    {
+        let err = one_line_error(&["run", "gemm", "--device", "opencl", "--m", "2", "--n", "2", "--k", "2"]);
+        assert!(err.contains("cargo build -p ferrite-host --features opencl"), "{err}");
+    }
+    #[cfg(not(feature = "xrt"))]
+    {
+        let err =
+            one_line_error(&["run", "moe", "--device", "xrt", "--tokens", "4", "--hidden", "16", "--experts", "4"]);
+        assert!(err.contains("cargo build -p ferrite-host --features xrt"), "{err}");
+    }
+}
