@@ -52,6 +52,21 @@ mod tests {
         assert_eq!(parse_meminfo("MemTotal: 1 kB\n"), None);
     }
 
+    /// The refusal says how much there is (a failed reservation alone would say 0).
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn the_cpu_device_refuses_buffers_beyond_mem_available() {
+        use crate::backend::cpu::{CpuDevice, CpuMode};
+        use crate::Device;
+        match CpuDevice::new(CpuMode::Golden).alloc(1 << 62) {
+            Err(DeviceError::OutOfMemory { requested, available }) => {
+                assert_eq!(requested, 1 << 62);
+                assert!(available > 0, "the refusal should give MemAvailable");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn sizes_read_in_binary_units() {
         assert_eq!(human(512), "512 B");
