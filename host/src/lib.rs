@@ -14,5 +14,5 @@ pub mod gpu_bench;
 pub mod resources;
 pub mod routing;
 
-pub use ferrite_runtime::{backend, device, driver, manifest, npy, ops};
+pub use ferrite_runtime::{backend, device, driver, manifest, memory, npy, ops};
 pub use ferrite_runtime::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats};

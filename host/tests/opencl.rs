@@ -431,3 +431,59 @@ fn bad_launches_are_clear_errors() {
     let msg = ops::moe(&mut dev, &bad, &[0; 8], &[0; 12], Some(&[0; 3])).unwrap_err().to_string();
     assert!(msg.contains("exceeds the 3 experts"), "{msg}");
 }
+
+/// `ferrite run gemm|attention|moe --device opencl`: user `.npy` operands in,
+/// results out, bit-exact with the golden model (the CLI checks and says so;
+/// the test checks the written files against the golden model itself).
+#[test]
+fn run_cli_on_opencl_is_bit_exact_with_npy_in_and_out() {
+    let Some(index) = list().ok().and_then(|l| l.iter().position(|d| !d.platform.contains("Xilinx"))) else {
+        let why = "no non-Xilinx OpenCL device (install pocl-opencl-icd)";
+        assert!(std::env::var_os("CI").is_none(), "{why}");
+        eprintln!("skipped: {why}");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let run = |args: &[&str]| {
+        let out = assert_cmd::Command::cargo_bin("ferrite")
+            .unwrap()
+            .args(["run"])
+            .args(args)
+            .args(["--device", "opencl", "--opencl-device", &index.to_string()])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("device       opencl"), "{stdout}");
+        assert!(stdout.contains("bit-exact"), "{stdout}");
+    };
+
+    let a = ndarray::Array2::<i8>::from_shape_fn((9, 13), |(i, j)| ((i as i32 * 29) ^ (j as i32 * 7)) as i8);
+    let b = ndarray::Array2::<i8>::from_shape_fn((13, 6), |(i, j)| (j as i32 * 41 - i as i32 * 3) as i8);
+    ndarray_npy::write_npy(path("a.npy"), &a).unwrap();
+    ndarray_npy::write_npy(path("b.npy"), &b).unwrap();
+    run(&["gemm", "--a", &path("a.npy"), "--b", &path("b.npy"), "--relu", "--out", &path("c.npy")]);
+    let p = GemmProblem { relu: true, ..GemmProblem::new(9, 6, 13) };
+    let want = gemm(&p, a.as_slice().unwrap(), b.as_slice().unwrap(), None).unwrap();
+    let got: ndarray::Array2<i32> = ndarray_npy::read_npy(path("c.npy")).unwrap();
+    assert_eq!(ferrite_hw::gemm::GemmOutput::I32(got.into_raw_vec()), want);
+
+    let q = ndarray::Array4::<i8>::from_shape_fn((1, 2, 5, 16), |(_, h, i, j)| (h * 31 + i * 7 + j * 3) as i8);
+    let k = ndarray::Array4::<i8>::from_shape_fn((1, 2, 8, 16), |(_, h, i, j)| ((h * 17 + i * 5) ^ j) as i8);
+    for (n, t) in [("q.npy", &q), ("k.npy", &k), ("v.npy", &k)] {
+        ndarray_npy::write_npy(path(n), t).unwrap();
+    }
+    run(&["attention", "--q", &path("q.npy"), "--k", &path("k.npy"), "--v", &path("v.npy"), "--out", &path("o.npy")]);
+    let o: ndarray::Array4<i32> = ndarray_npy::read_npy(path("o.npy")).unwrap();
+    assert_eq!(o.dim(), (1, 2, 5, 16));
+
+    let x = ndarray::Array2::<i8>::from_shape_fn((20, 32), |(i, j)| ((i as i32 * 13) ^ (j as i32 * 5)) as i8);
+    let w = ndarray::Array2::<i8>::from_shape_fn((6, 32), |(i, j)| (i as i32 * 23 + j as i32 * 9) as i8);
+    ndarray_npy::write_npy(path("x.npy"), &x).unwrap();
+    ndarray_npy::write_npy(path("w.npy"), &w).unwrap();
+    let moe_out = dir.path().join("routes");
+    run(&["moe", "--x", &path("x.npy"), "--w", &path("w.npy"), "--top-k", "2", "--out", moe_out.to_str().unwrap()]);
+    let experts: ndarray::Array2<u8> = ndarray_npy::read_npy(moe_out.join("experts.npy")).unwrap();
+    assert_eq!(experts.dim(), (20, 2));
+}

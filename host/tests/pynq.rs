@@ -735,3 +735,103 @@ fn an_moe_unit_that_never_finishes_fails_every_case() {
     let e = deploy_error(&manifest, &board);
     assert!(e.contains("3 of 3 cases failed") && e.contains("timeout"), "{e}");
 }
+
+/// `ferrite run gemm --device pynq`: the user's `.npy` operands through the
+/// CLI onto the (fake) board, bit-exact, the result written as `.npy`.
+#[test]
+fn run_cli_runs_user_npy_on_the_board_bit_exact() {
+    let image = tempfile::tempdir().unwrap();
+    let manifest = built_image(image.path());
+    let board = FakeBoard::new(1 << 20);
+    let data = tempfile::tempdir().unwrap();
+    let a = ndarray::Array2::<i8>::from_shape_fn((5, 7), |(i, j)| (i as i32 * 37 - j as i32 * 19) as i8);
+    let b = ndarray::Array2::<i8>::from_shape_fn((7, 3), |(i, j)| ((j as i32 * 53 + i as i32 * 11) ^ 0x55) as i8);
+    let (pa, pb, pc) = (data.path().join("a.npy"), data.path().join("b.npy"), data.path().join("c.npy"));
+    ndarray_npy::write_npy(&pa, &a).unwrap();
+    ndarray_npy::write_npy(&pb, &b).unwrap();
+    let (out, log) = with_unit(&board, || {
+        assert_cmd::Command::cargo_bin("ferrite")
+            .unwrap()
+            .args(["run", "gemm", "--device", "pynq", "--manifest"])
+            .arg(&manifest)
+            .arg("--pynq-root")
+            .arg(board._root.path())
+            .args(["--a", pa.to_str().unwrap(), "--b", pb.to_str().unwrap(), "--out", pc.to_str().unwrap()])
+            .output()
+            .unwrap()
+    });
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("bit-exact"), "{stdout}");
+    assert!(log.errors.is_empty(), "{:?}", log.errors);
+    assert_eq!(log.launches, 1);
+    let p = GemmProblem::new(5, 3, 7);
+    let want = gemm(&p, a.as_slice().unwrap(), b.as_slice().unwrap(), None).unwrap();
+    let got: ndarray::Array2<i32> = ndarray_npy::read_npy(&pc).unwrap();
+    assert_eq!(GemmOutput::I32(got.into_raw_vec()), want);
+}
+
+/// The CLI's pynq errors: no manifest, an image of another unit, and this
+/// machine (no FPGA manager) — each one line, before anything is written.
+#[test]
+fn run_cli_pynq_errors_are_one_line() {
+    let image = tempfile::tempdir().unwrap();
+    let manifest = built_image(image.path());
+    let m = manifest.to_str().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    for (args, want) in [
+        (vec!["run", "gemm", "--device", "pynq", "--m", "2", "--n", "2", "--k", "2"], "needs --manifest"),
+        (
+            vec![
+                "run",
+                "moe",
+                "--device",
+                "pynq",
+                "--manifest",
+                m,
+                "--tokens",
+                "4",
+                "--hidden",
+                "16",
+                "--experts",
+                "4",
+            ],
+            "holds the gemm unit: run it with `ferrite run gemm`",
+        ),
+        (
+            vec![
+                "run",
+                "gemm",
+                "--device",
+                "pynq",
+                "--manifest",
+                m,
+                "--pynq-root",
+                empty.path().to_str().unwrap(),
+                "--m",
+                "2",
+                "--n",
+                "2",
+                "--k",
+                "2",
+            ],
+            "FPGA manager",
+        ),
+    ]
+    .into_iter()
+    .chain(
+        // This machine's own root: no FPGA manager either (on a board, this would program its PL).
+        (!Path::new("/sys/class/fpga_manager/fpga0").exists()).then(|| {
+            (
+                vec!["run", "gemm", "--device", "pynq", "--manifest", m, "--m", "2", "--n", "2", "--k", "2"],
+                "FPGA manager",
+            )
+        }),
+    ) {
+        let out = assert_cmd::Command::cargo_bin("ferrite").unwrap().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

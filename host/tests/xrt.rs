@@ -80,3 +80,48 @@ fn opening_without_a_card_is_a_clear_error() {
     let e = open_device(&XrtTarget::Bdf("0000:65:00.1".into())).unwrap_err().to_string();
     assert!(e.contains("no XRT device 0000:65:00.1"), "{e}");
 }
+
+/// `ferrite run … --device xrt` on this machine (no card): XRT's runtime
+/// check, a bad `--card` and an image of another unit are one error line;
+/// with Debian's XRT libraries, XRT starts and finds no card.
+#[test]
+fn run_cli_on_xrt_without_a_card_is_a_clear_error() {
+    if !sysfs_cards().is_empty() {
+        eprintln!("skipped: a card is present; `ferrite run --device xrt` is tested by deploying an image to it");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = image_with_xclbin(dir.path(), UnitConfig::Gemm(ferrite_hw::gemm::GemmConfig::default()));
+    let m = manifest.to_str().unwrap();
+    let run = |args: &[&str], xrt: Option<&Path>| {
+        let mut cmd = assert_cmd::Command::cargo_bin("ferrite").unwrap();
+        cmd.args(["run"]).args(args).args(["--device", "xrt", "--manifest", m]);
+        match xrt {
+            Some(root) => cmd.env("XILINX_XRT", root),
+            None => cmd.env_remove("XILINX_XRT"),
+        };
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(err.lines().filter(|l| l.starts_with("error")).count(), 1, "{args:?}: {err}");
+        err
+    };
+    let gemm = ["gemm", "--m", "4", "--n", "4", "--k", "4"];
+    let err = run(&gemm, None);
+    assert!(err.contains("XILINX_XRT is not set") && err.lines().count() == 1, "{err}");
+    let err = run(&["gemm", "--m", "4", "--n", "4", "--k", "4", "--card", "first"], None);
+    assert!(err.contains("`first` is neither a device index nor a PCIe BDF"), "{err}");
+    let err = run(&["attention", "--seq", "4", "--dim", "16"], None);
+    assert!(err.contains("holds the gemm unit: run it with `ferrite run gemm`"), "{err}");
+
+    if !Path::new(DEBIAN_LIBS).join("libxrt_core.so.2").is_file() {
+        eprintln!("skipped the live XRT call: no libxrt_core.so.2 in {DEBIAN_LIBS} (install libxrt-dev)");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(DEBIAN_LIBS, root.path().join("lib")).unwrap();
+    let err = run(&gemm, Some(root.path()));
+    assert!(err.contains("no XRT device 0"), "{err}");
+    let err = run(&["gemm", "--m", "4", "--n", "4", "--k", "4", "--card", "0000:65:00.1"], Some(root.path()));
+    assert!(err.contains("no XRT device 0000:65:00.1"), "{err}");
+}

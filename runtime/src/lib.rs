@@ -11,6 +11,7 @@ pub mod board;
 pub mod device;
 pub mod driver;
 pub mod manifest;
+pub mod memory;
 pub mod npy;
 pub mod ops;
 

@@ -4,7 +4,7 @@ use ferrite_hw::attention::AttentionOutput;
 use ferrite_hw::gemm::GemmOutput;
 use ferrite_hw::moe::MoeOutput;
 use ndarray::{Array1, Array2, ArrayD, IxDyn};
-use ndarray_npy::{read_npy, write_npy, ReadNpyError};
+use ndarray_npy::{write_npy, ReadNpyError};
 use std::path::{Path, PathBuf};
 
 /// Why an `.npy` file could not be used; every variant names the file.
@@ -24,12 +24,17 @@ pub enum NpyError {
     Shape { path: PathBuf, len: usize, m: usize, n: usize },
     #[error("{path}: {len} elements do not form an array of shape {shape:?}")]
     TensorShape { path: PathBuf, len: usize, shape: Vec<usize> },
+    /// The file cannot be read at all (missing, unreadable).
     #[error("{path}: {source}")]
-    Read {
+    Io {
         path: PathBuf,
         #[source]
-        source: ReadNpyError,
+        source: std::io::Error,
     },
+    /// The bytes are not the `.npy` file they claim to be; `reason` says what
+    /// was expected where (magic, header, dtype, shape, byte count).
+    #[error("{path}: not a valid .npy file: {reason}")]
+    Malformed { path: PathBuf, reason: String },
     #[error("{path}: cannot write: {source}")]
     Write {
         path: PathBuf,
@@ -42,13 +47,111 @@ pub enum NpyError {
 /// fixed-rank `T` expects; a dynamic-rank `ArrayD` never fails on rank, so
 /// its callers pass 0 and check the rank themselves.
 fn read<T: ndarray_npy::ReadNpyExt>(path: &Path, dtype: &'static str, rank: usize) -> Result<T, NpyError> {
-    read_npy(path).map_err(|e| match e {
+    let bytes = std::fs::read(path).map_err(|source| NpyError::Io { path: path.into(), source })?;
+    from_bytes(path, &bytes, dtype, rank)
+}
+
+/// [`read`] of bytes already in memory; `path` only names them in errors.
+/// The header is checked first ([`check_header`]), so a short or lying file
+/// is described rather than reported as an I/O error, and a shape larger
+/// than the file is never allocated.
+fn from_bytes<T: ndarray_npy::ReadNpyExt>(
+    path: &Path,
+    bytes: &[u8],
+    dtype: &'static str,
+    rank: usize,
+) -> Result<T, NpyError> {
+    check_header(bytes).map_err(|reason| NpyError::Malformed { path: path.into(), reason })?;
+    T::read_npy(bytes).map_err(|e| match e {
         ReadNpyError::WrongDescriptor(found) => {
             NpyError::Dtype { path: path.into(), found: found.to_string(), expected: dtype }
         }
         ReadNpyError::WrongNdim(_, found) => NpyError::Rank { path: path.into(), found, expected: rank },
-        source => NpyError::Read { path: path.into(), source },
+        // ndarray-npy's parse errors draw a multi-line caret diagram: keep it on one line.
+        other => {
+            let reason = other.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
+            NpyError::Malformed { path: path.into(), reason }
+        }
     })
+}
+
+/// The parts of an `.npy` header that say how many bytes follow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// The dtype descriptor, e.g. `|i1` or `<i4`.
+    pub descr: String,
+    pub shape: Vec<usize>,
+    /// Offset of the data: magic, version, length field and header text.
+    pub data_offset: usize,
+    /// Bytes of data the header announces.
+    pub data_bytes: u64,
+}
+
+const MAGIC: &[u8] = b"\x93NUMPY";
+
+/// Parse and check the header of an `.npy` file: magic, version, header
+/// length, `descr` and `shape`, and that the file holds the data bytes the
+/// shape and dtype announce. The error says what was expected and found.
+pub fn check_header(bytes: &[u8]) -> Result<Header, String> {
+    if bytes.len() < MAGIC.len() + 2 || !bytes.starts_with(MAGIC) {
+        let got = &bytes[..bytes.len().min(MAGIC.len())];
+        return Err(format!("expected the magic \\x93NUMPY at the start, found {:?}", String::from_utf8_lossy(got)));
+    }
+    let major = bytes[MAGIC.len()];
+    let len_bytes = match major {
+        1 => 2,
+        2 | 3 => 4,
+        v => return Err(format!("format version {v} (expected 1, 2 or 3)")),
+    };
+    let start = MAGIC.len() + 2 + len_bytes;
+    let field = bytes.get(MAGIC.len() + 2..start).ok_or_else(|| {
+        format!("the file ends inside the header-length field ({} bytes, expected at least {start})", bytes.len())
+    })?;
+    let header_len = field.iter().rev().fold(0usize, |acc, &b| (acc << 8) | b as usize);
+    let data_offset = start + header_len;
+    let text = bytes.get(start..data_offset).ok_or_else(|| {
+        format!("the header announces {header_len} bytes but the file has {} after the magic", bytes.len() - start)
+    })?;
+    let text = std::str::from_utf8(text).map_err(|_| "the header is not text".to_string())?;
+    let descr = quoted_value(text, "descr").ok_or_else(|| format!("the header has no 'descr' string: {text:?}"))?;
+    let shape = shape_value(text).ok_or_else(|| format!("the header has no 'shape' tuple of integers: {text:?}"))?;
+    let item = item_size(&descr).ok_or_else(|| format!("dtype {descr:?} is not a plain numeric type"))?;
+    let data_bytes = shape
+        .iter()
+        .try_fold(item, |acc, &d| acc.checked_mul(d as u64))
+        .ok_or_else(|| format!("shape {shape:?} of {descr} overflows 64 bits"))?;
+    let have = (bytes.len() - data_offset) as u64;
+    if have != data_bytes {
+        return Err(format!(
+            "shape {shape:?} of {descr} needs {data_bytes} bytes of data after the header, the file has {have}"
+        ));
+    }
+    Ok(Header { descr, shape, data_offset, data_bytes })
+}
+
+/// The string after `'key':` in a header dict.
+fn quoted_value(text: &str, key: &str) -> Option<String> {
+    let rest = &text[text.find(&format!("'{key}'"))? + key.len() + 2..];
+    let rest = rest.trim_start().strip_prefix(':')?.trim_start();
+    let quote = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    let body = &rest[1..];
+    Some(body[..body.find(quote)?].to_string())
+}
+
+/// The tuple after `'shape':` in a header dict: `()`, `(3,)`, `(2, 3)`.
+fn shape_value(text: &str) -> Option<Vec<usize>> {
+    let rest = &text[text.find("'shape'")? + 7..];
+    let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('(')?;
+    let body = &rest[..rest.find(')')?];
+    body.split(',').map(str::trim).filter(|d| !d.is_empty()).map(|d| d.parse().ok()).collect()
+}
+
+/// Bytes per element of a numeric descriptor such as `<i4`, `|u1`, `>f8`.
+fn item_size(descr: &str) -> Option<u64> {
+    let body = descr.trim_start_matches(['<', '>', '|', '=']);
+    let kind = body.chars().next().filter(|c| "iufb".contains(*c))?;
+    let size: u64 = body[kind.len_utf8()..].parse().ok()?;
+    (1..=16).contains(&size).then_some(size)
 }
 
 /// An int8 matrix (`numpy.int8`, 2-D).

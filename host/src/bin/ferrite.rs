@@ -5,8 +5,12 @@
 // Under `ferrite/`: a module file directly in src/bin would be built as a binary of its own.
 #[path = "ferrite/attention.rs"]
 mod attention;
+#[path = "ferrite/boards.rs"]
+mod boards;
 #[path = "ferrite/compare.rs"]
 mod compare;
+#[path = "ferrite/guard.rs"]
+mod guard;
 #[path = "ferrite/moe.rs"]
 mod moe;
 
@@ -167,6 +171,12 @@ enum DeviceArg {
     Sim,
     /// The bit-exact twin on the first CUDA GPU (integer tensor cores).
     Cuda,
+    /// An OpenCL device (feature `opencl`): the OpenCL C port, or an xclbin on a Xilinx platform.
+    Opencl,
+    /// An Alveo card through XRT (feature `xrt`), with the image of --manifest.
+    Xrt,
+    /// A PYNQ board's programmable logic, with the image of --manifest.
+    Pynq,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -197,6 +207,8 @@ struct RunGemm {
     device: DeviceArg,
     #[command(flatten)]
     sim: SimArgs,
+    #[command(flatten)]
+    board: boards::BoardArgs,
     /// Rows of A and C (taken from --a when given).
     #[arg(long)]
     m: Option<usize>,
@@ -235,6 +247,9 @@ struct RunGemm {
     /// Write C as .npy (int32, or int8 with --requant).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Start a run estimated to take more than ten minutes.
+    #[arg(long)]
+    yes: bool,
 }
 
 #[derive(Args)]
@@ -445,6 +460,7 @@ fn operands(args: &RunGemm) -> Result<Operands> {
         ..GemmProblem::new(dim("m", args.m, fm)?, dim("n", args.n, fn_)?, dim("k", args.k, fk)?)
     };
     problem.validate()?;
+    guard::check_memory(gemm_host_bytes(&problem), &format!("GEMM {}", describe(&problem)))?;
     let mut ops = random_operands(problem, args.seed);
     if let Some((a, b)) = files {
         ops.a = a.iter().copied().collect();
@@ -458,23 +474,64 @@ fn operands(args: &RunGemm) -> Result<Operands> {
     Ok(ops)
 }
 
+/// Host bytes of one GEMM run: the operands and their device copies (cpu and
+/// sim buffers are host memory), the result, the golden result and the
+/// float64 reference.
+fn gemm_host_bytes(p: &GemmProblem) -> u64 {
+    let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
+    let c = m.saturating_mul(n).saturating_mul(p.out_elem_bytes() as u64);
+    let inputs = m.saturating_mul(k).saturating_add(k.saturating_mul(n)).saturating_add(4 * n);
+    inputs.saturating_add(c).saturating_mul(2).saturating_add(c).saturating_add(m.saturating_mul(n).saturating_mul(8))
+}
+
+/// The run-time estimate of `macs` on a simulator (`engine`), on a golden
+/// model (`golden`), or none for the fast devices; a simulation's cycles are
+/// at least `macs / multipliers`.
+fn estimate(macs: u64, multipliers: u64, engine: Option<Engine>, golden: bool) -> guard::Estimate {
+    match engine {
+        Some(e) => {
+            let rate =
+                if e == Engine::Verilator { guard::VERILATOR_CYCLES_PER_S } else { guard::RUST_HDL_CYCLES_PER_S };
+            guard::Estimate::sim(macs.div_ceil(multipliers.max(1)), rate)
+        }
+        None if golden => guard::Estimate::golden(macs),
+        None => guard::Estimate::NONE,
+    }
+}
+
 fn run_gemm(args: &RunGemm) -> Result<()> {
     let ops = operands(args)?;
     let p = &ops.problem;
     let cfg = args.unit.config()?;
     ensure!(args.trace.is_none() || args.device == DeviceArg::Sim, "--trace needs --device sim");
+    if let Some(path) = &args.out {
+        guard::check_out_file(path)?;
+    }
+    let engine = match args.device {
+        DeviceArg::Sim => Some(engine(args.sim.engine)?),
+        _ => None,
+    };
+    let est = estimate(p.macs(), (cfg.rows * cfg.cols) as u64, engine, args.device == DeviceArg::Cpu);
+    est.confirm(args.yes)?;
     let mut dev: Box<dyn Device> = match args.device {
         DeviceArg::Cpu => Box::new(CpuDevice::new(CpuMode::Golden)),
         DeviceArg::CpuFast => Box::new(CpuDevice::new(CpuMode::Fast)),
-        DeviceArg::Sim => {
-            Box::new(sim_device(cfg.clone(), &args.sim, engine(args.sim.engine)?, args.seed, args.trace.as_deref())?)
-        }
+        DeviceArg::Sim => Box::new(sim_device(
+            cfg.clone(),
+            &args.sim,
+            engine.context("no simulator engine")?,
+            args.seed,
+            args.trace.as_deref(),
+        )?),
         DeviceArg::Cuda => ferrite_host::backend::open_cuda()?,
+        DeviceArg::Opencl => boards::open_opencl(&args.board, "gemm")?,
+        DeviceArg::Xrt => boards::open_xrt(&args.board, "gemm")?,
+        DeviceArg::Pynq => boards::open_pynq(&args.board, "gemm")?,
     };
     let name = dev.info().name;
-    let bar = spinner(format!("running {}×{}×{} on {name}", p.m, p.n, p.k));
-    let result = ops::gemm(dev.as_mut(), p, &ops.a, &ops.b, ops.bias.as_deref());
-    bar.finish_and_clear();
+    let result = est.progress(format!("running {}×{}×{} on {name}", p.m, p.n, p.k), || {
+        ops::gemm(dev.as_mut(), p, &ops.a, &ops.b, ops.bias.as_deref())
+    });
     let (out, stats) = result.with_context(|| format!("GEMM on {name}"))?;
     let golden = gemm(p, &ops.a, &ops.b, ops.bias.as_deref())?;
     let err = error_vs_f64(&golden, &gemm_f64(p, &ops.a, &ops.b, ops.bias.as_deref())?);

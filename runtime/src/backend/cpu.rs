@@ -222,6 +222,7 @@ impl Device for CpuDevice {
 
     fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
         let oom = || DeviceError::OutOfMemory { requested: bytes, available: 0 };
+        crate::memory::check_host(bytes)?;
         let len = usize::try_from(bytes).map_err(|_| oom())?;
         let mut data = Vec::new();
         data.try_reserve_exact(len).map_err(|_| oom())?;

@@ -10,7 +10,7 @@ use ferrite_host::backend::sim::Engine;
 use ferrite_host::{npy, ops, Device};
 use ferrite_hw::attention::model::rel_fro_error;
 use ferrite_hw::attention::{
-    attention, attention_f64, AttentionConfig, AttentionOutput, AttentionParams, AttentionProblem,
+    attention, attention_f64, AttentionConfig, AttentionLayout, AttentionOutput, AttentionParams, AttentionProblem,
 };
 use ndarray::ArrayD;
 use rand::{Rng, SeedableRng};
@@ -33,6 +33,12 @@ pub(super) enum AttentionDevice {
     Sim,
     /// The bit-exact twin on an NVIDIA GPU (needs the driver and NVRTC).
     Cuda,
+    /// An OpenCL device (feature `opencl`): the OpenCL C port.
+    Opencl,
+    /// An Alveo card through XRT (feature `xrt`), with the image of --manifest.
+    Xrt,
+    /// A PYNQ board's programmable logic, with the image of --manifest.
+    Pynq,
 }
 
 /// Generation-time parameters of the attention unit (see `AttentionConfig`);
@@ -74,6 +80,8 @@ pub(super) struct RunAttention {
     device: AttentionDevice,
     #[command(flatten)]
     sim: SimArgs,
+    #[command(flatten)]
+    board: super::boards::BoardArgs,
     /// Batch entries (default 1; taken from --q when it is 4-D).
     #[arg(long)]
     batch: Option<usize>,
@@ -130,6 +138,9 @@ pub(super) struct RunAttention {
     /// Write O as .npy, [batch, heads, seq, dim]: int32 Q16, or int8 with --int8-out.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Start a run estimated to take more than ten minutes.
+    #[arg(long)]
+    yes: bool,
 }
 
 /// Q, K and V of one problem, dense `[batch·heads][seq][dim]`.
@@ -258,6 +269,7 @@ fn operands(args: &RunAttention) -> Result<Operands> {
         params: params(args, dim)?,
     };
     problem.validate()?;
+    super::guard::check_memory(host_bytes(&problem), &format!("attention {}", describe(&problem)))?;
     Ok(match files {
         Some(f) => Operands {
             problem,
@@ -276,6 +288,17 @@ fn operands(args: &RunAttention) -> Result<Operands> {
             }
         }
     })
+}
+
+/// Host bytes of one run: Q, K, V and O with their device copies (cpu and
+/// sim buffers are host memory), the golden O and the float64 reference.
+fn host_bytes(p: &AttentionProblem) -> u64 {
+    let nh = p.heads_total() as u64;
+    let q = nh.saturating_mul(p.seq_q as u64).saturating_mul(p.dim as u64);
+    let kv = nh.saturating_mul(p.seq_kv as u64).saturating_mul(p.dim as u64);
+    let o = q.saturating_mul(AttentionLayout::out_elem_bytes(p) as u64);
+    let io = q.saturating_add(kv.saturating_mul(2)).saturating_add(o);
+    io.saturating_mul(2).saturating_add(o).saturating_add(q.saturating_mul(8))
 }
 
 fn describe(p: &AttentionProblem) -> String {
@@ -312,21 +335,36 @@ pub(super) fn run(args: &RunAttention) -> Result<()> {
     let ops = operands(args)?;
     let p = &ops.problem;
     ensure!(args.trace.is_none() || args.device == AttentionDevice::Sim, "--trace needs --device sim");
+    if let Some(path) = &args.out {
+        super::guard::check_out_file(path)?;
+    }
+    let engine = match args.device {
+        AttentionDevice::Sim => Some(super::engine(args.sim.engine)?),
+        _ => None,
+    };
+    // The unit flags describe the simulated unit only; a board's unit comes from its image.
+    let cfg = engine.map(|_| args.unit.config(p.dim)).transpose()?;
+    let multipliers = cfg.as_ref().map_or(1, |c| c.multipliers() as u64);
+    let est = super::estimate(p.macs(), multipliers, engine, args.device == AttentionDevice::Cpu);
+    est.confirm(args.yes)?;
     let mut dev: Box<dyn Device> = match args.device {
         AttentionDevice::Cpu => Box::new(CpuDevice::new(CpuMode::Golden)),
         AttentionDevice::Sim => Box::new(sim_device(
-            args.unit.config(p.dim)?,
+            cfg.context("no unit configuration")?,
             &args.sim,
-            super::engine(args.sim.engine)?,
+            engine.context("no simulator engine")?,
             args.seed,
             args.trace.as_deref(),
         )?),
         AttentionDevice::Cuda => ferrite_host::backend::open_cuda()?,
+        AttentionDevice::Opencl => super::boards::open_opencl(&args.board, "attention")?,
+        AttentionDevice::Xrt => super::boards::open_xrt(&args.board, "attention")?,
+        AttentionDevice::Pynq => super::boards::open_pynq(&args.board, "attention")?,
     };
     let name = dev.info().name;
-    let bar = spinner(format!("running {} on {name}", describe(p)));
-    let result = ops::attention(dev.as_mut(), p, &ops.q, &ops.k, &ops.v);
-    bar.finish_and_clear();
+    let result = est.progress(format!("running {} on {name}", describe(p)), || {
+        ops::attention(dev.as_mut(), p, &ops.q, &ops.k, &ops.v)
+    });
     let (out, stats) = result.with_context(|| format!("attention on {name}"))?;
     let golden = attention(p, &ops.q, &ops.k, &ops.v)?;
     let v_per_out = args.v_scale / args.out_scale.unwrap_or(args.v_scale);

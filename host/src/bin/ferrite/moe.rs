@@ -31,6 +31,12 @@ pub(super) enum MoeDevice {
     Sim,
     /// The bit-exact twin on the first CUDA GPU.
     Cuda,
+    /// An OpenCL device (feature `opencl`): the OpenCL C port.
+    Opencl,
+    /// An Alveo card through XRT (feature `xrt`), with the image of --manifest.
+    Xrt,
+    /// A PYNQ board's programmable logic, with the image of --manifest.
+    Pynq,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -102,6 +108,8 @@ pub(super) struct RunMoe {
     device: MoeDevice,
     #[command(flatten)]
     sim: SimArgs,
+    #[command(flatten)]
+    board: super::boards::BoardArgs,
     /// T: tokens (taken from --x when given).
     #[arg(long)]
     tokens: Option<usize>,
@@ -154,6 +162,9 @@ pub(super) struct RunMoe {
     /// Directory to write experts/weights/slots/load/dispatch .npy files into.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Start a run estimated to take more than ten minutes.
+    #[arg(long)]
+    yes: bool,
 }
 
 /// One routing problem with its operands.
@@ -200,6 +211,7 @@ fn operands(args: &RunMoe) -> Result<Operands> {
         ..MoeProblem::new(t, h, e, args.top_k, mode, args.x_scale, w_scale)?
     };
     problem.validate()?;
+    super::guard::check_memory(host_bytes(&problem), &format!("MoE routing {}", describe(&problem)))?;
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
     let (x, w) = match files {
         Some((x, w)) => (x.iter().copied().collect(), w.iter().copied().collect()),
@@ -215,6 +227,15 @@ fn operands(args: &RunMoe) -> Result<Operands> {
         None => problem.bias.then(|| (0..e).map(|_| rng.gen_range(-(64 * h as i32)..=64 * h as i32)).collect()),
     };
     Ok(Operands { problem, x, w, bias })
+}
+
+/// Host bytes of one run: tokens and gate weights with their device copies,
+/// and per choice the route records and plans of the result, the golden
+/// model and the float64 router (a generous 64 bytes per choice).
+fn host_bytes(p: &MoeProblem) -> u64 {
+    let (t, h, e) = (p.tokens as u64, p.hidden as u64, p.experts as u64);
+    let inputs = t.saturating_add(e).saturating_mul(h).saturating_mul(2);
+    inputs.saturating_add(t.saturating_mul(p.top_k as u64).saturating_mul(64))
 }
 
 fn describe(p: &MoeProblem) -> String {
@@ -261,16 +282,20 @@ fn first_mismatch(p: &MoeProblem, out: &MoeOutput, golden: &MoeOutput) -> Option
     Some(format!("dispatch row of expert {e}: got {:?}, golden {:?}", out.dispatch[e], golden.dispatch[e]))
 }
 
-fn open(args: &RunMoe, p: &MoeProblem) -> Result<Box<dyn Device>> {
+fn open(args: &RunMoe, p: &MoeProblem, engine: Option<Engine>) -> Result<Box<dyn Device>> {
     Ok(match args.device {
         MoeDevice::Cpu => Box::new(CpuDevice::new(CpuMode::Golden)),
         MoeDevice::Sim => {
             let cfg = args.unit.config()?;
             // Refuse before the (minutes-long) Verilator build of an unsuitable unit.
             p.validate_for(&cfg).with_context(|| format!("problem too big for {}", cfg.kernel_name()))?;
-            Box::new(sim_device(cfg, &args.sim, super::engine(args.sim.engine)?, args.seed, args.trace.as_deref())?)
+            let engine = engine.context("no simulator engine")?;
+            Box::new(sim_device(cfg, &args.sim, engine, args.seed, args.trace.as_deref())?)
         }
         MoeDevice::Cuda => ferrite_host::backend::open_cuda()?,
+        MoeDevice::Opencl => super::boards::open_opencl(&args.board, "moe")?,
+        MoeDevice::Xrt => super::boards::open_xrt(&args.board, "moe")?,
+        MoeDevice::Pynq => super::boards::open_pynq(&args.board, "moe")?,
     })
 }
 
@@ -286,11 +311,22 @@ pub(super) fn run(args: &RunMoe) -> Result<()> {
         ensure!(args.out.is_none(), "--out writes token-choice results; expert-choice prints its summary only");
         return run_expert_choice(&ops);
     }
-    let mut dev = open(args, p)?;
+    if let Some(dir) = &args.out {
+        super::guard::check_out_dir(dir)?;
+    }
+    let engine = match args.device {
+        MoeDevice::Sim => Some(super::engine(args.sim.engine)?),
+        _ => None,
+    };
+    // The unit flags describe the simulated unit only; a board's unit comes from its image.
+    let multipliers = engine.map(|_| args.unit.config()).transpose()?.map_or(1, |c| c.macs() as u64);
+    let est = super::estimate(p.macs(), multipliers, engine, args.device == MoeDevice::Cpu);
+    est.confirm(args.yes)?;
+    let mut dev = open(args, p, engine)?;
     let name = dev.info().name;
-    let bar = spinner(format!("routing {} on {name}", describe(p)));
-    let result = ops::moe(dev.as_mut(), p, &ops.x, &ops.w, ops.bias.as_deref());
-    bar.finish_and_clear();
+    let result = est.progress(format!("routing {} on {name}", describe(p)), || {
+        ops::moe(dev.as_mut(), p, &ops.x, &ops.w, ops.bias.as_deref())
+    });
     let (out, stats) = result.with_context(|| format!("MoE routing on {name}"))?;
     let bias = ops.bias.as_deref();
     let golden = route(p, &ops.x, &ops.w, bias)?;
@@ -320,7 +356,6 @@ pub(super) fn run(args: &RunMoe) -> Result<()> {
     }
     println!("\nper-expert load (tokens routed, kept or dropped)\n{}", load_histogram(&out.load, out.capacity));
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         for path in npy::write_moe(dir, &out, p.top_k)? {
             println!("wrote        {}", path.display());
         }
