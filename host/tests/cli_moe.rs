@@ -132,7 +132,7 @@ fn export_writes_lint_clean_verilog() {
         .success();
     let text = stdout(&out);
     let name = "ferrite_moe_e12_k8_l4_p128";
-    for ext in ["v", "regmap.json", "config.json"] {
+    for ext in ["sv", "regmap.json", "config.json"] {
         assert!(dir.path().join(format!("{name}.{ext}")).is_file(), "{name}.{ext} missing: {text}");
     }
     if ferrite_sim::verilator_available() {
