@@ -3,6 +3,7 @@
 //! 0x10, then read-only status words. Offsets agree with
 //! [`crate::regmap::RegisterMap`] by construction: both count words from 0x10.
 use crate::regmap::CTRL_ADDR_BITS;
+use crate::shell::AxiLiteSlave;
 use rust_hdl::prelude::*;
 
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
@@ -22,23 +23,7 @@ enum ReadState {
 pub struct Control {
     pub clock: Signal<In, Clock>,
     pub rst_n: Signal<In, Bit>,
-    pub awvalid: Signal<In, Bit>,
-    pub awready: Signal<Out, Bit>,
-    pub awaddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
-    pub wvalid: Signal<In, Bit>,
-    pub wready: Signal<Out, Bit>,
-    pub wdata: Signal<In, Bits<32>>,
-    pub wstrb: Signal<In, Bits<4>>,
-    pub bvalid: Signal<Out, Bit>,
-    pub bready: Signal<In, Bit>,
-    pub bresp: Signal<Out, Bits<2>>,
-    pub arvalid: Signal<In, Bit>,
-    pub arready: Signal<Out, Bit>,
-    pub araddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
-    pub rvalid: Signal<Out, Bit>,
-    pub rready: Signal<In, Bit>,
-    pub rdata: Signal<Out, Bits<32>>,
-    pub rresp: Signal<Out, Bits<2>>,
+    pub s_axi_control: AxiLiteSlave,
     pub interrupt: Signal<Out, Bit>,
     /// One-cycle pulse: the core latches its arguments and starts.
     pub start: Signal<Out, Bit>,
@@ -76,23 +61,7 @@ impl Control {
         Self {
             clock: Default::default(),
             rst_n: Default::default(),
-            awvalid: Default::default(),
-            awready: Default::default(),
-            awaddr: Default::default(),
-            wvalid: Default::default(),
-            wready: Default::default(),
-            wdata: Default::default(),
-            wstrb: Default::default(),
-            bvalid: Default::default(),
-            bready: Default::default(),
-            bresp: Default::default(),
-            arvalid: Default::default(),
-            arready: Default::default(),
-            araddr: Default::default(),
-            rvalid: Default::default(),
-            rready: Default::default(),
-            rdata: Default::default(),
-            rresp: Default::default(),
+            s_axi_control: Default::default(),
             interrupt: Default::default(),
             start: Default::default(),
             core_done: Default::default(),
@@ -141,16 +110,16 @@ impl Logic for Control {
         self.m1.next = 0.into();
         self.m2.next = 0.into();
         self.m3.next = 0.into();
-        if self.wstrb.val().get_bit(0) {
+        if self.s_axi_control.wstrb.val().get_bit(0) {
             self.m0.next = 0xFF.into();
         }
-        if self.wstrb.val().get_bit(1) {
+        if self.s_axi_control.wstrb.val().get_bit(1) {
             self.m1.next = 0xFF00.into();
         }
-        if self.wstrb.val().get_bit(2) {
+        if self.s_axi_control.wstrb.val().get_bit(2) {
             self.m2.next = 0xFF_0000.into();
         }
-        if self.wstrb.val().get_bit(3) {
+        if self.s_axi_control.wstrb.val().get_bit(3) {
             self.m3.next = bits::<32>(0xFF) << 24;
         }
         self.wmask.next = self.m0.val() | self.m1.val() | self.m2.val() | self.m3.val();
@@ -178,47 +147,47 @@ impl Logic for Control {
             | (bit_cast::<32, 1>(self.auto_restart.q.val().into()) << 7);
 
         // Write channel: address, then data, then response.
-        self.awready.next = self.wstate.q.val() == WriteState::Addr;
-        self.wready.next = self.wstate.q.val() == WriteState::Data;
-        self.bvalid.next = self.wstate.q.val() == WriteState::Resp;
-        self.bresp.next = 0.into();
+        self.s_axi_control.awready.next = self.wstate.q.val() == WriteState::Addr;
+        self.s_axi_control.wready.next = self.wstate.q.val() == WriteState::Data;
+        self.s_axi_control.bvalid.next = self.wstate.q.val() == WriteState::Resp;
+        self.s_axi_control.bresp.next = 0.into();
         match self.wstate.q.val() {
             WriteState::Addr => {
-                if self.awvalid.val() {
-                    self.waddr.d.next = self.awaddr.val();
+                if self.s_axi_control.awvalid.val() {
+                    self.waddr.d.next = self.s_axi_control.awaddr.val();
                     self.wstate.d.next = WriteState::Data;
                 }
             }
             WriteState::Data => {
-                if self.wvalid.val() {
+                if self.s_axi_control.wvalid.val() {
                     self.wstate.d.next = WriteState::Resp;
                     if self.waddr.q.val() == 0x00 {
-                        if self.wstrb.val().get_bit(0) {
-                            if self.wdata.val().get_bit(0) {
+                        if self.s_axi_control.wstrb.val().get_bit(0) {
+                            if self.s_axi_control.wdata.val().get_bit(0) {
                                 self.ap_start.d.next = true;
                             }
-                            self.auto_restart.d.next = self.wdata.val().get_bit(7);
+                            self.auto_restart.d.next = self.s_axi_control.wdata.val().get_bit(7);
                         }
                     }
                     if self.waddr.q.val() == 0x04 {
-                        self.gie.d.next = self.wdata.val().get_bit(0);
+                        self.gie.d.next = self.s_axi_control.wdata.val().get_bit(0);
                     }
                     if self.waddr.q.val() == 0x08 {
-                        self.ier.d.next = self.wdata.val().get_bits::<2>(0);
+                        self.ier.d.next = self.s_axi_control.wdata.val().get_bits::<2>(0);
                     }
                     if self.waddr.q.val() == 0x0C {
-                        self.isr.d.next = self.isr.q.val() ^ self.wdata.val().get_bits::<2>(0);
+                        self.isr.d.next = self.isr.q.val() ^ self.s_axi_control.wdata.val().get_bits::<2>(0);
                     }
                     for i in 0..self._n_args {
                         if self.waddr.q.val().index() == 0x10 + 4 * i {
-                            self.arg_regs[i].d.next =
-                                (self.arg_regs[i].q.val() & !self.wmask.val()) | (self.wdata.val() & self.wmask.val());
+                            self.arg_regs[i].d.next = (self.arg_regs[i].q.val() & !self.wmask.val())
+                                | (self.s_axi_control.wdata.val() & self.wmask.val());
                         }
                     }
                 }
             }
             WriteState::Resp => {
-                if self.bready.val() {
+                if self.s_axi_control.bready.val() {
                     self.wstate.d.next = WriteState::Addr;
                 }
             }
@@ -228,44 +197,44 @@ impl Logic for Control {
         }
 
         // Read channel: address, then registered data. Reading CTRL clears ap_done.
-        self.arready.next = self.rstate.q.val() == ReadState::Addr;
-        self.rvalid.next = self.rstate.q.val() == ReadState::Data;
-        self.rdata.next = self.rdata_r.q.val();
-        self.rresp.next = 0.into();
+        self.s_axi_control.arready.next = self.rstate.q.val() == ReadState::Addr;
+        self.s_axi_control.rvalid.next = self.rstate.q.val() == ReadState::Data;
+        self.s_axi_control.rdata.next = self.rdata_r.q.val();
+        self.s_axi_control.rresp.next = 0.into();
         match self.rstate.q.val() {
             ReadState::Addr => {
-                if self.arvalid.val() {
+                if self.s_axi_control.arvalid.val() {
                     self.rstate.d.next = ReadState::Data;
                     self.rdata_r.d.next = 0.into();
-                    if self.araddr.val() == 0x00 {
+                    if self.s_axi_control.araddr.val() == 0x00 {
                         self.rdata_r.d.next = self.ctrl_word.val();
                         if !self.core_done.val() {
                             self.ap_done.d.next = false;
                         }
                     }
-                    if self.araddr.val() == 0x04 {
+                    if self.s_axi_control.araddr.val() == 0x04 {
                         self.rdata_r.d.next = bit_cast::<32, 1>(self.gie.q.val().into());
                     }
-                    if self.araddr.val() == 0x08 {
+                    if self.s_axi_control.araddr.val() == 0x08 {
                         self.rdata_r.d.next = bit_cast::<32, 2>(self.ier.q.val());
                     }
-                    if self.araddr.val() == 0x0C {
+                    if self.s_axi_control.araddr.val() == 0x0C {
                         self.rdata_r.d.next = bit_cast::<32, 2>(self.isr.q.val());
                     }
                     for i in 0..self._n_args {
-                        if self.araddr.val().index() == 0x10 + 4 * i {
+                        if self.s_axi_control.araddr.val().index() == 0x10 + 4 * i {
                             self.rdata_r.d.next = self.arg_regs[i].q.val();
                         }
                     }
                     for j in 0..self._n_status {
-                        if self.araddr.val().index() == self.status_base.val().index() + 4 * j {
+                        if self.s_axi_control.araddr.val().index() == self.status_base.val().index() + 4 * j {
                             self.rdata_r.d.next = self.status[j].val();
                         }
                     }
                 }
             }
             ReadState::Data => {
-                if self.rready.val() {
+                if self.s_axi_control.rready.val() {
                     self.rstate.d.next = ReadState::Addr;
                 }
             }

@@ -14,6 +14,7 @@ pub mod moe;
 pub mod numerics;
 pub mod portable;
 pub mod regmap;
+pub mod shell;
 pub mod unit;
 pub mod vitis;
 

@@ -1,9 +1,11 @@
 //! Machine-readable register maps.
 //!
 //! Every unit exposes the Vitis `ap_ctrl_hs` block at 0x00–0x0C followed by its
-//! arguments from 0x10. The same [`RegisterMap`] value drives the RTL's address
-//! decoder, the JSON written next to the Verilog, the host drivers (sim, XRT,
-//! PYNQ) and the `kernel.xml` packaging recipe, so they cannot disagree.
+//! arguments from 0x10, then the shell's status words. Each unit declares its
+//! arguments once, with [`register_table!`]: the declaration gives the [`Table`]
+//! from which the [`RegisterMap`] (the JSON written next to the Verilog, the host
+//! drivers, `kernel.xml`) is built, and the rust-hdl decoder through which the
+//! RTL reads each argument by name, so they cannot disagree.
 use serde::{Deserialize, Serialize};
 
 /// Control register: bit 0 ap_start, 1 ap_done (clear on read), 2 ap_idle,
@@ -24,6 +26,201 @@ pub const CTRL_AUTO_RESTART: u32 = 1 << 7;
 
 /// Width of the AXI4-Lite control address bus (4 KiB window).
 pub const CTRL_ADDR_BITS: usize = 12;
+
+/// Status words the shell appends to every unit's arguments: CYCLES (lo, hi), HWINFO, STATUS.
+pub const STATUS_WORDS: usize = 4;
+
+/// What an argument register holds, and so its width in the map and in the RTL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// A 64-bit buffer address (two words, low first).
+    Buffer,
+    /// A 32-bit scalar.
+    Scalar,
+    /// A right shift: a 32-bit word of which the RTL reads bits 5..0.
+    Shift,
+    /// A word of single-bit options, each named in the table.
+    Flags,
+}
+
+/// The rust-hdl type the decoder gives each [`Field`], named after it so that
+/// [`register_table!`] can pick it by the field kind's name.
+pub mod field {
+    use rust_hdl::prelude::Bits;
+    pub type Buffer = Bits<64>;
+    pub type Scalar = Bits<32>;
+    pub type Shift = Bits<6>;
+    pub type Flags = Bits<32>;
+}
+
+/// One argument register of a unit's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arg {
+    pub name: &'static str,
+    pub field: Field,
+    pub description: &'static str,
+    /// For [`Field::Flags`]: each option's name and bit.
+    pub flags: &'static [(&'static str, u32)],
+}
+
+impl Arg {
+    /// 32-bit words the register takes.
+    pub const fn words(&self) -> usize {
+        match self.field {
+            Field::Buffer => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// A unit's register table: its arguments in word order, and what its shell's
+/// HWINFO and STATUS words mean for it. Written with [`register_table!`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table {
+    pub args: &'static [Arg],
+    pub hwinfo: &'static str,
+    pub status: &'static str,
+}
+
+impl Table {
+    /// Argument words, from 0x10 up to the shell's status words.
+    pub const fn words(&self) -> usize {
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.args.len() {
+            n += self.args[i].words();
+            i += 1;
+        }
+        n
+    }
+
+    /// Index of the first argument word of register `name`.
+    pub fn word(&self, name: &str) -> usize {
+        let at = self.args.iter().position(|a| a.name == name).unwrap_or_else(|| panic!("no register {name}"));
+        self.args[..at].iter().map(Arg::words).sum()
+    }
+
+    /// The full register map of a unit with this table.
+    pub fn map(&self, kernel: &str, memory_data_bits: u32) -> RegisterMap {
+        use {Access::*, ArgKind::*};
+        let mut map = RegisterMap::new(kernel, memory_data_bits);
+        for a in self.args {
+            let kind = if a.field == Field::Buffer { Buffer } else { Scalar };
+            map.push(a.name, 32 * a.words() as u32, ReadWrite, kind, a.description);
+        }
+        map.push("CYCLES", 64, ReadOnly, Status, "clock cycles from ap_start to ap_done of the last run")
+            .push("HWINFO", 32, ReadOnly, Status, self.hwinfo)
+            .push("STATUS", 32, ReadOnly, Status, self.status);
+        map
+    }
+}
+
+/// Declare a unit's register table. In the invoking module (which must `use
+/// rust_hdl::prelude::*`) this defines `TABLE` ([`Table`]), a `&str` constant
+/// per register name, `flag::NAME` bit masks, and `Args`: a rust-hdl block whose
+/// input `words` are the argument words and whose outputs are the registers by
+/// field name (typed by [`field`]) and each flag as a `Bit`.
+///
+/// ```ignore
+/// register_table! {
+///     hwinfo: "…", status: "…";
+///     a: A Buffer "int8 A";
+///     m: M Scalar "rows";
+///     flags: FLAGS Flags "bit0 bias" { bias: BIAS = 0 };
+/// }
+/// ```
+#[macro_export]
+macro_rules! register_table {
+    (
+        hwinfo: $hwinfo:literal, status: $status:literal;
+        $($field:ident: $name:ident $kind:ident $desc:literal $({ $($flag:ident: $fname:ident = $bit:tt),* $(,)? })?;)*
+    ) => {
+        /// The register table: word order, names and meanings.
+        pub const TABLE: $crate::regmap::Table = $crate::regmap::Table {
+            args: &[$($crate::regmap::Arg {
+                name: stringify!($name),
+                field: $crate::regmap::Field::$kind,
+                description: $desc,
+                flags: &[$($((stringify!($fname), $bit)),*)?],
+            }),*],
+            hwinfo: $hwinfo,
+            status: $status,
+        };
+        $(
+            #[doc = $desc]
+            pub const $name: &str = stringify!($name);
+        )*
+        /// FLAGS bits as masks.
+        pub mod flag {
+            $($($(pub const $fname: u32 = 1 << $bit;)*)?)*
+        }
+        /// The arguments by name, decoded from their words.
+        #[derive(LogicBlock)]
+        pub struct Args {
+            pub words: Vec<Signal<In, Bits<32>>>,
+            $(pub $field: Signal<Out, $crate::regmap::field::$kind>, $($(pub $flag: Signal<Out, Bit>,)*)?)*
+        }
+        impl Default for Args {
+            fn default() -> Self {
+                Self {
+                    words: (0..TABLE.words()).map(|_| Default::default()).collect(),
+                    $($field: Default::default(), $($($flag: Default::default(),)*)?)*
+                }
+            }
+        }
+        $crate::__register_decoder! { [] [] [] [] (0) $($field $name $kind $({ $($flag $bit)* })?;)* }
+    };
+}
+
+/// [`register_table!`]'s decoder. `#[hdl_gen]` cannot expand a macro inside
+/// `update`, and reads an index only as a literal sum, so the registers are
+/// first sorted by kind (buffers, scalars, shifts, flags), each with its first
+/// word as `0 + 2 + 1 …` in table order; then one transcription writes every
+/// statement, so that `self` in the body is the `self` of the signature.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __register_decoder {
+    (
+        [$($b:ident $bw:tt)*]
+        [$($s:ident $sw:tt)*]
+        [$($h:ident $hw:tt)*]
+        [$($f:ident $fw:tt { $($fl:ident $bit:tt)* })*]
+        $end:tt
+    ) => {
+        impl Logic for Args {
+            // The word indices are sums in parentheses.
+            #[allow(unused_parens)]
+            #[hdl_gen]
+            fn update(&mut self) {
+                $(self.$b.next = bit_cast::<64, 32>(self.words[$bw].val())
+                    | (bit_cast::<64, 32>(self.words[$bw + 1].val()) << 32);)*
+                $(self.$s.next = self.words[$sw].val();)*
+                $(self.$h.next = self.words[$hw].val().get_bits::<6>(0);)*
+                $(
+                    self.$f.next = self.words[$fw].val();
+                    $(self.$fl.next = self.words[$fw].val().get_bit($bit);)*
+                )*
+            }
+        }
+    };
+    ([$($b:tt)*] [$($s:tt)*] [$($h:tt)*] [$($f:tt)*] ($($at:tt)*) $field:ident $name:ident Buffer; $($rest:tt)*) => {
+        $crate::__register_decoder! { [$($b)* $field ($($at)*)] [$($s)*] [$($h)*] [$($f)*] ($($at)* + 2) $($rest)* }
+    };
+    ([$($b:tt)*] [$($s:tt)*] [$($h:tt)*] [$($f:tt)*] ($($at:tt)*) $field:ident $name:ident Scalar; $($rest:tt)*) => {
+        $crate::__register_decoder! { [$($b)*] [$($s)* $field ($($at)*)] [$($h)*] [$($f)*] ($($at)* + 1) $($rest)* }
+    };
+    ([$($b:tt)*] [$($s:tt)*] [$($h:tt)*] [$($f:tt)*] ($($at:tt)*) $field:ident $name:ident Shift; $($rest:tt)*) => {
+        $crate::__register_decoder! { [$($b)*] [$($s)*] [$($h)* $field ($($at)*)] [$($f)*] ($($at)* + 1) $($rest)* }
+    };
+    (
+        [$($b:tt)*] [$($s:tt)*] [$($h:tt)*] [$($f:tt)*] ($($at:tt)*)
+        $field:ident $name:ident Flags { $($flag:ident $bit:tt)* }; $($rest:tt)*
+    ) => {
+        $crate::__register_decoder! {
+            [$($b)*] [$($s)*] [$($h)*] [$($f)* $field ($($at)*) { $($flag $bit)* }] ($($at)* + 1) $($rest)*
+        }
+    };
+}
 
 /// How the host may access a register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,6 +6,9 @@
 //! `interrupt`. The simulator shim is generated from [`ports`], so a unit that
 //! follows this list needs no simulator code of its own.
 use crate::regmap::CTRL_ADDR_BITS;
+use crate::shell::{AxiLiteSlave, AxiMaster};
+use crate::HwError;
+use rust_hdl::prelude::*;
 
 /// Bits of every `m_axi_gmem` address.
 pub const GMEM_ADDR_BITS: usize = 64;
@@ -86,6 +89,47 @@ pub fn ports(data_bits: usize) -> Vec<Port> {
 
 #[cfg(test)]
 mod tests {
+    use super::{with_big_stack, VitisUnit};
+    use crate::regmap::{ArgKind, RegisterMap, Table};
+
+    /// The control slave's word counts and the FLAGS bits agree with the unit's table and map.
+    fn check_against_table<U: VitisUnit>(cfg: U::Config, table: &'static Table, map: RegisterMap) {
+        let (args, status) = with_big_stack(move || U::build(&cfg).unwrap().shell_words()).unwrap();
+        let first_status = map.offset("CYCLES");
+        assert_eq!(args, (first_status as usize - 0x10) / 4, "{}: argument words", map.kernel);
+        assert_eq!(args, table.words());
+        let status_bits: u32 = map
+            .registers
+            .iter()
+            .filter(|r| r.kind == ArgKind::Status && r.offset >= first_status)
+            .map(|r| r.bits)
+            .sum();
+        assert_eq!(status, status_bits as usize / 32, "{}: status words", map.kernel);
+        for arg in table.args {
+            assert_eq!(map.offset(arg.name) as usize, 0x10 + 4 * table.word(arg.name));
+            for (name, bit) in arg.flags {
+                let described = &map.get(arg.name).unwrap().description;
+                assert!(described.contains(&format!("bit{bit} ")), "{}: {name} is bit {bit}: {described}", map.kernel);
+            }
+        }
+    }
+
+    #[test]
+    fn control_words_and_flags_follow_each_table() {
+        use crate::{attention, gemm, moe};
+        let g = gemm::GemmConfig::small(2, 2);
+        check_against_table::<gemm::rtl::GemmUnit<128, 16>>(g.clone(), &gemm::regs::TABLE, g.register_map());
+        let a =
+            attention::AttentionConfig { head_dim: 16, lanes: 2, dot_par: 16, port_bits: 128, ..Default::default() };
+        check_against_table::<attention::rtl::AttentionUnit<128, 16>>(
+            a.clone(),
+            &attention::regs::TABLE,
+            a.register_map(),
+        );
+        let m = moe::MoeConfig::small();
+        check_against_table::<moe::rtl::MoeUnit<128, 16>>(m.clone(), &moe::regs::TABLE, m.register_map());
+    }
+
     #[test]
     fn port_names_are_unique() {
         let ports = super::ports(512);
@@ -173,22 +217,38 @@ pub trait PinLevel {
     fn data_bits(&self) -> usize;
 }
 
-/// Rename rust-hdl's `top` module to the kernel name Vitis expects and make
-/// the text portable ([`crate::portable`]). Every unit's export goes through here.
+/// Rename rust-hdl's `top` module to the kernel name Vitis expects, the
+/// interface ports rust-hdl names `s_axi_control$awvalid` to the Vitis names
+/// (`s_axi_control_awvalid`) in every module that carries them, and make the
+/// text portable ([`crate::portable`]). Every unit's export goes through here.
 pub fn rename_top(verilog: &str, kernel: &str) -> String {
-    crate::portable::always_comb(&verilog.replacen("module top(", &format!("module {kernel}("), 1))
+    crate::portable::always_comb(
+        &verilog
+            .replacen("module top(", &format!("module {kernel}("), 1)
+            .replace("s_axi_control$", "s_axi_control_")
+            .replace("m_axi_gmem$", "m_axi_gmem_"),
+    )
 }
 
-/// A rust-hdl block with the Vitis port list, as fields named after the ports.
+/// A rust-hdl block with the Vitis port list: `ap_clk`, `ap_rst_n`,
+/// `interrupt` and the two [`crate::shell`] interfaces.
 pub trait VitisTop: rust_hdl::prelude::Block {
     fn drive(&mut self, i: &Inputs, clock: bool);
     fn sample(&self) -> Outputs;
     fn data_bits(&self) -> usize;
 }
 
+/// A unit's top level, built from its configuration at widths `W`, `S = W / 8`.
+pub trait VitisUnit: VitisTop + Send + Sized + 'static {
+    type Config: Clone + Send + 'static;
+    fn build(cfg: &Self::Config) -> Result<Self, HwError>;
+    fn kernel_name(cfg: &Self::Config) -> String;
+    /// Argument and status words of the unit's control slave.
+    fn shell_words(&self) -> (usize, usize);
+}
+
 /// Copy little-endian words into a wide value and back.
-pub fn words_to_bits<const N: usize>(words: &[u32]) -> rust_hdl::prelude::Bits<N> {
-    use rust_hdl::prelude::*;
+pub fn words_to_bits<const N: usize>(words: &[u32]) -> Bits<N> {
     let mut b = Bits::<N>::default();
     for (w, word) in words.iter().enumerate().take(N.div_ceil(32)) {
         let chunk: Bits<32> = (*word as u64).to_bits();
@@ -200,78 +260,164 @@ pub fn words_to_bits<const N: usize>(words: &[u32]) -> rust_hdl::prelude::Bits<N
     b
 }
 
-pub fn bits_to_words<const N: usize>(b: rust_hdl::prelude::Bits<N>, words: &mut [u32]) {
+pub fn bits_to_words<const N: usize>(b: Bits<N>, words: &mut [u32]) {
     for (w, word) in words.iter_mut().enumerate().take(N.div_ceil(32)) {
         let width = (N - 32 * w).min(32);
         *word = (0..width).fold(0u32, |acc, bit| acc | (u32::from(b.get_bit(32 * w + bit)) << bit));
     }
 }
 
-/// Implement [`VitisTop`] for a unit struct whose fields are the Vitis ports.
+/// Driven and sampled by [`vitis_unit!`] for the simulators.
+impl AxiLiteSlave {
+    pub fn drive(&mut self, i: &Inputs) {
+        self.awvalid.next = i.ctrl_awvalid != 0;
+        self.awaddr.next = (i.ctrl_awaddr as u64).to_bits();
+        self.wvalid.next = i.ctrl_wvalid != 0;
+        self.wdata.next = (i.ctrl_wdata as u64).to_bits();
+        self.wstrb.next = (i.ctrl_wstrb as u64).to_bits();
+        self.bready.next = i.ctrl_bready != 0;
+        self.arvalid.next = i.ctrl_arvalid != 0;
+        self.araddr.next = (i.ctrl_araddr as u64).to_bits();
+        self.rready.next = i.ctrl_rready != 0;
+    }
+
+    pub fn sample(&self, o: &mut Outputs) {
+        o.ctrl_awready = self.awready.val() as u8;
+        o.ctrl_wready = self.wready.val() as u8;
+        o.ctrl_bvalid = self.bvalid.val() as u8;
+        o.ctrl_arready = self.arready.val() as u8;
+        o.ctrl_rvalid = self.rvalid.val() as u8;
+        o.ctrl_bresp = self.bresp.val().to_u8();
+        o.ctrl_rresp = self.rresp.val().to_u8();
+        o.ctrl_rdata = self.rdata.val().to_u32();
+    }
+}
+
+/// Driven and sampled by [`vitis_unit!`] for the simulators.
+impl<const W: usize, const S: usize> AxiMaster<W, S> {
+    pub fn drive(&mut self, i: &Inputs) {
+        self.awready.next = i.gmem_awready != 0;
+        self.wready.next = i.gmem_wready != 0;
+        self.bvalid.next = i.gmem_bvalid != 0;
+        self.bresp.next = (i.gmem_bresp as u64).to_bits();
+        self.arready.next = i.gmem_arready != 0;
+        self.rvalid.next = i.gmem_rvalid != 0;
+        self.rdata.next = words_to_bits::<W>(&i.gmem_rdata);
+        self.rlast.next = i.gmem_rlast != 0;
+        self.rresp.next = (i.gmem_rresp as u64).to_bits();
+    }
+
+    pub fn sample(&self, o: &mut Outputs) {
+        o.gmem_awvalid = self.awvalid.val() as u8;
+        o.gmem_wvalid = self.wvalid.val() as u8;
+        o.gmem_wlast = self.wlast.val() as u8;
+        o.gmem_bready = self.bready.val() as u8;
+        o.gmem_arvalid = self.arvalid.val() as u8;
+        o.gmem_rready = self.rready.val() as u8;
+        o.gmem_awlen = self.awlen.val().to_u8();
+        o.gmem_arlen = self.arlen.val().to_u8();
+        o.gmem_awsize = self.awsize.val().to_u8();
+        o.gmem_arsize = self.arsize.val().to_u8();
+        o.gmem_awburst = self.awburst.val().to_u8();
+        o.gmem_arburst = self.arburst.val().to_u8();
+        o.gmem_awaddr = self.awaddr.val().to_u64();
+        o.gmem_araddr = self.araddr.val().to_u64();
+        bits_to_words::<W>(self.wdata.val(), &mut o.gmem_wdata);
+        bits_to_words::<S>(self.wstrb.val(), &mut o.gmem_wstrb);
+    }
+}
+
+/// Make `$unit<W, S>` a Vitis unit: [`VitisTop`] (its fields `ap_clk`,
+/// `ap_rst_n`, `interrupt`, `s_axi_control`, `m_axi_gmem`, `shell`),
+/// [`VitisUnit`] (built by `$unit::new(&$cfg)`), and the unit module's
+/// `verilog` and `hdl_model` functions over the listed data widths.
 #[macro_export]
-macro_rules! impl_vitis_top {
-    ($t:ident) => {
-        impl<const W: usize, const S: usize> $crate::vitis::VitisTop for $t<W, S> {
+macro_rules! vitis_unit {
+    ($unit:ident, $cfg:ident, [$($w:literal),*]) => {
+        impl<const W: usize, const S: usize> $crate::vitis::VitisTop for $unit<W, S> {
             fn drive(&mut self, i: &$crate::vitis::Inputs, clock: bool) {
-                use rust_hdl::prelude::*;
-                let b = |v: u8| v != 0;
                 self.ap_clk.next = Clock::from(clock);
-                self.ap_rst_n.next = b(i.ap_rst_n);
-                self.s_axi_control_awvalid.next = b(i.ctrl_awvalid);
-                self.s_axi_control_awaddr.next = (i.ctrl_awaddr as u64).to_bits();
-                self.s_axi_control_wvalid.next = b(i.ctrl_wvalid);
-                self.s_axi_control_wdata.next = (i.ctrl_wdata as u64).to_bits();
-                self.s_axi_control_wstrb.next = (i.ctrl_wstrb as u64).to_bits();
-                self.s_axi_control_bready.next = b(i.ctrl_bready);
-                self.s_axi_control_arvalid.next = b(i.ctrl_arvalid);
-                self.s_axi_control_araddr.next = (i.ctrl_araddr as u64).to_bits();
-                self.s_axi_control_rready.next = b(i.ctrl_rready);
-                self.m_axi_gmem_awready.next = b(i.gmem_awready);
-                self.m_axi_gmem_wready.next = b(i.gmem_wready);
-                self.m_axi_gmem_bvalid.next = b(i.gmem_bvalid);
-                self.m_axi_gmem_bresp.next = (i.gmem_bresp as u64).to_bits();
-                self.m_axi_gmem_arready.next = b(i.gmem_arready);
-                self.m_axi_gmem_rvalid.next = b(i.gmem_rvalid);
-                self.m_axi_gmem_rdata.next = $crate::vitis::words_to_bits::<W>(&i.gmem_rdata);
-                self.m_axi_gmem_rlast.next = b(i.gmem_rlast);
-                self.m_axi_gmem_rresp.next = (i.gmem_rresp as u64).to_bits();
+                self.ap_rst_n.next = i.ap_rst_n != 0;
+                self.s_axi_control.drive(i);
+                self.m_axi_gmem.drive(i);
             }
             fn sample(&self) -> $crate::vitis::Outputs {
-                let mut o = $crate::vitis::Outputs {
-                    interrupt: self.interrupt.val() as u8,
-                    ctrl_awready: self.s_axi_control_awready.val() as u8,
-                    ctrl_wready: self.s_axi_control_wready.val() as u8,
-                    ctrl_bvalid: self.s_axi_control_bvalid.val() as u8,
-                    ctrl_arready: self.s_axi_control_arready.val() as u8,
-                    ctrl_rvalid: self.s_axi_control_rvalid.val() as u8,
-                    ctrl_bresp: self.s_axi_control_bresp.val().to_u8(),
-                    ctrl_rresp: self.s_axi_control_rresp.val().to_u8(),
-                    gmem_awvalid: self.m_axi_gmem_awvalid.val() as u8,
-                    gmem_wvalid: self.m_axi_gmem_wvalid.val() as u8,
-                    gmem_wlast: self.m_axi_gmem_wlast.val() as u8,
-                    gmem_bready: self.m_axi_gmem_bready.val() as u8,
-                    gmem_arvalid: self.m_axi_gmem_arvalid.val() as u8,
-                    gmem_rready: self.m_axi_gmem_rready.val() as u8,
-                    gmem_awlen: self.m_axi_gmem_awlen.val().to_u8(),
-                    gmem_arlen: self.m_axi_gmem_arlen.val().to_u8(),
-                    gmem_awsize: self.m_axi_gmem_awsize.val().to_u8(),
-                    gmem_arsize: self.m_axi_gmem_arsize.val().to_u8(),
-                    gmem_awburst: self.m_axi_gmem_awburst.val().to_u8(),
-                    gmem_arburst: self.m_axi_gmem_arburst.val().to_u8(),
-                    ctrl_rdata: self.s_axi_control_rdata.val().to_u32(),
-                    gmem_awaddr: self.m_axi_gmem_awaddr.val().to_u64(),
-                    gmem_araddr: self.m_axi_gmem_araddr.val().to_u64(),
-                    ..Default::default()
-                };
-                $crate::vitis::bits_to_words::<W>(self.m_axi_gmem_wdata.val(), &mut o.gmem_wdata);
-                $crate::vitis::bits_to_words::<S>(self.m_axi_gmem_wstrb.val(), &mut o.gmem_wstrb);
+                let mut o = $crate::vitis::Outputs { interrupt: self.interrupt.val() as u8, ..Default::default() };
+                self.s_axi_control.sample(&mut o);
+                self.m_axi_gmem.sample(&mut o);
                 o
             }
             fn data_bits(&self) -> usize {
                 W
             }
         }
+
+        impl<const W: usize, const S: usize> $crate::vitis::VitisUnit for $unit<W, S> {
+            type Config = $cfg;
+            fn build(cfg: &$cfg) -> Result<Self, $crate::HwError> {
+                Self::new(cfg)
+            }
+            fn kernel_name(cfg: &$cfg) -> String {
+                cfg.kernel_name()
+            }
+            fn shell_words(&self) -> (usize, usize) {
+                self.shell.words()
+            }
+        }
+
+        /// Verilog of the unit, top module named after its kernel.
+        pub fn verilog(cfg: &$cfg) -> Result<String, $crate::HwError> {
+            cfg.validate()?;
+            match cfg.port_bits {
+                $($w => $crate::vitis::verilog::<$unit<$w, { $w / 8 }>>(cfg),)*
+                other => Err($crate::HwError::Config(format!("port_bits = {other}"))),
+            }
+        }
+
+        /// The same design in rust-hdl's own simulator (slow; needs no Verilator).
+        pub fn hdl_model(cfg: &$cfg) -> Result<Box<dyn $crate::vitis::PinLevel>, $crate::HwError> {
+            cfg.validate()?;
+            match cfg.port_bits {
+                $($w => $crate::vitis::hdl_model::<$unit<$w, { $w / 8 }>>(cfg),)*
+                other => Err($crate::HwError::Config(format!("port_bits = {other}"))),
+            }
+        }
     };
+}
+
+/// Stack for building a unit: rust-hdl keeps every wide bus (up to 10 240
+/// bits) inline in the block structs, several megabytes in all.
+const BUILD_STACK: usize = 1 << 30;
+
+/// Run `f` on a thread with [`BUILD_STACK`] of stack.
+fn with_big_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, HwError> {
+    std::thread::Builder::new()
+        .stack_size(BUILD_STACK)
+        .spawn(f)
+        .map_err(|e| HwError::Config(format!("cannot start the generator thread: {e}")))?
+        .join()
+        .map_err(|_| HwError::Config("the generator thread panicked".into()))
+}
+
+/// Verilog of unit `U`, top module named after the kernel, Vitis port names.
+pub fn verilog<U: VitisUnit>(cfg: &U::Config) -> Result<String, HwError> {
+    let cfg = cfg.clone();
+    with_big_stack(move || {
+        let mut unit = Box::new(U::build(&cfg)?);
+        unit.connect_all();
+        Ok(rename_top(&generate_verilog(unit.as_ref()), &U::kernel_name(&cfg)))
+    })?
+}
+
+/// Unit `U` in rust-hdl's own simulator (slow; needs no Verilator).
+pub fn hdl_model<U: VitisUnit>(cfg: &U::Config) -> Result<Box<dyn PinLevel>, HwError> {
+    let cfg = cfg.clone();
+    let sim = with_big_stack(move || -> Result<Box<HdlSim<U>>, HwError> {
+        let mut unit = U::build(&cfg)?;
+        unit.connect_all();
+        Ok(Box::new(HdlSim::new(unit)))
+    })??;
+    Ok(sim)
 }
 
 /// rust-hdl's own event-driven simulator behind the [`PinLevel`] interface.

@@ -45,8 +45,9 @@ pub struct Poll {
 }
 
 /// What to launch: the HWINFO value the configuration implies, and a value for
-/// every argument register of the map, by name (`&'static str` for the typed
-/// launches, `String` for register-level ones).
+/// every argument register of the map, by its name in the unit's register table
+/// (`ferrite_hw::<unit>::regs`; `&'static str` for the typed launches, `String`
+/// for register-level ones).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchArgs<N = &'static str> {
     pub hwinfo: u32,
@@ -167,25 +168,26 @@ pub fn gemm_args(
     g: &GemmArgs,
     address: &dyn Fn(Buffer) -> Result<u64, DeviceError>,
 ) -> Result<LaunchArgs, DeviceError> {
+    use ferrite_hw::gemm::regs as r;
     let p = &g.problem;
     let (qmult, qshift) = p.requant.map_or((0, 0), |rq| (rq.multiplier as u32, rq.shift));
     Ok(LaunchArgs {
         hwinfo: cfg.hwinfo(),
         values: vec![
-            ("A", address(g.a)?),
-            ("B", address(g.b)?),
+            (r::A, address(g.a)?),
+            (r::B, address(g.b)?),
             // The unit reads BIAS only when FLAGS.bias is set.
-            ("BIAS", g.bias.map(address).transpose()?.unwrap_or(0)),
-            ("C", address(g.c)?),
-            ("M", p.m as u64),
-            ("N", p.n as u64),
-            ("K", p.k as u64),
-            ("LDA", g.layout.lda),
-            ("LDB", g.layout.ldb),
-            ("LDC", g.layout.ldc),
-            ("FLAGS", p.flags() as u64),
-            ("QMULT", qmult as u64),
-            ("QSHIFT", qshift as u64),
+            (r::BIAS, g.bias.map(address).transpose()?.unwrap_or(0)),
+            (r::C, address(g.c)?),
+            (r::M, p.m as u64),
+            (r::N, p.n as u64),
+            (r::K, p.k as u64),
+            (r::LDA, g.layout.lda),
+            (r::LDB, g.layout.ldb),
+            (r::LDC, g.layout.ldc),
+            (r::FLAGS, p.flags() as u64),
+            (r::QMULT, qmult as u64),
+            (r::QSHIFT, qshift as u64),
         ],
     })
 }
@@ -196,29 +198,30 @@ pub fn attention_args(
     a: &AttentionArgs,
     address: &dyn Fn(Buffer) -> Result<u64, DeviceError>,
 ) -> Result<LaunchArgs, DeviceError> {
+    use ferrite_hw::attention::regs as r;
     let p = &a.problem;
     let out = p.params.out.unwrap_or(Requant { multiplier: 0, shift: 0 });
     Ok(LaunchArgs {
         hwinfo: cfg.hwinfo(),
         values: vec![
-            ("Q", address(a.q)?),
-            ("K", address(a.k)?),
-            ("V", address(a.v)?),
-            ("O", address(a.o)?),
+            (r::Q, address(a.q)?),
+            (r::K, address(a.k)?),
+            (r::V, address(a.v)?),
+            (r::O, address(a.o)?),
             // Never read unless FLAGS.kvlen is set.
-            ("KVLEN", a.kv_len.map_or(Ok(0), address)?),
-            ("HEADS", p.heads_total() as u64),
-            ("HPB", p.heads as u64),
-            ("SEQ_Q", p.seq_q as u64),
-            ("SEQ_KV", p.seq_kv as u64),
-            ("Q_STRIDE", a.layout.q_stride),
-            ("KV_STRIDE", a.layout.kv_stride),
-            ("O_STRIDE", a.layout.o_stride),
-            ("FLAGS", p.flags() as u64),
-            ("SMULT", p.params.score.multiplier as u32 as u64),
-            ("SSHIFT", p.params.score.shift as u64),
-            ("OMULT", out.multiplier as u32 as u64),
-            ("OSHIFT", out.shift as u64),
+            (r::KVLEN, a.kv_len.map_or(Ok(0), address)?),
+            (r::HEADS, p.heads_total() as u64),
+            (r::HPB, p.heads as u64),
+            (r::SEQ_Q, p.seq_q as u64),
+            (r::SEQ_KV, p.seq_kv as u64),
+            (r::Q_STRIDE, a.layout.q_stride),
+            (r::KV_STRIDE, a.layout.kv_stride),
+            (r::O_STRIDE, a.layout.o_stride),
+            (r::FLAGS, p.flags() as u64),
+            (r::SMULT, p.params.score.multiplier as u32 as u64),
+            (r::SSHIFT, p.params.score.shift as u64),
+            (r::OMULT, out.multiplier as u32 as u64),
+            (r::OSHIFT, out.shift as u64),
         ],
     })
 }
@@ -229,28 +232,29 @@ pub fn moe_args(
     m: &MoeArgs,
     address: &dyn Fn(Buffer) -> Result<u64, DeviceError>,
 ) -> Result<LaunchArgs, DeviceError> {
+    use ferrite_hw::moe::regs as r;
     let p = &m.problem;
     Ok(LaunchArgs {
         hwinfo: cfg.hwinfo(),
         values: vec![
-            ("X", address(m.x)?),
-            ("WG", address(m.w)?),
+            (r::X, address(m.x)?),
+            (r::WG, address(m.w)?),
             // Never read unless FLAGS.bias is set.
-            ("BIAS", m.bias.map_or(Ok(0), address)?),
-            ("ROUTE", address(m.route)?),
-            ("DISPATCH", address(m.dispatch)?),
-            ("STATS", address(m.stats)?),
-            ("T", p.tokens as u64),
-            ("H", p.hidden as u64),
-            ("E", p.experts as u64),
-            ("K", p.top_k as u64),
-            ("LDX", m.layout.ldx),
-            ("LDW", m.layout.ldw),
-            ("DPITCH", m.layout.dpitch),
-            ("FLAGS", p.flags() as u64),
-            ("CF", p.capacity.map_or(0, |c| c.0) as u64),
-            ("SMULT", p.logit.multiplier as u32 as u64),
-            ("SSHIFT", p.logit.shift as u64),
+            (r::BIAS, m.bias.map_or(Ok(0), address)?),
+            (r::ROUTE, address(m.route)?),
+            (r::DISPATCH, address(m.dispatch)?),
+            (r::STATS, address(m.stats)?),
+            (r::T, p.tokens as u64),
+            (r::H, p.hidden as u64),
+            (r::E, p.experts as u64),
+            (r::K, p.top_k as u64),
+            (r::LDX, m.layout.ldx),
+            (r::LDW, m.layout.ldw),
+            (r::DPITCH, m.layout.dpitch),
+            (r::FLAGS, p.flags() as u64),
+            (r::CF, p.capacity.map_or(0, |c| c.0) as u64),
+            (r::SMULT, p.logit.multiplier as u32 as u64),
+            (r::SSHIFT, p.logit.shift as u64),
         ],
     })
 }

@@ -72,35 +72,7 @@ impl AttentionConfig {
 
     /// Register map, shared by the RTL decoder, the JSON export and the drivers.
     pub fn register_map(&self) -> crate::regmap::RegisterMap {
-        use crate::regmap::{Access::*, ArgKind::*, RegisterMap};
-        let mut map = RegisterMap::new(&self.kernel_name(), self.port_bits as u32);
-        map.push("Q", 64, ReadWrite, Buffer, "int8 Q, [batch·heads][seq_q][d], head pitch Q_STRIDE bytes")
-            .push("K", 64, ReadWrite, Buffer, "int8 K, [batch·heads][seq_kv][d], head pitch KV_STRIDE bytes")
-            .push("V", 64, ReadWrite, Buffer, "int8 V, same layout as K")
-            .push(
-                "O",
-                64,
-                ReadWrite,
-                Buffer,
-                "output, [batch·heads][seq_q][d] int32 Q16 (or int8 with FLAGS.int8), head pitch O_STRIDE",
-            )
-            .push("KVLEN", 64, ReadWrite, Buffer, "int32 valid keys per batch entry (read when FLAGS.kvlen)")
-            .push("HEADS", 32, ReadWrite, Scalar, "batch·heads (≥ 1)")
-            .push("HPB", 32, ReadWrite, Scalar, "heads per batch entry (≥ 1)")
-            .push("SEQ_Q", 32, ReadWrite, Scalar, "query rows per head (≥ 1)")
-            .push("SEQ_KV", 32, ReadWrite, Scalar, "key/value rows per head (≥ 1)")
-            .push("Q_STRIDE", 32, ReadWrite, Scalar, "bytes between heads in Q (multiple of the beat)")
-            .push("KV_STRIDE", 32, ReadWrite, Scalar, "bytes between heads in K and V (multiple of the beat)")
-            .push("O_STRIDE", 32, ReadWrite, Scalar, "bytes between heads in O (multiple of the beat)")
-            .push("FLAGS", 32, ReadWrite, Scalar, "bit0 causal, bit1 kvlen buffer, bit2 int8 output")
-            .push("SMULT", 32, ReadWrite, Scalar, "score → log2-domain multiplier")
-            .push("SSHIFT", 32, ReadWrite, Scalar, "score → log2-domain shift (0..=62)")
-            .push("OMULT", 32, ReadWrite, Scalar, "output requantization multiplier")
-            .push("OSHIFT", 32, ReadWrite, Scalar, "output requantization shift (0..=62)")
-            .push("CYCLES", 64, ReadOnly, Status, "clock cycles from ap_start to ap_done of the last run")
-            .push("HWINFO", 32, ReadOnly, Status, "head_dim | lanes<<8 | log2(port_bits)<<16 | unit id<<24")
-            .push("STATUS", 32, ReadOnly, Status, "bit0: refused arguments or an AXI error response");
-        map
+        super::regs::TABLE.map(&self.kernel_name(), self.port_bits as u32)
     }
 
     pub fn hwinfo(&self) -> u32 {
@@ -207,7 +179,10 @@ impl AttentionProblem {
 
     /// FLAGS register value.
     pub fn flags(&self) -> u32 {
-        u32::from(self.causal) | u32::from(self.kv_len.is_some()) << 1 | u32::from(self.params.out.is_some()) << 2
+        use super::regs::flag::{CAUSAL, INT8, KVLEN};
+        (if self.causal { CAUSAL } else { 0 })
+            | (if self.kv_len.is_some() { KVLEN } else { 0 })
+            | (if self.params.out.is_some() { INT8 } else { 0 })
     }
 
     pub fn heads_total(&self) -> usize {

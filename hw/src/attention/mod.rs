@@ -3,6 +3,7 @@
 pub mod config;
 pub mod lane;
 pub mod model;
+pub mod regs;
 pub mod rtl;
 
 pub use config::{AttentionConfig, AttentionLayout, AttentionParams, AttentionProblem};

@@ -6,16 +6,13 @@
 //! then divide, serialize and write each lane's output row. On-chip state is
 //! the lanes' q/m/l/o registers and two FIFOs: nothing grows with N.
 use super::lane::{Lane, ROW32_BITS, ROW8_BITS};
+use super::regs::{Args, TABLE};
 use super::AttentionConfig;
 use crate::blocks::{Fifo, MulU32};
-use crate::control::Control;
-use crate::regmap::CTRL_ADDR_BITS;
-use crate::vitis::PinLevel;
+use crate::shell::{AxiLiteSlave, AxiMaster, Shell};
 use crate::HwError;
 use rust_hdl::prelude::*;
 
-const N_ARGS: usize = 22;
-const N_STATUS: usize = 4;
 /// Beats per K (and per V) burst.
 const CHUNK: u64 = 8;
 
@@ -49,50 +46,13 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     pub ap_clk: Signal<In, Clock>,
     pub ap_rst_n: Signal<In, Bit>,
     pub interrupt: Signal<Out, Bit>,
-    pub s_axi_control_awvalid: Signal<In, Bit>,
-    pub s_axi_control_awready: Signal<Out, Bit>,
-    pub s_axi_control_awaddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
-    pub s_axi_control_wvalid: Signal<In, Bit>,
-    pub s_axi_control_wready: Signal<Out, Bit>,
-    pub s_axi_control_wdata: Signal<In, Bits<32>>,
-    pub s_axi_control_wstrb: Signal<In, Bits<4>>,
-    pub s_axi_control_bvalid: Signal<Out, Bit>,
-    pub s_axi_control_bready: Signal<In, Bit>,
-    pub s_axi_control_bresp: Signal<Out, Bits<2>>,
-    pub s_axi_control_arvalid: Signal<In, Bit>,
-    pub s_axi_control_arready: Signal<Out, Bit>,
-    pub s_axi_control_araddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
-    pub s_axi_control_rvalid: Signal<Out, Bit>,
-    pub s_axi_control_rready: Signal<In, Bit>,
-    pub s_axi_control_rdata: Signal<Out, Bits<32>>,
-    pub s_axi_control_rresp: Signal<Out, Bits<2>>,
-    pub m_axi_gmem_awvalid: Signal<Out, Bit>,
-    pub m_axi_gmem_awready: Signal<In, Bit>,
-    pub m_axi_gmem_awaddr: Signal<Out, Bits<64>>,
-    pub m_axi_gmem_awlen: Signal<Out, Bits<8>>,
-    pub m_axi_gmem_awsize: Signal<Out, Bits<3>>,
-    pub m_axi_gmem_awburst: Signal<Out, Bits<2>>,
-    pub m_axi_gmem_wvalid: Signal<Out, Bit>,
-    pub m_axi_gmem_wready: Signal<In, Bit>,
-    pub m_axi_gmem_wdata: Signal<Out, Bits<W>>,
-    pub m_axi_gmem_wstrb: Signal<Out, Bits<S>>,
-    pub m_axi_gmem_wlast: Signal<Out, Bit>,
-    pub m_axi_gmem_bvalid: Signal<In, Bit>,
-    pub m_axi_gmem_bready: Signal<Out, Bit>,
-    pub m_axi_gmem_bresp: Signal<In, Bits<2>>,
-    pub m_axi_gmem_arvalid: Signal<Out, Bit>,
-    pub m_axi_gmem_arready: Signal<In, Bit>,
-    pub m_axi_gmem_araddr: Signal<Out, Bits<64>>,
-    pub m_axi_gmem_arlen: Signal<Out, Bits<8>>,
-    pub m_axi_gmem_arsize: Signal<Out, Bits<3>>,
-    pub m_axi_gmem_arburst: Signal<Out, Bits<2>>,
-    pub m_axi_gmem_rvalid: Signal<In, Bit>,
-    pub m_axi_gmem_rready: Signal<Out, Bit>,
-    pub m_axi_gmem_rdata: Signal<In, Bits<W>>,
-    pub m_axi_gmem_rlast: Signal<In, Bit>,
-    pub m_axi_gmem_rresp: Signal<In, Bits<2>>,
+    pub s_axi_control: AxiLiteSlave,
+    pub m_axi_gmem: AxiMaster<W, S>,
 
-    ctrl: Control,
+    shell: Shell<W, S>,
+    /// The arguments as written (read on the start cycle) and as latched for the run.
+    now: Args,
+    run: Args,
     lanes: Vec<Lane<W>>,
     kfifo: Fifo<W>,
     vfifo: Fifo<W>,
@@ -100,30 +60,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     mul_kv: MulU32,
     mul_o: MulU32,
 
-    q_base: DFF<Bits<64>>,
-    k_base: DFF<Bits<64>>,
-    v_base: DFF<Bits<64>>,
-    o_base: DFF<Bits<64>>,
-    kl_base: DFF<Bits<64>>,
-    heads: DFF<Bits<32>>,
-    hpb: DFF<Bits<32>>,
-    seq_q: DFF<Bits<32>>,
-    seq_kv: DFF<Bits<32>>,
-    q_stride: DFF<Bits<32>>,
-    kv_stride: DFF<Bits<32>>,
-    o_stride: DFF<Bits<32>>,
-    causal: DFF<Bit>,
-    use_kvlen: DFF<Bit>,
-    out8: DFF<Bit>,
-    smult: DFF<Bits<32>>,
-    sshift: DFF<Bits<6>>,
-    omult: DFF<Bits<32>>,
-    oshift: DFF<Bits<6>>,
-
     phase: DFF<Phase>,
-    status_err: DFF<Bit>,
-    cycles: DFF<Bits<64>>,
-    done_pulse: Signal<Local, Bit>,
     h: DFF<Bits<32>>,
     hb: DFF<Bits<32>>,
     b: DFF<Bits<32>>,
@@ -145,15 +82,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     q_total: DFF<Bits<16>>,
     qb: DFF<Bits<32>>,
     q_rx: Signal<Local, Bit>,
-    // Read-address generation.
-    ar_valid: DFF<Bit>,
-    ar_addr: DFF<Bits<64>>,
-    ar_len: DFF<Bits<8>>,
-    slot_free: Signal<Local, Bit>,
-    rd_addr: DFF<Bits<64>>,
-    rd_rem: DFF<Bits<16>>,
-    to_page: Signal<Local, Bits<16>>,
-    burst: Signal<Local, Bits<16>>,
+    // K/V read requests.
     kv_off: DFF<Bits<64>>,
     kv_rem: DFF<Bits<32>>,
     kv_turn: DFF<Bit>,
@@ -195,10 +124,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     w_addr: DFF<Bits<64>>,
     w_beat: DFF<Bits<W>>,
     w_strb: DFF<Bits<S>>,
-    aw_done: DFF<Bit>,
-    w_done: DFF<Bit>,
-    wr_issued: DFF<Bits<32>>,
-    wr_acked: DFF<Bits<32>>,
     rm32: Vec<Signal<Local, Bits<ROW32_BITS>>>,
     rm8: Vec<Signal<Local, Bits<ROW8_BITS>>>,
     row32: Signal<Local, Bits<ROW32_BITS>>,
@@ -219,15 +144,12 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_half: Constant<Bits<16>>,
     c_chunk: Constant<Bits<16>>,
     c_fifo: Constant<Bits<16>>,
-    c_hwinfo: Constant<Bits<32>>,
     c_sbytes: Constant<Bits<16>>,
     c_ones: Constant<Bits<S>>,
     c_lane_off: Vec<Constant<Bits<32>>>,
     c_lane_idx: Vec<Constant<Bits<32>>>,
     _lanes: usize,
 }
-
-crate::impl_vitis_top!(AttentionUnit);
 
 impl<const W: usize, const S: usize> AttentionUnit<W, S> {
     pub fn new(cfg: &AttentionConfig) -> Result<Self, HwError> {
@@ -244,78 +166,18 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             ap_clk: Default::default(),
             ap_rst_n: Default::default(),
             interrupt: Default::default(),
-            s_axi_control_awvalid: Default::default(),
-            s_axi_control_awready: Default::default(),
-            s_axi_control_awaddr: Default::default(),
-            s_axi_control_wvalid: Default::default(),
-            s_axi_control_wready: Default::default(),
-            s_axi_control_wdata: Default::default(),
-            s_axi_control_wstrb: Default::default(),
-            s_axi_control_bvalid: Default::default(),
-            s_axi_control_bready: Default::default(),
-            s_axi_control_bresp: Default::default(),
-            s_axi_control_arvalid: Default::default(),
-            s_axi_control_arready: Default::default(),
-            s_axi_control_araddr: Default::default(),
-            s_axi_control_rvalid: Default::default(),
-            s_axi_control_rready: Default::default(),
-            s_axi_control_rdata: Default::default(),
-            s_axi_control_rresp: Default::default(),
-            m_axi_gmem_awvalid: Default::default(),
-            m_axi_gmem_awready: Default::default(),
-            m_axi_gmem_awaddr: Default::default(),
-            m_axi_gmem_awlen: Default::default(),
-            m_axi_gmem_awsize: Default::default(),
-            m_axi_gmem_awburst: Default::default(),
-            m_axi_gmem_wvalid: Default::default(),
-            m_axi_gmem_wready: Default::default(),
-            m_axi_gmem_wdata: Default::default(),
-            m_axi_gmem_wstrb: Default::default(),
-            m_axi_gmem_wlast: Default::default(),
-            m_axi_gmem_bvalid: Default::default(),
-            m_axi_gmem_bready: Default::default(),
-            m_axi_gmem_bresp: Default::default(),
-            m_axi_gmem_arvalid: Default::default(),
-            m_axi_gmem_arready: Default::default(),
-            m_axi_gmem_araddr: Default::default(),
-            m_axi_gmem_arlen: Default::default(),
-            m_axi_gmem_arsize: Default::default(),
-            m_axi_gmem_arburst: Default::default(),
-            m_axi_gmem_rvalid: Default::default(),
-            m_axi_gmem_rready: Default::default(),
-            m_axi_gmem_rdata: Default::default(),
-            m_axi_gmem_rlast: Default::default(),
-            m_axi_gmem_rresp: Default::default(),
-            ctrl: Control::new(N_ARGS, N_STATUS),
+            s_axi_control: Default::default(),
+            m_axi_gmem: Default::default(),
+            shell: Shell::new(&TABLE, cfg.hwinfo()),
+            now: Default::default(),
+            run: Default::default(),
             lanes: (0..l).map(|_| Lane::new(cfg.head_dim)).collect(),
             kfifo: Fifo::new(cfg.read_fifo_depth),
             vfifo: Fifo::new(cfg.read_fifo_depth),
             mul_q: Default::default(),
             mul_kv: Default::default(),
             mul_o: Default::default(),
-            q_base: Default::default(),
-            k_base: Default::default(),
-            v_base: Default::default(),
-            o_base: Default::default(),
-            kl_base: Default::default(),
-            heads: Default::default(),
-            hpb: Default::default(),
-            seq_q: Default::default(),
-            seq_kv: Default::default(),
-            q_stride: Default::default(),
-            kv_stride: Default::default(),
-            o_stride: Default::default(),
-            causal: Default::default(),
-            use_kvlen: Default::default(),
-            out8: Default::default(),
-            smult: Default::default(),
-            sshift: Default::default(),
-            omult: Default::default(),
-            oshift: Default::default(),
             phase: Default::default(),
-            status_err: Default::default(),
-            cycles: Default::default(),
-            done_pulse: Default::default(),
             h: Default::default(),
             hb: Default::default(),
             b: Default::default(),
@@ -337,14 +199,6 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             q_total: Default::default(),
             qb: Default::default(),
             q_rx: Default::default(),
-            ar_valid: Default::default(),
-            ar_addr: Default::default(),
-            ar_len: Default::default(),
-            slot_free: Default::default(),
-            rd_addr: Default::default(),
-            rd_rem: Default::default(),
-            to_page: Default::default(),
-            burst: Default::default(),
             kv_off: Default::default(),
             kv_rem: Default::default(),
             kv_turn: Default::default(),
@@ -384,10 +238,6 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             w_addr: Default::default(),
             w_beat: Default::default(),
             w_strb: Default::default(),
-            aw_done: Default::default(),
-            w_done: Default::default(),
-            wr_issued: Default::default(),
-            wr_acked: Default::default(),
             rm32: (0..l).map(|_| Default::default()).collect(),
             rm8: (0..l).map(|_| Default::default()).collect(),
             row32: Default::default(),
@@ -407,7 +257,6 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_half: Constant::new(k(d / 2)),
             c_chunk: Constant::new(k(CHUNK)),
             c_fifo: Constant::new(k(cfg.read_fifo_depth as u64)),
-            c_hwinfo: Constant::new(k(cfg.hwinfo() as u64)),
             c_sbytes: Constant::new(k(S as u64)),
             c_ones: Constant::new(Bits::<S>::mask()),
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
@@ -423,28 +272,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         dff_setup!(
             self,
             ap_clk,
-            q_base,
-            k_base,
-            v_base,
-            o_base,
-            kl_base,
-            heads,
-            hpb,
-            seq_q,
-            seq_kv,
-            q_stride,
-            kv_stride,
-            o_stride,
-            causal,
-            use_kvlen,
-            out8,
-            smult,
-            sshift,
-            omult,
-            oshift,
             phase,
-            status_err,
-            cycles,
             h,
             hb,
             b,
@@ -459,11 +287,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             qrow_base,
             q_total,
             qb,
-            ar_valid,
-            ar_addr,
-            ar_len,
-            rd_addr,
-            rd_rem,
             kv_off,
             kv_rem,
             kv_turn,
@@ -494,89 +317,54 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             wb,
             w_addr,
             w_beat,
-            w_strb,
-            aw_done,
-            w_done,
-            wr_issued,
-            wr_acked
+            w_strb
         );
-        // ---------------- Control slave ----------------
-        self.done_pulse.next = self.phase.q.val() == Phase::Done;
-        self.ctrl.clock.next = self.ap_clk.val();
-        self.ctrl.rst_n.next = self.ap_rst_n.val();
-        self.ctrl.awvalid.next = self.s_axi_control_awvalid.val();
-        self.s_axi_control_awready.next = self.ctrl.awready.val();
-        self.ctrl.awaddr.next = self.s_axi_control_awaddr.val();
-        self.ctrl.wvalid.next = self.s_axi_control_wvalid.val();
-        self.s_axi_control_wready.next = self.ctrl.wready.val();
-        self.ctrl.wdata.next = self.s_axi_control_wdata.val();
-        self.ctrl.wstrb.next = self.s_axi_control_wstrb.val();
-        self.s_axi_control_bvalid.next = self.ctrl.bvalid.val();
-        self.ctrl.bready.next = self.s_axi_control_bready.val();
-        self.s_axi_control_bresp.next = self.ctrl.bresp.val();
-        self.ctrl.arvalid.next = self.s_axi_control_arvalid.val();
-        self.s_axi_control_arready.next = self.ctrl.arready.val();
-        self.ctrl.araddr.next = self.s_axi_control_araddr.val();
-        self.s_axi_control_rvalid.next = self.ctrl.rvalid.val();
-        self.ctrl.rready.next = self.s_axi_control_rready.val();
-        self.s_axi_control_rdata.next = self.ctrl.rdata.val();
-        self.s_axi_control_rresp.next = self.ctrl.rresp.val();
-        self.interrupt.next = self.ctrl.interrupt.val();
-        self.ctrl.core_idle.next = self.phase.q.val() == Phase::Idle;
-        self.ctrl.core_done.next = self.done_pulse.val();
-        self.ctrl.status[0].next = self.cycles.q.val().get_bits::<32>(0);
-        self.ctrl.status[1].next = self.cycles.q.val().get_bits::<32>(32);
-        self.ctrl.status[2].next = self.c_hwinfo.val();
-        self.ctrl.status[3].next = bit_cast::<32, 1>(self.status_err.q.val().into());
+        // ---------------- Shell ----------------
+        AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
+        AxiMaster::<W, S>::link(&mut self.m_axi_gmem, &mut self.shell.m_axi_gmem);
+        self.shell.clock.next = self.ap_clk.val();
+        self.shell.rst_n.next = self.ap_rst_n.val();
+        self.interrupt.next = self.shell.interrupt.val();
+        for i in 0..TABLE.words() {
+            self.now.words[i].next = self.shell.args[i].val();
+            self.run.words[i].next = self.shell.run[i].val();
+        }
+        self.shell.idle.next = self.phase.q.val() == Phase::Idle;
+        self.shell.done.next = self.phase.q.val() == Phase::Done;
+        self.shell.fail.next = false;
+        self.shell.ar_req.next = false;
+        self.shell.ar_req_addr.next = self.k_addr.val();
+        self.shell.ar_req_len.next = 0.into();
 
-        // ---------------- Defaults ----------------
-        self.m_axi_gmem_arvalid.next = self.ar_valid.q.val();
-        self.m_axi_gmem_araddr.next = self.ar_addr.q.val();
-        self.m_axi_gmem_arlen.next = self.ar_len.q.val();
-        self.m_axi_gmem_arsize.next = self.c_logp.val().get_bits::<3>(0);
-        self.m_axi_gmem_arburst.next = 1.into();
-        self.m_axi_gmem_rready.next = true;
-        self.m_axi_gmem_bready.next = true;
-        self.slot_free.next = !self.ar_valid.q.val() | self.m_axi_gmem_arready.val();
-        if self.slot_free.val() {
-            self.ar_valid.d.next = false;
-        }
-        self.to_page.next =
-            (bits::<16>(4096) - bit_cast::<16, 12>(self.rd_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val();
-        self.burst.next = self.rd_rem.q.val();
-        if self.to_page.val() < self.rd_rem.q.val() {
-            self.burst.next = self.to_page.val();
-        }
-        if self.phase.q.val() != Phase::Idle {
-            self.cycles.d.next = self.cycles.q.val() + 1;
-        }
-        if self.m_axi_gmem_rvalid.val() & (self.m_axi_gmem_rresp.val() != 0) {
-            self.status_err.d.next = true;
-        }
-        if self.m_axi_gmem_bvalid.val() {
-            self.wr_acked.d.next = self.wr_acked.q.val() + 1;
-            if self.m_axi_gmem_bresp.val() != 0 {
-                self.status_err.d.next = true;
-            }
-        }
         self.mul_q.a.next = self.h.q.val();
-        self.mul_q.b.next = self.q_stride.q.val();
+        self.mul_q.b.next = self.run.q_stride.val();
         self.mul_kv.a.next = self.h.q.val();
-        self.mul_kv.b.next = self.kv_stride.q.val();
+        self.mul_kv.b.next = self.run.kv_stride.val();
         self.mul_o.a.next = self.h.q.val();
-        self.mul_o.b.next = self.o_stride.q.val();
+        self.mul_o.b.next = self.run.o_stride.val();
         // Verilog cannot slice an expression: shift into a local first.
         self.kv_shift.next =
-            self.m_axi_gmem_rdata.val() >> (bit_cast::<16, 32>((self.b.q.val() << 2) & self.c_pmask32.val()) << 3);
+            self.m_axi_gmem.rdata.val() >> (bit_cast::<16, 32>((self.b.q.val() << 2) & self.c_pmask32.val()) << 3);
         self.kv_word.next = self.kv_shift.val().get_bits::<32>(0);
         self.lv_next.next = self.c_lanes.val();
-        if (self.seq_q.q.val() - self.q0.q.val()) < self.c_lanes.val() {
-            self.lv_next.next = self.seq_q.q.val() - self.q0.q.val();
+        if (self.run.seq_q.val() - self.q0.q.val()) < self.c_lanes.val() {
+            self.lv_next.next = self.run.seq_q.val() - self.q0.q.val();
         }
         self.qs.next = self.q0.q.val() << self.c_logd.val();
+        // A block's Q rows: one span from its first beat.
+        self.shell.span_load.next = false;
+        self.shell.span_resume.next = false;
+        self.shell.span_addr.next = self.qh.q.val() + (bit_cast::<64, 32>(self.qs.val()) & !self.c_pmask.val());
+        self.shell.span_beats.next = bit_cast::<16, 32>(
+            ((self.qs.val() & self.c_pmask32.val()) + (self.lv_next.val() << self.c_logd.val()) + self.c_pmask32.val())
+                >> self.c_logp.val(),
+        );
+        self.shell.span_rows.next = 1.into();
+        self.shell.span_pitch.next = 0.into();
+        self.shell.span_go.next = self.phase.q.val() == Phase::QReq;
         self.q_rx.next =
-            self.m_axi_gmem_rvalid.val() & ((self.phase.q.val() == Phase::QReq) | (self.phase.q.val() == Phase::QWait));
-        self.kv_rx.next = self.m_axi_gmem_rvalid.val() & (self.phase.q.val() == Phase::Stream);
+            self.m_axi_gmem.rvalid.val() & ((self.phase.q.val() == Phase::QReq) | (self.phase.q.val() == Phase::QWait));
+        self.kv_rx.next = self.m_axi_gmem.rvalid.val() & (self.phase.q.val() == Phase::Stream);
         // K/V bursts: the same length for K and V, never crossing a page in either.
         self.k_addr.next = self.kh.q.val() + self.kv_off.q.val();
         self.v_addr.next = self.vh.q.val() + self.kv_off.q.val();
@@ -623,7 +411,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         // Bytes per output row: d·4 (Q16) or d (int8), as a power of two.
         self.row_bytes_log.next = self.c_logd.val() + 2;
-        if self.out8.q.val() {
+        if self.run.out8.val() {
             self.row_bytes_log.next = self.c_logd.val();
         }
         self.row_byte.next = (self.f_q0.q.val() + self.wi.q.val()) << self.row_bytes_log.val();
@@ -641,80 +429,51 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // ---------------- Phase machine ----------------
         match self.phase.q.val() {
             Phase::Idle => {
-                if self.ctrl.start.val() {
-                    self.q_base.d.next = bit_cast::<64, 32>(self.ctrl.args[0].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[1].val()) << 32);
-                    self.k_base.d.next = bit_cast::<64, 32>(self.ctrl.args[2].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[3].val()) << 32);
-                    self.v_base.d.next = bit_cast::<64, 32>(self.ctrl.args[4].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[5].val()) << 32);
-                    self.o_base.d.next = bit_cast::<64, 32>(self.ctrl.args[6].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[7].val()) << 32);
-                    self.kl_base.d.next = bit_cast::<64, 32>(self.ctrl.args[8].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[9].val()) << 32);
-                    self.heads.d.next = self.ctrl.args[10].val();
-                    self.hpb.d.next = self.ctrl.args[11].val();
-                    self.seq_q.d.next = self.ctrl.args[12].val();
-                    self.seq_kv.d.next = self.ctrl.args[13].val();
-                    self.q_stride.d.next = self.ctrl.args[14].val();
-                    self.kv_stride.d.next = self.ctrl.args[15].val();
-                    self.o_stride.d.next = self.ctrl.args[16].val();
-                    self.causal.d.next = self.ctrl.args[17].val().get_bit(0);
-                    self.use_kvlen.d.next = self.ctrl.args[17].val().get_bit(1);
-                    self.out8.d.next = self.ctrl.args[17].val().get_bit(2);
-                    self.smult.d.next = self.ctrl.args[18].val();
-                    self.sshift.d.next = self.ctrl.args[19].val().get_bits::<6>(0);
-                    self.omult.d.next = self.ctrl.args[20].val();
-                    self.oshift.d.next = self.ctrl.args[21].val().get_bits::<6>(0);
-                    self.cycles.d.next = 1.into();
-                    self.status_err.d.next = false;
+                if self.shell.start.val() {
                     self.h.d.next = 0.into();
                     self.hb.d.next = 0.into();
                     self.b.d.next = 0.into();
-                    self.wr_issued.d.next = 0.into();
-                    self.wr_acked.d.next = 0.into();
                     self.phase.d.next = Phase::HeadInit;
-                    if (self.ctrl.args[10].val() == 0)
-                        | (self.ctrl.args[11].val() == 0)
-                        | (self.ctrl.args[12].val() == 0)
-                        | (self.ctrl.args[13].val() == 0)
+                    if (self.now.heads.val() == 0)
+                        | (self.now.hpb.val() == 0)
+                        | (self.now.seq_q.val() == 0)
+                        | (self.now.seq_kv.val() == 0)
                     {
-                        self.status_err.d.next = true;
+                        self.shell.fail.next = true;
                         self.phase.d.next = Phase::Done;
                     }
                 }
             }
             Phase::HeadInit => {
-                self.qh.d.next = self.q_base.q.val() + self.mul_q.p.val();
-                self.kh.d.next = self.k_base.q.val() + self.mul_kv.p.val();
-                self.vh.d.next = self.v_base.q.val() + self.mul_kv.p.val();
-                self.oh.d.next = self.o_base.q.val() + self.mul_o.p.val();
+                self.qh.d.next = self.run.q.val() + self.mul_q.p.val();
+                self.kh.d.next = self.run.k.val() + self.mul_kv.p.val();
+                self.vh.d.next = self.run.v.val() + self.mul_kv.p.val();
+                self.oh.d.next = self.run.o.val() + self.mul_o.p.val();
                 self.q0.d.next = 0.into();
-                self.nkv.d.next = self.seq_kv.q.val();
+                self.nkv.d.next = self.run.seq_kv.val();
                 self.phase.d.next = Phase::BlockInit;
-                if self.use_kvlen.q.val() {
+                if self.run.use_kvlen.val() {
                     self.phase.d.next = Phase::KvReq;
                 }
             }
             Phase::KvReq => {
-                if self.slot_free.val() {
-                    self.ar_valid.d.next = true;
-                    self.ar_addr.d.next =
-                        self.kl_base.q.val() + (bit_cast::<64, 32>(self.b.q.val() << 2) & !self.c_pmask.val());
-                    self.ar_len.d.next = 0.into();
+                if self.shell.slot_free.val() {
+                    self.shell.ar_req.next = true;
+                    self.shell.ar_req_addr.next =
+                        self.run.kvlen.val() + (bit_cast::<64, 32>(self.b.q.val() << 2) & !self.c_pmask.val());
                     self.phase.d.next = Phase::KvWait;
                 }
             }
             Phase::KvWait => {
-                if self.m_axi_gmem_rvalid.val() {
+                if self.m_axi_gmem.rvalid.val() {
                     self.nkv.d.next = self.kv_word.val();
-                    if self.kv_word.val() > self.seq_kv.q.val() {
-                        self.nkv.d.next = self.seq_kv.q.val();
-                        self.status_err.d.next = true;
+                    if self.kv_word.val() > self.run.seq_kv.val() {
+                        self.nkv.d.next = self.run.seq_kv.val();
+                        self.shell.fail.next = true;
                     }
                     if self.kv_word.val() == 0 {
                         self.nkv.d.next = 1.into();
-                        self.status_err.d.next = true;
+                        self.shell.fail.next = true;
                     }
                     self.phase.d.next = Phase::BlockInit;
                 }
@@ -722,38 +481,18 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             Phase::BlockInit => {
                 self.lv.d.next = self.lv_next.val();
                 self.nk.d.next = self.nkv.q.val();
-                if self.causal.q.val() & ((self.q0.q.val() + self.lv_next.val()) < self.nkv.q.val()) {
+                if self.run.causal.val() & ((self.q0.q.val() + self.lv_next.val()) < self.nkv.q.val()) {
                     self.nk.d.next = self.q0.q.val() + self.lv_next.val();
                 }
                 self.qrow_base.d.next = self.qs.val();
-                self.rd_addr.d.next = self.qh.q.val() + (bit_cast::<64, 32>(self.qs.val()) & !self.c_pmask.val());
-                self.rd_rem.d.next = bit_cast::<16, 32>(
-                    ((self.qs.val() & self.c_pmask32.val())
-                        + (self.lv_next.val() << self.c_logd.val())
-                        + self.c_pmask32.val())
-                        >> self.c_logp.val(),
-                );
-                self.q_total.d.next = bit_cast::<16, 32>(
-                    ((self.qs.val() & self.c_pmask32.val())
-                        + (self.lv_next.val() << self.c_logd.val())
-                        + self.c_pmask32.val())
-                        >> self.c_logp.val(),
-                );
+                self.shell.span_load.next = true;
+                self.q_total.d.next = self.shell.span_beats.val();
                 self.qb.d.next = 0.into();
                 self.phase.d.next = Phase::QReq;
             }
             Phase::QReq => {
-                if self.slot_free.val() {
-                    if self.rd_rem.q.val() != 0 {
-                        self.ar_valid.d.next = true;
-                        self.ar_addr.d.next = self.rd_addr.q.val();
-                        self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
-                        self.rd_addr.d.next =
-                            self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
-                        self.rd_rem.d.next = self.rd_rem.q.val() - self.burst.val();
-                    } else {
-                        self.phase.d.next = Phase::QWait;
-                    }
+                if self.shell.span_done.val() {
+                    self.phase.d.next = Phase::QWait;
                 }
             }
             Phase::QWait => {
@@ -769,7 +508,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 }
             }
             Phase::Stream => {
-                if self.slot_free.val() {
+                if self.shell.slot_free.val() {
                     if !self.kv_turn.q.val() {
                         if (self.kv_rem.q.val() != 0)
                             & ((self.kfifo.count.val() + self.k_inflight.q.val() + self.c_chunk.val())
@@ -777,17 +516,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                             & ((self.vfifo.count.val() + self.v_inflight.q.val() + self.c_chunk.val())
                                 <= self.c_fifo.val())
                         {
-                            self.ar_valid.d.next = true;
-                            self.ar_addr.d.next = self.kh.q.val() + self.kv_off.q.val();
-                            self.ar_len.d.next = bit_cast::<8, 16>(self.kv_len.val() - 1);
+                            self.shell.ar_req.next = true;
+                            self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_len.val() - 1);
                             self.kv_last_len.d.next = self.kv_len.val();
                             self.k_issue.next = self.kv_len.val();
                             self.kv_turn.d.next = true;
                         }
                     } else {
-                        self.ar_valid.d.next = true;
-                        self.ar_addr.d.next = self.vh.q.val() + self.kv_off.q.val();
-                        self.ar_len.d.next = bit_cast::<8, 16>(self.kv_last_len.q.val() - 1);
+                        self.shell.ar_req.next = true;
+                        self.shell.ar_req_addr.next = self.v_addr.val();
+                        self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_last_len.q.val() - 1);
                         self.v_issue.next = self.kv_last_len.q.val();
                         self.kv_off.d.next =
                             self.kv_off.q.val() + (bit_cast::<64, 16>(self.kv_last_len.q.val()) << self.c_logp.val());
@@ -807,24 +545,21 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 // prefetch overlap this block's finalization.
                 self.q0.d.next = self.q0.q.val() + self.c_lanes.val();
                 self.phase.d.next = Phase::BlockInit;
-                if self.q0.q.val() + self.c_lanes.val() >= self.seq_q.q.val() {
+                if self.q0.q.val() + self.c_lanes.val() >= self.run.seq_q.val() {
                     self.h.d.next = self.h.q.val() + 1;
                     self.hb.d.next = self.hb.q.val() + 1;
-                    if self.hb.q.val() + 1 == self.hpb.q.val() {
+                    if self.hb.q.val() + 1 == self.run.hpb.val() {
                         self.hb.d.next = 0.into();
                         self.b.d.next = self.b.q.val() + 1;
                     }
                     self.phase.d.next = Phase::HeadInit;
-                    if self.h.q.val() + 1 == self.heads.q.val() {
+                    if self.h.q.val() + 1 == self.run.heads.val() {
                         self.phase.d.next = Phase::Finish;
                     }
                 }
             }
             Phase::Finish => {
-                if (self.fin.q.val() == Fin::Idle)
-                    & (self.last_pipe.q.val() == 0)
-                    & (self.wr_issued.q.val() == self.wr_acked.q.val())
-                {
+                if (self.fin.q.val() == Fin::Idle) & (self.last_pipe.q.val() == 0) & self.shell.writes_done.val() {
                     self.phase.d.next = Phase::Done;
                 }
             }
@@ -866,7 +601,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     + (bit_cast::<64, 32>(self.row_byte.val()) & !self.c_pmask.val())
                     + (bit_cast::<64, 16>(self.wb.q.val()) << self.c_logp.val());
                 self.w_beat.d.next = self.beat32.val();
-                if self.out8.q.val() {
+                if self.run.out8.val() {
                     self.w_beat.d.next = self.beat8.val();
                 }
                 self.w_strb.d.next = self.c_ones.val();
@@ -875,21 +610,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                         >> (self.c_sbytes.val() - (bits::<16>(1) << self.row_bytes_log.val())))
                         << bit_cast::<16, 32>(self.row_byte.val() & self.c_pmask32.val());
                 }
-                self.aw_done.d.next = false;
-                self.w_done.d.next = false;
                 self.fin.d.next = Fin::WSend;
             }
             Fin::WSend => {
-                if self.m_axi_gmem_awready.val() {
-                    self.aw_done.d.next = true;
-                }
-                if self.m_axi_gmem_wready.val() {
-                    self.w_done.d.next = true;
-                }
-                if (self.aw_done.q.val() | self.m_axi_gmem_awready.val())
-                    & (self.w_done.q.val() | self.m_axi_gmem_wready.val())
-                {
-                    self.wr_issued.d.next = self.wr_issued.q.val() + 1;
+                if self.shell.wr_fire.val() {
                     self.fin.d.next = Fin::WPrep;
                     if self.wb.q.val() + 1 < self.beats_per_row.val() {
                         self.wb.d.next = self.wb.q.val() + 1;
@@ -912,11 +636,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.vfifo.clock.next = self.ap_clk.val();
         self.kfifo.reset.next = !self.ap_rst_n.val();
         self.vfifo.reset.next = !self.ap_rst_n.val();
-        self.kfifo.din.next = self.m_axi_gmem_rdata.val();
-        self.vfifo.din.next = self.m_axi_gmem_rdata.val();
+        self.kfifo.din.next = self.m_axi_gmem.rdata.val();
+        self.vfifo.din.next = self.m_axi_gmem.rdata.val();
         self.kfifo.push.next = self.kv_rx.val() & !self.recv_v.q.val();
         self.vfifo.push.next = self.kv_rx.val() & self.recv_v.q.val();
-        if self.kv_rx.val() & self.m_axi_gmem_rlast.val() {
+        if self.kv_rx.val() & self.m_axi_gmem.rlast.val() {
             self.recv_v.d.next = !self.recv_v.q.val();
         }
         self.k_inflight.d.next = self.k_inflight.q.val() + self.k_issue.val()
@@ -957,21 +681,21 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 & ((((self.qrow_base.q.val() + self.c_lane_off[i].val()) >> self.c_logp.val())
                     - (self.qrow_base.q.val() >> self.c_logp.val()))
                     == self.qb.q.val());
-            self.lanes[i].q_row.next = self.m_axi_gmem_rdata.val()
+            self.lanes[i].q_row.next = self.m_axi_gmem.rdata.val()
                 >> (((self.qrow_base.q.val() + self.c_lane_off[i].val()) & self.c_pmask32.val()) << 3);
             self.lanes[i].q_idx.next = self.q0.q.val() + self.c_lane_idx[i].val();
-            self.lanes[i].causal.next = self.causal.q.val();
+            self.lanes[i].causal.next = self.run.causal.val();
             self.lanes[i].st_valid.next = self.st_valid.q.val();
             self.lanes[i].st_first.next = self.st_first.q.val();
             self.lanes[i].st_j.next = self.st_j.q.val();
             self.lanes[i].k_row.next = self.k_row.q.val();
             self.lanes[i].v_row.next = self.v3.q.val();
-            self.lanes[i].smult.next = self.smult.q.val();
-            self.lanes[i].sshift.next = self.sshift.q.val();
+            self.lanes[i].smult.next = self.run.smult.val();
+            self.lanes[i].sshift.next = self.run.sshift.val();
             self.lanes[i].div_start.next = (self.fin.q.val() == Fin::Idle) & self.last_pipe.q.val().get_bit(4);
             self.lanes[i].sel.next = self.fx.q.val().get_bits::<8>(0);
-            self.lanes[i].omult.next = self.omult.q.val();
-            self.lanes[i].oshift.next = self.oshift.q.val();
+            self.lanes[i].omult.next = self.run.omult.val();
+            self.lanes[i].oshift.next = self.run.oshift.val();
             self.lanes[i].sh32.next =
                 (self.fin.q.val() == Fin::Ser) & (self.fx.q.val() >= 1) & (self.fx.q.val() <= self.c_half.val());
             self.lanes[i].sh8.next =
@@ -979,20 +703,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].out_sel.next = self.wi.q.val().index() == i;
         }
 
-        self.m_axi_gmem_awvalid.next = (self.fin.q.val() == Fin::WSend) & !self.aw_done.q.val();
-        self.m_axi_gmem_awaddr.next = self.w_addr.q.val();
-        self.m_axi_gmem_awlen.next = 0.into();
-        self.m_axi_gmem_awsize.next = self.c_logp.val().get_bits::<3>(0);
-        self.m_axi_gmem_awburst.next = 1.into();
-        self.m_axi_gmem_wvalid.next = (self.fin.q.val() == Fin::WSend) & !self.w_done.q.val();
-        self.m_axi_gmem_wdata.next = self.w_beat.q.val();
-        self.m_axi_gmem_wstrb.next = self.w_strb.q.val();
-        self.m_axi_gmem_wlast.next = true;
+        self.shell.wr_send.next = self.fin.q.val() == Fin::WSend;
+        self.shell.wr_addr.next = self.w_addr.q.val();
+        self.shell.wr_len.next = 0.into();
+        self.shell.wr_data.next = self.w_beat.q.val();
+        self.shell.wr_strb.next = self.w_strb.q.val();
+        self.shell.wr_last.next = true;
 
         if !self.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.fin.d.next = Fin::Idle;
-            self.ar_valid.d.next = false;
             self.k_inflight.d.next = 0.into();
             self.v_inflight.d.next = 0.into();
             self.last_pipe.d.next = 0.into();
@@ -1000,36 +720,4 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     }
 }
 
-/// Verilog of the unit, top module named [`AttentionConfig::kernel_name`].
-pub fn verilog(cfg: &AttentionConfig) -> Result<String, HwError> {
-    fn gen<const W: usize, const S: usize>(cfg: &AttentionConfig) -> Result<String, HwError> {
-        let mut unit = AttentionUnit::<W, S>::new(cfg)?;
-        unit.connect_all();
-        Ok(crate::vitis::rename_top(&generate_verilog(&unit), &cfg.kernel_name()))
-    }
-    cfg.validate()?;
-    match cfg.port_bits {
-        128 => gen::<128, 16>(cfg),
-        256 => gen::<256, 32>(cfg),
-        512 => gen::<512, 64>(cfg),
-        1024 => gen::<1024, 128>(cfg),
-        other => Err(HwError::Config(format!("port_bits = {other}"))),
-    }
-}
-
-/// The same design in rust-hdl's own simulator.
-pub fn hdl_model(cfg: &AttentionConfig) -> Result<Box<dyn PinLevel>, HwError> {
-    fn boxed<const W: usize, const S: usize>(cfg: &AttentionConfig) -> Result<Box<dyn PinLevel>, HwError> {
-        let mut unit = AttentionUnit::<W, S>::new(cfg)?;
-        unit.connect_all();
-        Ok(Box::new(crate::vitis::HdlSim::new(unit)))
-    }
-    cfg.validate()?;
-    match cfg.port_bits {
-        128 => boxed::<128, 16>(cfg),
-        256 => boxed::<256, 32>(cfg),
-        512 => boxed::<512, 64>(cfg),
-        1024 => boxed::<1024, 128>(cfg),
-        other => Err(HwError::Config(format!("port_bits = {other}"))),
-    }
-}
+crate::vitis_unit!(AttentionUnit, AttentionConfig, [128, 256, 512, 1024]);

@@ -1,7 +1,7 @@
 //! [`GemmConfig`]: the one description of a GEMM unit that the RTL generator,
 //! the golden model, the drivers and the reports all read.
 use crate::numerics::{Requant, MAX_REQUANT_SHIFT};
-use crate::regmap::{Access, ArgKind, RegisterMap};
+use crate::regmap::RegisterMap;
 use crate::HwError;
 use serde::{Deserialize, Serialize};
 
@@ -12,9 +12,7 @@ pub const BUFFER_ALIGN: u64 = 4096;
 pub const UNIT_ID: u32 = 1;
 
 /// FLAGS register bits.
-pub const FLAG_BIAS: u32 = 1 << 0;
-pub const FLAG_RELU: u32 = 1 << 1;
-pub const FLAG_REQUANT: u32 = 1 << 2;
+pub use super::regs::flag::{BIAS as FLAG_BIAS, RELU as FLAG_RELU, REQUANT as FLAG_REQUANT};
 
 /// Generation-time parameters of a GEMM unit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -116,37 +114,7 @@ impl GemmConfig {
     /// The register map: generated here, consumed by the RTL decoder, the JSON
     /// export and every driver.
     pub fn register_map(&self) -> RegisterMap {
-        use {Access::*, ArgKind::*};
-        let mut map = RegisterMap::new(&self.kernel_name(), self.port_bits as u32);
-        map.push("A", 64, ReadWrite, Buffer, "int8 A, M×K row-major, row pitch LDA bytes")
-            .push("B", 64, ReadWrite, Buffer, "int8 B, K×N row-major, row pitch LDB bytes")
-            .push("BIAS", 64, ReadWrite, Buffer, "int32 bias, N entries (read when FLAGS.bias)")
-            .push(
-                "C",
-                64,
-                ReadWrite,
-                Buffer,
-                "output C, M×N row-major (int32, or int8 when FLAGS.requant), row pitch LDC bytes",
-            )
-            .push("M", 32, ReadWrite, Scalar, "rows of A and C (≥ 1)")
-            .push("N", 32, ReadWrite, Scalar, "columns of B and C (≥ 1)")
-            .push("K", 32, ReadWrite, Scalar, "columns of A, rows of B (1..=k_max)")
-            .push("LDA", 32, ReadWrite, Scalar, "A row pitch in bytes (multiple of the beat)")
-            .push("LDB", 32, ReadWrite, Scalar, "B row pitch in bytes (multiple of the beat)")
-            .push("LDC", 32, ReadWrite, Scalar, "C row pitch in bytes (multiple of the beat)")
-            .push("FLAGS", 32, ReadWrite, Scalar, "bit0 bias, bit1 relu, bit2 requantize to int8")
-            .push("QMULT", 32, ReadWrite, Scalar, "requantization multiplier (int32)")
-            .push("QSHIFT", 32, ReadWrite, Scalar, "requantization right shift (0..=62)")
-            .push("CYCLES", 64, ReadOnly, Status, "clock cycles from ap_start to ap_done of the last run")
-            .push("HWINFO", 32, ReadOnly, Status, "rows | cols<<8 | log2(port_bits)<<16 | unit id<<24")
-            .push(
-                "STATUS",
-                32,
-                ReadOnly,
-                Status,
-                "bit0: the last run was refused (bad arguments) or saw an AXI error response",
-            );
-        map
+        super::regs::TABLE.map(&self.kernel_name(), self.port_bits as u32)
     }
 }
 

@@ -4,6 +4,7 @@ pub mod array;
 pub mod config;
 pub mod epilogue;
 pub mod model;
+pub mod regs;
 pub mod rtl;
 
 pub use config::{GemmConfig, GemmLayout, GemmProblem};

@@ -1,7 +1,7 @@
 //! [`MoeConfig`]: the one description of an MoE router unit, read by the RTL
 //! generator, the golden model, the drivers and the reports.
 use crate::numerics::{Requant, MAX_REQUANT_SHIFT};
-use crate::regmap::{Access, ArgKind, RegisterMap};
+use crate::regmap::RegisterMap;
 use crate::HwError;
 use serde::{Deserialize, Serialize};
 
@@ -21,10 +21,9 @@ pub const REC_WEIGHTS: usize = 8;
 pub const REC_SLOTS: usize = 32;
 
 /// FLAGS register bits.
-pub const FLAG_BIAS: u32 = 1 << 0;
-pub const FLAG_TOPK_SOFTMAX: u32 = 1 << 1;
-pub const FLAG_RENORMALIZE: u32 = 1 << 2;
-pub const FLAG_CAPACITY: u32 = 1 << 3;
+pub use super::regs::flag::{
+    BIAS as FLAG_BIAS, CAPACITY as FLAG_CAPACITY, RENORMALIZE as FLAG_RENORMALIZE, TOPK_SOFTMAX as FLAG_TOPK_SOFTMAX,
+};
 
 /// Generation-time parameters of a router unit.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,59 +121,7 @@ impl MoeConfig {
 
     /// The register map, shared by the RTL decoder, the JSON export and the drivers.
     pub fn register_map(&self) -> RegisterMap {
-        use {Access::*, ArgKind::*};
-        let mut map = RegisterMap::new(&self.kernel_name(), self.port_bits as u32);
-        map.push("X", 64, ReadWrite, Buffer, "int8 tokens, T×H row-major, row pitch LDX bytes")
-            .push(
-                "WG",
-                64,
-                ReadWrite,
-                Buffer,
-                "int8 gate weights, E×H row-major (nn.Linear layout), row pitch LDW bytes",
-            )
-            .push("BIAS", 64, ReadWrite, Buffer, "int32 gate bias, E entries (read when FLAGS.bias)")
-            .push(
-                "ROUTE",
-                64,
-                ReadWrite,
-                Buffer,
-                "per token a 64-byte record: u8 ids[8] @0, u16 weights[8] @8 (Q0.16), i32 slots[8] @32",
-            )
-            .push(
-                "DISPATCH",
-                64,
-                ReadWrite,
-                Buffer,
-                "per expert a row of DPITCH bytes: int32 token indices, in slot order",
-            )
-            .push("STATS", 64, ReadWrite, Buffer, "int32 dropped, capacity, load[E] (tokens routed to each expert)")
-            .push("T", 32, ReadWrite, Scalar, "tokens (1..=2^24)")
-            .push("H", 32, ReadWrite, Scalar, "hidden size (1..=h_max)")
-            .push("E", 32, ReadWrite, Scalar, "experts (1..=e_max)")
-            .push("K", 32, ReadWrite, Scalar, "choices per token (1..=min(k_max, E))")
-            .push("LDX", 32, ReadWrite, Scalar, "X row pitch in bytes (multiple of the beat)")
-            .push("LDW", 32, ReadWrite, Scalar, "WG row pitch in bytes (multiple of the beat)")
-            .push("DPITCH", 32, ReadWrite, Scalar, "DISPATCH row pitch in bytes (≥ 4·capacity)")
-            .push(
-                "FLAGS",
-                32,
-                ReadWrite,
-                Scalar,
-                "bit0 bias, bit1 top-k then softmax, bit2 renormalize, bit3 capacity limit",
-            )
-            .push("CF", 32, ReadWrite, Scalar, "capacity factor, unsigned Q16.16 (> 0 when FLAGS.capacity)")
-            .push("SMULT", 32, ReadWrite, Scalar, "logit → log2-domain multiplier (> 0)")
-            .push("SSHIFT", 32, ReadWrite, Scalar, "logit → log2-domain shift (0..=62)")
-            .push("CYCLES", 64, ReadOnly, Status, "clock cycles from ap_start to ap_done of the last run")
-            .push("HWINFO", 32, ReadOnly, Status, "e_max−1 | lanes<<8 | log2(port_bits)<<16 | k_max<<20 | unit id<<24")
-            .push(
-                "STATUS",
-                32,
-                ReadOnly,
-                Status,
-                "bit0: the last run was refused (bad arguments) or saw an AXI error response",
-            );
-        map
+        super::regs::TABLE.map(&self.kernel_name(), self.port_bits as u32)
     }
 }
 

@@ -3,6 +3,7 @@
 //! dispatch plan, in one pass over the tokens.
 pub mod config;
 pub mod model;
+pub mod regs;
 pub mod rtl;
 pub mod tail;
 

@@ -10,19 +10,13 @@
 //! route record (one burst), its dispatch entries (single words), and at the
 //! end the statistics.
 use super::config::{MoeConfig, E_LIMIT, RECORD_BYTES, T_LIMIT};
+use super::regs::{Args, TABLE};
 use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_SUM, META_TOK, PB, RB, TB, ZB};
 use crate::blocks::{Fifo, MulU32, SyncRam};
-use crate::control::Control;
-use crate::regmap::CTRL_ADDR_BITS;
-use crate::vitis::PinLevel;
+use crate::shell::{AxiLiteSlave, AxiMaster, Shell};
 use crate::HwError;
 use rust_hdl::prelude::*;
 
-/// Argument words: X, WG, BIAS, ROUTE, DISPATCH, STATS (lo/hi pairs), then
-/// T H E K LDX LDW DPITCH FLAGS CF SMULT SSHIFT.
-const N_ARGS: usize = 23;
-/// CYCLES lo/hi, HWINFO, STATUS.
-const N_STATUS: usize = 4;
 /// Stages of the reciprocal: quotient bits 26..0 of `2^40 / L`, `L ≥ 2^14`.
 const DIV_STAGES: usize = 27;
 /// Output FIFO depth: tokens admitted but not yet written; covers the tail's latency.
@@ -59,50 +53,13 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     pub ap_clk: Signal<In, Clock>,
     pub ap_rst_n: Signal<In, Bit>,
     pub interrupt: Signal<Out, Bit>,
-    pub s_axi_control_awvalid: Signal<In, Bit>,
-    pub s_axi_control_awready: Signal<Out, Bit>,
-    pub s_axi_control_awaddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
-    pub s_axi_control_wvalid: Signal<In, Bit>,
-    pub s_axi_control_wready: Signal<Out, Bit>,
-    pub s_axi_control_wdata: Signal<In, Bits<32>>,
-    pub s_axi_control_wstrb: Signal<In, Bits<4>>,
-    pub s_axi_control_bvalid: Signal<Out, Bit>,
-    pub s_axi_control_bready: Signal<In, Bit>,
-    pub s_axi_control_bresp: Signal<Out, Bits<2>>,
-    pub s_axi_control_arvalid: Signal<In, Bit>,
-    pub s_axi_control_arready: Signal<Out, Bit>,
-    pub s_axi_control_araddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
-    pub s_axi_control_rvalid: Signal<Out, Bit>,
-    pub s_axi_control_rready: Signal<In, Bit>,
-    pub s_axi_control_rdata: Signal<Out, Bits<32>>,
-    pub s_axi_control_rresp: Signal<Out, Bits<2>>,
-    pub m_axi_gmem_awvalid: Signal<Out, Bit>,
-    pub m_axi_gmem_awready: Signal<In, Bit>,
-    pub m_axi_gmem_awaddr: Signal<Out, Bits<64>>,
-    pub m_axi_gmem_awlen: Signal<Out, Bits<8>>,
-    pub m_axi_gmem_awsize: Signal<Out, Bits<3>>,
-    pub m_axi_gmem_awburst: Signal<Out, Bits<2>>,
-    pub m_axi_gmem_wvalid: Signal<Out, Bit>,
-    pub m_axi_gmem_wready: Signal<In, Bit>,
-    pub m_axi_gmem_wdata: Signal<Out, Bits<W>>,
-    pub m_axi_gmem_wstrb: Signal<Out, Bits<S>>,
-    pub m_axi_gmem_wlast: Signal<Out, Bit>,
-    pub m_axi_gmem_bvalid: Signal<In, Bit>,
-    pub m_axi_gmem_bready: Signal<Out, Bit>,
-    pub m_axi_gmem_bresp: Signal<In, Bits<2>>,
-    pub m_axi_gmem_arvalid: Signal<Out, Bit>,
-    pub m_axi_gmem_arready: Signal<In, Bit>,
-    pub m_axi_gmem_araddr: Signal<Out, Bits<64>>,
-    pub m_axi_gmem_arlen: Signal<Out, Bits<8>>,
-    pub m_axi_gmem_arsize: Signal<Out, Bits<3>>,
-    pub m_axi_gmem_arburst: Signal<Out, Bits<2>>,
-    pub m_axi_gmem_rvalid: Signal<In, Bit>,
-    pub m_axi_gmem_rready: Signal<Out, Bit>,
-    pub m_axi_gmem_rdata: Signal<In, Bits<W>>,
-    pub m_axi_gmem_rlast: Signal<In, Bit>,
-    pub m_axi_gmem_rresp: Signal<In, Bits<2>>,
+    pub s_axi_control: AxiLiteSlave,
+    pub m_axi_gmem: AxiMaster<W, S>,
 
-    ctrl: Control,
+    shell: Shell<W, S>,
+    /// The arguments as written (read on the start cycle) and as latched for the run.
+    now: Args,
+    run: Args,
     lanes: Vec<GateLane<W>>,
     posts: Vec<PostLane>,
     xbuf: SyncRam<W>,
@@ -116,43 +73,15 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     mul_b: MulU32,
 
     // Run arguments, latched at ap_start.
-    x_base: DFF<Bits<64>>,
-    w_base: DFF<Bits<64>>,
-    route_base: DFF<Bits<64>>,
-    disp_base: DFF<Bits<64>>,
-    stats_base: DFF<Bits<64>>,
-    t: DFF<Bits<32>>,
-    e: DFF<Bits<32>>,
-    k: DFF<Bits<32>>,
-    ldx: DFF<Bits<32>>,
-    ldw: DFF<Bits<32>>,
-    dpitch: DFF<Bits<32>>,
-    cf: DFF<Bits<32>>,
-    smult: DFF<Bits<32>>,
-    sshift: DFF<Bits<6>>,
     use_sk: DFF<Bit>,
-    capon: DFF<Bit>,
     beats: DFF<Bits<16>>,
     groups: DFF<Bits<16>>,
     emask: DFF<Bits<E_LIMIT>>,
 
     phase: DFF<Phase>,
-    status_err: DFF<Bit>,
-    cycles: DFF<Bits<64>>,
-    done_pulse: Signal<Local, Bit>,
     bad_args: Signal<Local, Bit>,
     groups_of: Signal<Local, Bits<16>>,
-    // Read-address generator.
-    row_addr: DFF<Bits<64>>,
-    rd_addr: DFF<Bits<64>>,
-    rd_rem: DFF<Bits<16>>,
-    rd_row: DFF<Bits<32>>,
-    ar_valid: DFF<Bit>,
-    ar_addr: DFF<Bits<64>>,
-    ar_len: DFF<Bits<8>>,
-    burst: Signal<Local, Bits<16>>,
-    to_page: Signal<Local, Bits<16>>,
-    slot_free: Signal<Local, Bit>,
+    // Read rows.
     // Read-data receiver.
     recv_cnt: DFF<Bits<16>>,
     recv_rows: DFF<Bits<32>>,
@@ -248,10 +177,6 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     di: DFF<Bits<32>>,
     si: DFF<Bits<32>>,
     stats_done: DFF<Bit>,
-    aw_done: DFF<Bit>,
-    w_done: DFF<Bit>,
-    wr_issued: DFF<Bits<32>>,
-    wr_acked: DFF<Bits<32>>,
     d_slot: Signal<Local, Bits<32>>,
     d_sel: Signal<Local, Bits<8>>,
     lane_off: Signal<Local, Bits<64>>,
@@ -266,7 +191,6 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     c_emax: Constant<Bits<32>>,
     c_kmax: Constant<Bits<32>>,
     c_tlim: Constant<Bits<32>>,
-    c_hwinfo: Constant<Bits<32>>,
     c_lanes: Constant<Bits<16>>,
     c_lanes32: Constant<Bits<16>>,
     c_depth: Constant<Bits<16>>,
@@ -291,8 +215,6 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     _last_hi: usize,
 }
 
-crate::impl_vitis_top!(MoeUnit);
-
 fn locals<T: Default>(n: usize) -> Vec<T> {
     (0..n).map(|_| T::default()).collect()
 }
@@ -312,49 +234,11 @@ impl<const W: usize, const S: usize> MoeUnit<W, S> {
             ap_clk: Default::default(),
             ap_rst_n: Default::default(),
             interrupt: Default::default(),
-            s_axi_control_awvalid: Default::default(),
-            s_axi_control_awready: Default::default(),
-            s_axi_control_awaddr: Default::default(),
-            s_axi_control_wvalid: Default::default(),
-            s_axi_control_wready: Default::default(),
-            s_axi_control_wdata: Default::default(),
-            s_axi_control_wstrb: Default::default(),
-            s_axi_control_bvalid: Default::default(),
-            s_axi_control_bready: Default::default(),
-            s_axi_control_bresp: Default::default(),
-            s_axi_control_arvalid: Default::default(),
-            s_axi_control_arready: Default::default(),
-            s_axi_control_araddr: Default::default(),
-            s_axi_control_rvalid: Default::default(),
-            s_axi_control_rready: Default::default(),
-            s_axi_control_rdata: Default::default(),
-            s_axi_control_rresp: Default::default(),
-            m_axi_gmem_awvalid: Default::default(),
-            m_axi_gmem_awready: Default::default(),
-            m_axi_gmem_awaddr: Default::default(),
-            m_axi_gmem_awlen: Default::default(),
-            m_axi_gmem_awsize: Default::default(),
-            m_axi_gmem_awburst: Default::default(),
-            m_axi_gmem_wvalid: Default::default(),
-            m_axi_gmem_wready: Default::default(),
-            m_axi_gmem_wdata: Default::default(),
-            m_axi_gmem_wstrb: Default::default(),
-            m_axi_gmem_wlast: Default::default(),
-            m_axi_gmem_bvalid: Default::default(),
-            m_axi_gmem_bready: Default::default(),
-            m_axi_gmem_bresp: Default::default(),
-            m_axi_gmem_arvalid: Default::default(),
-            m_axi_gmem_arready: Default::default(),
-            m_axi_gmem_araddr: Default::default(),
-            m_axi_gmem_arlen: Default::default(),
-            m_axi_gmem_arsize: Default::default(),
-            m_axi_gmem_arburst: Default::default(),
-            m_axi_gmem_rvalid: Default::default(),
-            m_axi_gmem_rready: Default::default(),
-            m_axi_gmem_rdata: Default::default(),
-            m_axi_gmem_rlast: Default::default(),
-            m_axi_gmem_rresp: Default::default(),
-            ctrl: Control::new(N_ARGS, N_STATUS),
+            s_axi_control: Default::default(),
+            m_axi_gmem: Default::default(),
+            shell: Shell::new(&TABLE, cfg.hwinfo()),
+            now: Default::default(),
+            run: Default::default(),
             lanes: (0..l).map(|_| GateLane::new(g * cm)).collect(),
             posts: (0..l).map(PostLane::new).collect(),
             xbuf: SyncRam::new(2 * cm),
@@ -366,41 +250,13 @@ impl<const W: usize, const S: usize> MoeUnit<W, S> {
             ofifo: Fifo::new(OUT_DEPTH),
             mul_a: Default::default(),
             mul_b: Default::default(),
-            x_base: Default::default(),
-            w_base: Default::default(),
-            route_base: Default::default(),
-            disp_base: Default::default(),
-            stats_base: Default::default(),
-            t: Default::default(),
-            e: Default::default(),
-            k: Default::default(),
-            ldx: Default::default(),
-            ldw: Default::default(),
-            dpitch: Default::default(),
-            cf: Default::default(),
-            smult: Default::default(),
-            sshift: Default::default(),
             use_sk: Default::default(),
-            capon: Default::default(),
             beats: Default::default(),
             groups: Default::default(),
             emask: Default::default(),
             phase: Default::default(),
-            status_err: Default::default(),
-            cycles: Default::default(),
-            done_pulse: Default::default(),
             bad_args: Default::default(),
             groups_of: Default::default(),
-            row_addr: Default::default(),
-            rd_addr: Default::default(),
-            rd_rem: Default::default(),
-            rd_row: Default::default(),
-            ar_valid: Default::default(),
-            ar_addr: Default::default(),
-            ar_len: Default::default(),
-            burst: Default::default(),
-            to_page: Default::default(),
-            slot_free: Default::default(),
             recv_cnt: Default::default(),
             recv_rows: Default::default(),
             recv_lane: Default::default(),
@@ -491,10 +347,6 @@ impl<const W: usize, const S: usize> MoeUnit<W, S> {
             di: Default::default(),
             si: Default::default(),
             stats_done: Default::default(),
-            aw_done: Default::default(),
-            w_done: Default::default(),
-            wr_issued: Default::default(),
-            wr_acked: Default::default(),
             d_slot: Default::default(),
             d_sel: Default::default(),
             lane_off: Default::default(),
@@ -508,7 +360,6 @@ impl<const W: usize, const S: usize> MoeUnit<W, S> {
             c_emax: k(cfg.e_max as u64),
             c_kmax: k(cfg.k_max as u64),
             c_tlim: k(T_LIMIT as u64),
-            c_hwinfo: k(cfg.hwinfo() as u64),
             c_lanes: k(l as u64),
             c_lanes32: k(32 * l as u64),
             c_depth: k(OUT_DEPTH as u64),
@@ -539,216 +390,128 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, ap_clk, x_base, w_base, route_base, disp_base, stats_base, t, e, k, ldx, ldw, dpitch, cf, smult,
-            sshift, use_sk, capon, beats, groups, emask, phase, status_err, cycles, row_addr, rd_addr, rd_rem, rd_row,
-            ar_valid, ar_addr, ar_len, recv_cnt, recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q,
-            cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
-            s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, s4_valid,
-            s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok, p_valid, p_z, p_p, p_mask, p_meta,
-            d_valid, d_l, d_meta, loads, dropped, o_valid, o_rec, o_tok, tokens_out, wstate, w_rec, w_beats, w_tok,
-            w_addr, w_word, w_stats, rb, di, si, stats_done, aw_done, w_done, wr_issued, wr_acked
+            self, ap_clk, use_sk, beats, groups, emask, phase, recv_cnt, recv_rows, recv_lane, recv_grp, bias_bus, tk,
+            cap_num, cap_rem, cap_q, cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid, s1_first, s1_last,
+            s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
+            s3_lastg, s3_tok, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok, p_valid, p_z,
+            p_p, p_mask, p_meta, d_valid, d_l, d_meta, loads, dropped, o_valid, o_rec, o_tok, tokens_out, wstate,
+            w_rec, w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done
         );
-        // ---------------- Control slave ----------------
-        self.done_pulse.next = self.phase.q.val() == Phase::Done;
-        self.ctrl.clock.next = self.ap_clk.val();
-        self.ctrl.rst_n.next = self.ap_rst_n.val();
-        self.ctrl.awvalid.next = self.s_axi_control_awvalid.val();
-        self.s_axi_control_awready.next = self.ctrl.awready.val();
-        self.ctrl.awaddr.next = self.s_axi_control_awaddr.val();
-        self.ctrl.wvalid.next = self.s_axi_control_wvalid.val();
-        self.s_axi_control_wready.next = self.ctrl.wready.val();
-        self.ctrl.wdata.next = self.s_axi_control_wdata.val();
-        self.ctrl.wstrb.next = self.s_axi_control_wstrb.val();
-        self.s_axi_control_bvalid.next = self.ctrl.bvalid.val();
-        self.ctrl.bready.next = self.s_axi_control_bready.val();
-        self.s_axi_control_bresp.next = self.ctrl.bresp.val();
-        self.ctrl.arvalid.next = self.s_axi_control_arvalid.val();
-        self.s_axi_control_arready.next = self.ctrl.arready.val();
-        self.ctrl.araddr.next = self.s_axi_control_araddr.val();
-        self.s_axi_control_rvalid.next = self.ctrl.rvalid.val();
-        self.ctrl.rready.next = self.s_axi_control_rready.val();
-        self.s_axi_control_rdata.next = self.ctrl.rdata.val();
-        self.s_axi_control_rresp.next = self.ctrl.rresp.val();
-        self.interrupt.next = self.ctrl.interrupt.val();
-        self.ctrl.core_idle.next = self.phase.q.val() == Phase::Idle;
-        self.ctrl.core_done.next = self.done_pulse.val();
-        self.ctrl.status[0].next = self.cycles.q.val().get_bits::<32>(0);
-        self.ctrl.status[1].next = self.cycles.q.val().get_bits::<32>(32);
-        self.ctrl.status[2].next = self.c_hwinfo.val();
-        self.ctrl.status[3].next = bit_cast::<32, 1>(self.status_err.q.val().into());
-
-        // ---------------- Defaults ----------------
-        self.m_axi_gmem_arvalid.next = self.ar_valid.q.val();
-        self.m_axi_gmem_araddr.next = self.ar_addr.q.val();
-        self.m_axi_gmem_arlen.next = self.ar_len.q.val();
-        self.m_axi_gmem_arsize.next = self.c_logp.val().get_bits::<3>(0);
-        self.m_axi_gmem_arburst.next = 1.into();
-        self.m_axi_gmem_rready.next = true;
-        self.m_axi_gmem_bready.next = true;
-        self.slot_free.next = !self.ar_valid.q.val() | self.m_axi_gmem_arready.val();
-        if self.slot_free.val() {
-            self.ar_valid.d.next = false;
+        // ---------------- Shell ----------------
+        AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
+        AxiMaster::<W, S>::link(&mut self.m_axi_gmem, &mut self.shell.m_axi_gmem);
+        self.shell.clock.next = self.ap_clk.val();
+        self.shell.rst_n.next = self.ap_rst_n.val();
+        self.interrupt.next = self.shell.interrupt.val();
+        for i in 0..TABLE.words() {
+            self.now.words[i].next = self.shell.args[i].val();
+            self.run.words[i].next = self.shell.run[i].val();
         }
-        // Beats to the next 4 KiB page: AXI bursts must not cross one.
-        self.to_page.next =
-            (bits::<16>(4096) - bit_cast::<16, 12>(self.rd_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val();
-        self.burst.next = self.rd_rem.q.val();
-        if self.to_page.val() < self.rd_rem.q.val() {
-            self.burst.next = self.to_page.val();
-        }
-        if self.phase.q.val() != Phase::Idle {
-            self.cycles.d.next = self.cycles.q.val() + 1;
-        }
-        if self.m_axi_gmem_rvalid.val() & (self.m_axi_gmem_rresp.val() != 0) {
-            self.status_err.d.next = true;
-        }
-        if self.m_axi_gmem_bvalid.val() {
-            self.wr_acked.d.next = self.wr_acked.q.val() + 1;
-            if self.m_axi_gmem_bresp.val() != 0 {
-                self.status_err.d.next = true;
-            }
-        }
+        self.shell.idle.next = self.phase.q.val() == Phase::Idle;
+        self.shell.done.next = self.phase.q.val() == Phase::Done;
+        self.shell.fail.next = false;
+        self.shell.span_load.next = false;
+        self.shell.span_resume.next = false;
+        self.shell.span_addr.next = self.run.wg.val();
+        self.shell.span_beats.next = self.beats.q.val();
+        self.shell.span_rows.next = self.run.e.val();
+        self.shell.span_pitch.next = self.run.ldw.val();
+        // x rows go into the double buffer: row r may load once token r − 2 is issued.
+        self.shell.span_go.next = (self.phase.q.val() == Phase::BiasReq)
+            | (self.phase.q.val() == Phase::WReq)
+            | ((self.phase.q.val() == Phase::Run) & (self.shell.span_row.val() < self.ct.q.val() + 2));
+        self.shell.ar_req.next = false;
+        self.shell.ar_req_addr.next = 0.into();
+        self.shell.ar_req_len.next = 0.into();
         // Lane groups for E experts: ceil(E / lanes), from the group start constants.
         self.groups_of.next = 1.into();
         for g in 0..self._groups {
-            if self.c_gstart[g].val() < self.ctrl.args[14].val() {
+            if self.c_gstart[g].val() < self.now.e.val() {
                 self.groups_of.next = self.c_gp1[g].val();
             }
         }
         // Refuse what the unit cannot run; the host checks first, this keeps a
         // bad register write from corrupting anything.
-        self.bad_args.next = (self.ctrl.args[12].val() == 0)
-            | (self.ctrl.args[12].val() > self.c_tlim.val())
-            | (self.ctrl.args[13].val() == 0)
-            | (self.ctrl.args[13].val() > self.c_hmax.val())
-            | (self.ctrl.args[14].val() == 0)
-            | (self.ctrl.args[14].val() > self.c_emax.val())
-            | (self.ctrl.args[15].val() == 0)
-            | (self.ctrl.args[15].val() > self.c_kmax.val())
-            | (self.ctrl.args[15].val() > self.ctrl.args[14].val())
-            | (self.ctrl.args[19].val().get_bit(3) & (self.ctrl.args[20].val() == 0));
+        self.bad_args.next = (self.now.t.val() == 0)
+            | (self.now.t.val() > self.c_tlim.val())
+            | (self.now.h.val() == 0)
+            | (self.now.h.val() > self.c_hmax.val())
+            | (self.now.e.val() == 0)
+            | (self.now.e.val() > self.c_emax.val())
+            | (self.now.k.val() == 0)
+            | (self.now.k.val() > self.c_kmax.val())
+            | (self.now.k.val() > self.now.e.val())
+            | (self.now.capacity.val() & (self.now.cf.val() == 0));
 
-        // ---------------- Phase machine and read-address generator ----------------
-        self.mul_a.a.next = self.t.q.val();
-        self.mul_a.b.next = self.k.q.val();
-        self.mul_b.a.next = self.cf.q.val();
+        // ---------------- Phase machine and read requests ----------------
+        self.mul_a.a.next = self.run.t.val();
+        self.mul_a.b.next = self.run.k.val();
+        self.mul_b.a.next = self.run.cf.val();
         self.mul_b.b.next = self.tk.q.val();
         self.cap_r2.next = (self.cap_rem.q.val() << 1) | bit_cast::<32, 1>(self.cap_num.q.val().get_bit(63).into());
         match self.phase.q.val() {
             Phase::Idle => {
-                if self.ctrl.start.val() {
-                    self.x_base.d.next = bit_cast::<64, 32>(self.ctrl.args[0].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[1].val()) << 32);
-                    self.w_base.d.next = bit_cast::<64, 32>(self.ctrl.args[2].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[3].val()) << 32);
-                    self.route_base.d.next = bit_cast::<64, 32>(self.ctrl.args[6].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[7].val()) << 32);
-                    self.disp_base.d.next = bit_cast::<64, 32>(self.ctrl.args[8].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[9].val()) << 32);
-                    self.stats_base.d.next = bit_cast::<64, 32>(self.ctrl.args[10].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[11].val()) << 32);
-                    self.t.d.next = self.ctrl.args[12].val();
-                    self.e.d.next = self.ctrl.args[14].val();
-                    self.k.d.next = self.ctrl.args[15].val();
-                    self.ldx.d.next = self.ctrl.args[16].val();
-                    self.ldw.d.next = self.ctrl.args[17].val();
-                    self.dpitch.d.next = self.ctrl.args[18].val();
-                    self.use_sk.d.next = self.ctrl.args[19].val().get_bit(1) | self.ctrl.args[19].val().get_bit(2);
-                    self.capon.d.next = self.ctrl.args[19].val().get_bit(3);
-                    self.cf.d.next = self.ctrl.args[20].val();
-                    self.smult.d.next = self.ctrl.args[21].val();
-                    self.sshift.d.next = self.ctrl.args[22].val().get_bits::<6>(0);
+                if self.shell.start.val() {
+                    self.use_sk.d.next = self.now.topk_softmax.val() | self.now.renormalize.val();
                     self.beats.d.next =
-                        bit_cast::<16, 32>((self.ctrl.args[13].val() + self.c_pmask32.val()) >> self.c_logp.val());
+                        bit_cast::<16, 32>((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val());
                     self.groups.d.next = self.groups_of.val();
-                    self.emask.d.next = (bits::<E_LIMIT>(1) << bit_cast::<16, 32>(self.ctrl.args[14].val())) - 1;
+                    self.emask.d.next = (bits::<E_LIMIT>(1) << bit_cast::<16, 32>(self.now.e.val())) - 1;
                     self.bias_bus.d.next = 0.into();
-                    self.cycles.d.next = 1.into();
-                    self.status_err.d.next = false;
                     self.recv_cnt.d.next = 0.into();
                     self.recv_rows.d.next = 0.into();
                     self.recv_lane.d.next = 0.into();
                     self.recv_grp.d.next = 0.into();
-                    self.rd_row.d.next = 0.into();
-                    self.wr_issued.d.next = 0.into();
-                    self.wr_acked.d.next = 0.into();
-                    self.row_addr.d.next = bit_cast::<64, 32>(self.ctrl.args[2].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[3].val()) << 32);
-                    self.rd_addr.d.next = bit_cast::<64, 32>(self.ctrl.args[2].val())
-                        | (bit_cast::<64, 32>(self.ctrl.args[3].val()) << 32);
-                    self.rd_rem.d.next =
-                        bit_cast::<16, 32>((self.ctrl.args[13].val() + self.c_pmask32.val()) >> self.c_logp.val());
+                    self.shell.span_load.next = true;
+                    self.shell.span_addr.next = self.now.wg.val();
+                    self.shell.span_beats.next =
+                        bit_cast::<16, 32>((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val());
+                    self.shell.span_rows.next = self.now.e.val();
+                    self.shell.span_pitch.next = self.now.ldw.val();
                     self.phase.d.next = Phase::WReq;
-                    if self.ctrl.args[19].val().get_bit(0) {
+                    if self.now.use_bias.val() {
                         // Bias first: ceil(4E / beat) beats into the bias bus.
-                        self.rd_addr.d.next = bit_cast::<64, 32>(self.ctrl.args[4].val())
-                            | (bit_cast::<64, 32>(self.ctrl.args[5].val()) << 32);
-                        self.rd_rem.d.next = bit_cast::<16, 32>(
-                            ((self.ctrl.args[14].val() << 2) + self.c_pmask32.val()) >> self.c_logp.val(),
-                        );
+                        self.shell.span_addr.next = self.now.bias.val();
+                        self.shell.span_beats.next =
+                            bit_cast::<16, 32>(((self.now.e.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val());
+                        self.shell.span_rows.next = 1.into();
                         self.phase.d.next = Phase::BiasReq;
                     }
                     if self.bad_args.val() {
-                        self.status_err.d.next = true;
+                        self.shell.fail.next = true;
                         self.phase.d.next = Phase::Done;
                     }
                 }
             }
             Phase::BiasReq => {
-                if self.slot_free.val() {
-                    if self.rd_rem.q.val() != 0 {
-                        self.ar_valid.d.next = true;
-                        self.ar_addr.d.next = self.rd_addr.q.val();
-                        self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
-                        self.rd_addr.d.next =
-                            self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
-                        self.rd_rem.d.next = self.rd_rem.q.val() - self.burst.val();
-                    } else {
-                        self.phase.d.next = Phase::BiasWait;
-                    }
+                if self.shell.span_done.val() {
+                    self.phase.d.next = Phase::BiasWait;
                 }
             }
             Phase::BiasWait => {
                 if bit_cast::<32, 16>(self.recv_cnt.q.val())
-                    == ((self.e.q.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val()
+                    == ((self.run.e.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val()
                 {
                     self.recv_cnt.d.next = 0.into();
-                    self.rd_addr.d.next = self.row_addr.q.val();
-                    self.rd_rem.d.next = self.beats.q.val();
+                    self.shell.span_load.next = true;
                     self.phase.d.next = Phase::WReq;
                 }
             }
             Phase::WReq => {
-                if self.slot_free.val() {
-                    if self.rd_row.q.val() < self.e.q.val() {
-                        self.ar_valid.d.next = true;
-                        self.ar_addr.d.next = self.rd_addr.q.val();
-                        self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
-                        if self.burst.val() == self.rd_rem.q.val() {
-                            self.rd_row.d.next = self.rd_row.q.val() + 1;
-                            self.row_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.ldw.q.val());
-                            self.rd_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.ldw.q.val());
-                            self.rd_rem.d.next = self.beats.q.val();
-                        } else {
-                            self.rd_addr.d.next =
-                                self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
-                            self.rd_rem.d.next = self.rd_rem.q.val() - self.burst.val();
-                        }
-                    } else {
-                        self.phase.d.next = Phase::WWait;
-                    }
+                if self.shell.span_done.val() {
+                    self.phase.d.next = Phase::WWait;
                 }
             }
             Phase::WWait => {
-                if self.recv_rows.q.val() == self.e.q.val() {
+                if self.recv_rows.q.val() == self.run.e.val() {
                     self.tk.d.next = self.mul_a.p.val().get_bits::<32>(0);
                     self.phase.d.next = Phase::CapMul;
                 }
             }
             Phase::CapMul => {
                 // ceil(CF·T·k / (E·2^16)) = floor((CF·T·k + E·2^16 − 1) / (E·2^16)).
-                self.cap_den.d.next = self.e.q.val() << 16;
-                self.cap_num.d.next = self.mul_b.p.val() + bit_cast::<64, 32>((self.e.q.val() << 16) - 1);
+                self.cap_den.d.next = self.run.e.val() << 16;
+                self.cap_num.d.next = self.mul_b.p.val() + bit_cast::<64, 32>((self.run.e.val() << 16) - 1);
                 self.cap_rem.d.next = 0.into();
                 self.cap_q.d.next = 0.into();
                 self.cap_i.d.next = 0.into();
@@ -765,16 +528,16 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                 }
                 if self.cap_i.q.val() == 64 {
                     // Bounded by T (an expert takes a token at most once), T when unlimited.
-                    self.cap.d.next = self.t.q.val();
-                    if self.capon.q.val() & (self.cap_q.q.val() < bit_cast::<64, 32>(self.t.q.val())) {
+                    self.cap.d.next = self.run.t.val();
+                    if self.run.capacity.val() & (self.cap_q.q.val() < bit_cast::<64, 32>(self.run.t.val())) {
                         self.cap.d.next = self.cap_q.q.val().get_bits::<32>(0);
                     }
                     self.recv_cnt.d.next = 0.into();
                     self.recv_rows.d.next = 0.into();
-                    self.rd_row.d.next = 0.into();
-                    self.row_addr.d.next = self.x_base.q.val();
-                    self.rd_addr.d.next = self.x_base.q.val();
-                    self.rd_rem.d.next = self.beats.q.val();
+                    self.shell.span_load.next = true;
+                    self.shell.span_addr.next = self.run.x.val();
+                    self.shell.span_rows.next = self.run.t.val();
+                    self.shell.span_pitch.next = self.run.ldx.val();
                     self.ct.d.next = 0.into();
                     self.cg.d.next = 0.into();
                     self.cc.d.next = 0.into();
@@ -785,26 +548,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                 }
             }
             Phase::Run => {
-                // x rows into the double buffer: row r may load once token r − 2 is issued.
-                if self.slot_free.val()
-                    & (self.rd_row.q.val() < self.t.q.val())
-                    & (self.rd_row.q.val() < self.ct.q.val() + 2)
-                {
-                    self.ar_valid.d.next = true;
-                    self.ar_addr.d.next = self.rd_addr.q.val();
-                    self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
-                    if self.burst.val() == self.rd_rem.q.val() {
-                        self.rd_row.d.next = self.rd_row.q.val() + 1;
-                        self.row_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.ldx.q.val());
-                        self.rd_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.ldx.q.val());
-                        self.rd_rem.d.next = self.beats.q.val();
-                    } else {
-                        self.rd_addr.d.next =
-                            self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
-                        self.rd_rem.d.next = self.rd_rem.q.val() - self.burst.val();
-                    }
-                }
-                if (self.tokens_out.q.val() == self.t.q.val())
+                if (self.tokens_out.q.val() == self.run.t.val())
                     & self.ofifo.empty.val()
                     & (self.wstate.q.val() == WriterState::Idle)
                 {
@@ -820,7 +564,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                 }
             }
             Phase::Finish => {
-                if self.wr_issued.q.val() == self.wr_acked.q.val() {
+                if self.shell.writes_done.val() {
                     self.phase.d.next = Phase::Done;
                 }
             }
@@ -833,11 +577,11 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         }
 
         // ---------------- Read-data receiver ----------------
-        self.rx.next = self.m_axi_gmem_rvalid.val();
+        self.rx.next = self.m_axi_gmem.rvalid.val();
         self.row_end.next = self.recv_cnt.q.val() == self.beats.q.val() - 1;
         if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
             self.bias_bus.d.next = self.bias_bus.q.val()
-                | (bit_cast::<ZB, W>(self.m_axi_gmem_rdata.val())
+                | (bit_cast::<ZB, W>(self.m_axi_gmem.rdata.val())
                     << (bit_cast::<16, 16>(self.recv_cnt.q.val()) << self.c_logw.val()));
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
@@ -859,7 +603,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                 & ((self.phase.q.val() == Phase::WReq) | (self.phase.q.val() == Phase::WWait))
                 & (self.recv_lane.q.val().index() == j);
             self.lanes[j].waddr.next = (self.recv_grp.q.val() << self.c_logcm.val()) + self.recv_cnt.q.val();
-            self.lanes[j].wdata.next = self.m_axi_gmem_rdata.val();
+            self.lanes[j].wdata.next = self.m_axi_gmem.rdata.val();
             self.lanes[j].raddr.next = (self.cg.q.val() << self.c_logcm.val()) + self.cc.q.val();
             self.lanes[j].x.next = self.xbuf.rdata.val();
             self.lanes[j].valid.next = self.s1_valid.q.val();
@@ -870,7 +614,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         self.xbuf.we.next = self.rx.val() & (self.phase.q.val() == Phase::Run);
         self.xbuf.waddr.next =
             (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.recv_cnt.q.val();
-        self.xbuf.wdata.next = self.m_axi_gmem_rdata.val();
+        self.xbuf.wdata.next = self.m_axi_gmem.rdata.val();
         if self.rx.val() & (self.phase.q.val() == Phase::Run) {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
             if self.row_end.val() {
@@ -883,7 +627,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         // A token starts only when the output FIFO can take it and every token ahead.
         self.tok_start.next = (self.cc.q.val() == 0) & (self.cg.q.val() == 0);
         self.go.next = (self.phase.q.val() == Phase::Run)
-            & (self.ct.q.val() < self.t.q.val())
+            & (self.ct.q.val() < self.run.t.val())
             & (self.recv_rows.q.val() > self.ct.q.val())
             & (!self.tok_start.val() | ((self.ofifo.count.val() + self.inflight.q.val()) < self.c_depth.val()));
         self.xbuf.raddr.next =
@@ -927,8 +671,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             self.posts[j].res.next = self.lanes[j].res.val();
             self.posts[j].bias.next = self.bias_bus.q.val();
             self.posts[j].boff.next = self.s3_goff.q.val();
-            self.posts[j].smult.next = self.smult.q.val();
-            self.posts[j].sshift.next = self.sshift.q.val();
+            self.posts[j].smult.next = self.run.smult.val();
+            self.posts[j].sshift.next = self.run.sshift.val();
         }
         self.zchain[0].next = self.posts[0].zp.val();
         self.tchain[0].next = self.posts[0].tp.val();
@@ -976,7 +720,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         for e in 0..self._emax {
             self.exps[e].t.next = self.r0.aux_o.val();
             self.exps[e].tmax.next = self.tmax.val();
-            self.exps[e].experts.next = bit_cast::<16, 32>(self.e.q.val());
+            self.exps[e].experts.next = bit_cast::<16, 32>(self.run.e.val());
         }
         self.pchain[0].next = self.exps[0].placed.val();
         self.schain[0].next = self.exps[0].p32.val();
@@ -1022,7 +766,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         self.sk[0].next = self.ps[0].val();
         for i in 1..self._kmax {
             self.sk[i].next = self.sk[i - 1].val();
-            if self.c_i[i].val() < self.k.q.val() {
+            if self.c_i[i].val() < self.run.k.val() {
                 self.sk[i].next = self.sk[i - 1].val() + self.ps[i].val();
             }
         }
@@ -1056,7 +800,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                 self.choices[i].r.next = self.divs[last].q_o.val();
                 self.choices[i].loads.next = self.loads.q.val();
                 self.choices[i].cap.next = self.cap.q.val();
-                self.choices[i].active.next = self.divs[last].valid_o.val() & (self.c_i[i].val() < self.k.q.val());
+                self.choices[i].active.next = self.divs[last].valid_o.val() & (self.c_i[i].val() < self.run.k.val());
             }
             self.o_valid.d.next = self.divs[last].valid_o.val();
             self.o_tok.d.next = self.divs[last].meta_o.val().get_bits::<32>(self.c_meta_tok.val().index());
@@ -1104,23 +848,20 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         self.ofifo.pop.next = false;
         self.d_sel.next = self.w_rec.q.val().get_bits::<8>(self.di.q.val().index() * 8);
         self.d_slot.next = self.w_rec.q.val().get_bits::<32>(256 + self.di.q.val().index() * 32);
-        self.mul_b.a.next = self.cf.q.val();
+        self.mul_b.a.next = self.run.cf.val();
         self.mul_b.b.next = self.tk.q.val();
         if self.phase.q.val() != Phase::CapMul {
             self.mul_b.a.next = bit_cast::<32, 8>(self.d_sel.val());
-            self.mul_b.b.next = self.dpitch.q.val();
+            self.mul_b.b.next = self.run.dpitch.val();
         }
         self.lane_off.next = self.w_addr.q.val() & self.c_pmask.val();
-        self.m_axi_gmem_awvalid.next = false;
-        self.m_axi_gmem_awaddr.next = self.w_addr.q.val() & !self.c_pmask.val();
-        self.m_axi_gmem_awlen.next = 0.into();
-        self.m_axi_gmem_awsize.next = self.c_logp.val().get_bits::<3>(0);
-        self.m_axi_gmem_awburst.next = 1.into();
-        self.m_axi_gmem_wvalid.next = false;
-        self.m_axi_gmem_wdata.next =
+        self.shell.wr_send.next = false;
+        self.shell.wr_addr.next = self.w_addr.q.val() & !self.c_pmask.val();
+        self.shell.wr_len.next = 0.into();
+        self.shell.wr_data.next =
             bit_cast::<W, 32>(self.w_word.q.val()) << (bit_cast::<16, 64>(self.lane_off.val()) << 3);
-        self.m_axi_gmem_wstrb.next = self.c_strb.val() << bit_cast::<16, 64>(self.lane_off.val());
-        self.m_axi_gmem_wlast.next = true;
+        self.shell.wr_strb.next = self.c_strb.val() << bit_cast::<16, 64>(self.lane_off.val());
+        self.shell.wr_last.next = true;
         match self.wstate.q.val() {
             WriterState::Idle => {
                 if !self.ofifo.empty.val() & (self.phase.q.val() == Phase::Run) {
@@ -1128,64 +869,50 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                     self.w_rec.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
                     self.w_beats.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
                     self.w_tok.d.next = self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index());
-                    self.w_addr.d.next = self.route_base.q.val()
+                    self.w_addr.d.next = self.run.route.val()
                         + (bit_cast::<64, 32>(self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index())) << 6);
                     self.rb.d.next = 0.into();
-                    self.aw_done.d.next = false;
-                    self.w_done.d.next = false;
                     self.wstate.d.next = WriterState::Rec;
                 }
             }
             WriterState::Rec => {
                 // The 64-byte record as one burst of full beats.
-                self.m_axi_gmem_awvalid.next = !self.aw_done.q.val();
-                self.m_axi_gmem_awaddr.next = self.w_addr.q.val();
-                self.m_axi_gmem_awlen.next = self.c_nb.val() - 1;
-                self.m_axi_gmem_wvalid.next = !self.w_done.q.val();
-                self.m_axi_gmem_wdata.next = self.w_beats.q.val().get_bits::<W>(0);
-                self.m_axi_gmem_wstrb.next = self.c_ones.val();
-                self.m_axi_gmem_wlast.next = self.rb.q.val() == self.c_nb.val() - 1;
-                if self.m_axi_gmem_awready.val() {
-                    self.aw_done.d.next = true;
-                }
-                if self.m_axi_gmem_wready.val() & !self.w_done.q.val() {
+                self.shell.wr_send.next = true;
+                self.shell.wr_addr.next = self.w_addr.q.val();
+                self.shell.wr_len.next = self.c_nb.val() - 1;
+                self.shell.wr_data.next = self.w_beats.q.val().get_bits::<W>(0);
+                self.shell.wr_strb.next = self.c_ones.val();
+                self.shell.wr_last.next = self.rb.q.val() == self.c_nb.val() - 1;
+                if self.shell.wr_beat.val() {
                     self.rb.d.next = self.rb.q.val() + 1;
                     self.w_beats.d.next = self.w_beats.q.val() >> self.c_wbits.val();
-                    if self.rb.q.val() == self.c_nb.val() - 1 {
-                        self.w_done.d.next = true;
-                    }
                 }
-                if (self.aw_done.q.val() | self.m_axi_gmem_awready.val())
-                    & (self.w_done.q.val() | (self.m_axi_gmem_wready.val() & (self.rb.q.val() == self.c_nb.val() - 1)))
-                {
-                    self.wr_issued.d.next = self.wr_issued.q.val() + 1;
+                if self.shell.wr_fire.val() {
                     self.di.d.next = 0.into();
                     self.wstate.d.next = WriterState::DPrep;
                 }
             }
             WriterState::DPrep => {
                 // Dispatch entry of choice `di`: DISPATCH[expert][slot] = token.
-                if self.di.q.val() >= self.k.q.val() {
+                if self.di.q.val() >= self.run.k.val() {
                     self.wstate.d.next = WriterState::Idle;
                 } else if self.d_slot.val().get_bit(31) {
                     self.di.d.next = self.di.q.val() + 1;
                 } else {
                     self.w_addr.d.next =
-                        self.disp_base.q.val() + self.mul_b.p.val() + (bit_cast::<64, 32>(self.d_slot.val()) << 2);
+                        self.run.dispatch.val() + self.mul_b.p.val() + (bit_cast::<64, 32>(self.d_slot.val()) << 2);
                     self.w_word.d.next = self.w_tok.q.val();
                     self.w_stats.d.next = false;
-                    self.aw_done.d.next = false;
-                    self.w_done.d.next = false;
                     self.wstate.d.next = WriterState::WSend;
                 }
             }
             WriterState::SPrep => {
                 // Statistics: dropped, capacity, load[0..E).
-                if self.si.q.val() == self.e.q.val() + 2 {
+                if self.si.q.val() == self.run.e.val() + 2 {
                     self.stats_done.d.next = true;
                     self.wstate.d.next = WriterState::Idle;
                 } else {
-                    self.w_addr.d.next = self.stats_base.q.val() + (bit_cast::<64, 32>(self.si.q.val()) << 2);
+                    self.w_addr.d.next = self.run.stats.val() + (bit_cast::<64, 32>(self.si.q.val()) << 2);
                     self.w_word.d.next = self.loads.q.val().get_bits::<32>((self.si.q.val().index() - 2) * 32);
                     if self.si.q.val() == 0 {
                         self.w_word.d.next = self.dropped.q.val();
@@ -1194,24 +921,12 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                         self.w_word.d.next = self.cap.q.val();
                     }
                     self.w_stats.d.next = true;
-                    self.aw_done.d.next = false;
-                    self.w_done.d.next = false;
                     self.wstate.d.next = WriterState::WSend;
                 }
             }
             WriterState::WSend => {
-                self.m_axi_gmem_awvalid.next = !self.aw_done.q.val();
-                self.m_axi_gmem_wvalid.next = !self.w_done.q.val();
-                if self.m_axi_gmem_awready.val() {
-                    self.aw_done.d.next = true;
-                }
-                if self.m_axi_gmem_wready.val() {
-                    self.w_done.d.next = true;
-                }
-                if (self.aw_done.q.val() | self.m_axi_gmem_awready.val())
-                    & (self.w_done.q.val() | self.m_axi_gmem_wready.val())
-                {
-                    self.wr_issued.d.next = self.wr_issued.q.val() + 1;
+                self.shell.wr_send.next = true;
+                if self.shell.wr_fire.val() {
                     if self.w_stats.q.val() {
                         self.si.d.next = self.si.q.val() + 1;
                         self.wstate.d.next = WriterState::SPrep;
@@ -1229,7 +944,6 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         if !self.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.wstate.d.next = WriterState::Idle;
-            self.ar_valid.d.next = false;
             self.a_valid.d.next = false;
             self.s1_valid.d.next = false;
             self.s2_valid.d.next = false;
@@ -1239,56 +953,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
     }
 }
 
-/// Stack for building a unit: rust-hdl keeps every wide bus (up to 10 240
-/// bits) inline in the block structs, several megabytes in all.
-const BUILD_STACK: usize = 1 << 30;
-
-/// Run `f` on a thread with [`BUILD_STACK`] of stack.
-fn with_big_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, HwError> {
-    std::thread::Builder::new()
-        .stack_size(BUILD_STACK)
-        .spawn(f)
-        .map_err(|e| HwError::Config(format!("cannot start the generator thread: {e}")))?
-        .join()
-        .map_err(|_| HwError::Config("the MoE generator thread panicked".into()))
-}
-
-/// Verilog of the unit, top module named [`MoeConfig::kernel_name`].
-pub fn verilog(cfg: &MoeConfig) -> Result<String, HwError> {
-    fn gen<const W: usize, const S: usize>(cfg: MoeConfig) -> Result<String, HwError> {
-        with_big_stack(move || {
-            let mut unit = Box::new(MoeUnit::<W, S>::new(&cfg)?);
-            unit.connect_all();
-            Ok(crate::vitis::rename_top(&generate_verilog(unit.as_ref()), &cfg.kernel_name()))
-        })?
-    }
-    cfg.validate()?;
-    match cfg.port_bits {
-        128 => gen::<128, 16>(cfg.clone()),
-        256 => gen::<256, 32>(cfg.clone()),
-        512 => gen::<512, 64>(cfg.clone()),
-        other => Err(HwError::Config(format!("port_bits = {other}"))),
-    }
-}
-
-/// The same design in rust-hdl's own simulator (slow; needs no Verilator).
-pub fn hdl_model(cfg: &MoeConfig) -> Result<Box<dyn PinLevel>, HwError> {
-    fn boxed<const W: usize, const S: usize>(cfg: MoeConfig) -> Result<Box<dyn PinLevel>, HwError> {
-        let sim = with_big_stack(move || -> Result<Box<crate::vitis::HdlSim<MoeUnit<W, S>>>, HwError> {
-            let mut unit = MoeUnit::<W, S>::new(&cfg)?;
-            unit.connect_all();
-            Ok(Box::new(crate::vitis::HdlSim::new(unit)))
-        })??;
-        Ok(sim)
-    }
-    cfg.validate()?;
-    match cfg.port_bits {
-        128 => boxed::<128, 16>(cfg.clone()),
-        256 => boxed::<256, 32>(cfg.clone()),
-        512 => boxed::<512, 64>(cfg.clone()),
-        other => Err(HwError::Config(format!("port_bits = {other}"))),
-    }
-}
+crate::vitis_unit!(MoeUnit, MoeConfig, [128, 256, 512]);
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,351 @@
+//! The Vitis kernel shell every unit sits in: the AXI4-Lite control slave
+//! ([`Control`]), the arguments latched for a run, the CYCLES/HWINFO/STATUS
+//! words, the AXI4 master's read-address issuer (4 KiB-safe bursts), its
+//! write handshake and response count, and the interrupt. A unit's top level
+//! holds the Vitis ports as the two interfaces below, links them to its
+//! [`Shell`] and keeps only its controller and datapath.
+//!
+//! Interfaces rather than a macro that writes the port list: rust-hdl flattens
+//! an interface into the same ports (`s_axi_control$awvalid`, renamed to the
+//! Vitis `s_axi_control_awvalid` by [`crate::vitis::rename_top`]) joined by one
+//! `assign` per port, and `LogicLink::link` is an ordinary statement inside
+//! `update`, where a macro cannot be expanded.
+use crate::control::Control;
+use crate::regmap::{Table, CTRL_ADDR_BITS, STATUS_WORDS};
+use crate::vitis::GMEM_ADDR_BITS;
+use rust_hdl::prelude::*;
+
+/// The `s_axi_control` AXI4-Lite slave, as the kernel sees it.
+#[derive(LogicInterface, Default)]
+pub struct AxiLiteSlave {
+    pub awvalid: Signal<In, Bit>,
+    pub awready: Signal<Out, Bit>,
+    pub awaddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
+    pub wvalid: Signal<In, Bit>,
+    pub wready: Signal<Out, Bit>,
+    pub wdata: Signal<In, Bits<32>>,
+    pub wstrb: Signal<In, Bits<4>>,
+    pub bvalid: Signal<Out, Bit>,
+    pub bready: Signal<In, Bit>,
+    pub bresp: Signal<Out, Bits<2>>,
+    pub arvalid: Signal<In, Bit>,
+    pub arready: Signal<Out, Bit>,
+    pub araddr: Signal<In, Bits<CTRL_ADDR_BITS>>,
+    pub rvalid: Signal<Out, Bit>,
+    pub rready: Signal<In, Bit>,
+    pub rdata: Signal<Out, Bits<32>>,
+    pub rresp: Signal<Out, Bits<2>>,
+}
+
+/// The `m_axi_gmem` AXI4 master (single ID, INCR bursts), `W` data bits, `S = W / 8`.
+#[derive(LogicInterface, Default)]
+pub struct AxiMaster<const W: usize, const S: usize> {
+    pub awvalid: Signal<Out, Bit>,
+    pub awready: Signal<In, Bit>,
+    pub awaddr: Signal<Out, Bits<GMEM_ADDR_BITS>>,
+    pub awlen: Signal<Out, Bits<8>>,
+    pub awsize: Signal<Out, Bits<3>>,
+    pub awburst: Signal<Out, Bits<2>>,
+    pub wvalid: Signal<Out, Bit>,
+    pub wready: Signal<In, Bit>,
+    pub wdata: Signal<Out, Bits<W>>,
+    pub wstrb: Signal<Out, Bits<S>>,
+    pub wlast: Signal<Out, Bit>,
+    pub bvalid: Signal<In, Bit>,
+    pub bready: Signal<Out, Bit>,
+    pub bresp: Signal<In, Bits<2>>,
+    pub arvalid: Signal<Out, Bit>,
+    pub arready: Signal<In, Bit>,
+    pub araddr: Signal<Out, Bits<GMEM_ADDR_BITS>>,
+    pub arlen: Signal<Out, Bits<8>>,
+    pub arsize: Signal<Out, Bits<3>>,
+    pub arburst: Signal<Out, Bits<2>>,
+    pub rvalid: Signal<In, Bit>,
+    pub rready: Signal<Out, Bit>,
+    pub rdata: Signal<In, Bits<W>>,
+    pub rlast: Signal<In, Bit>,
+    pub rresp: Signal<In, Bits<2>>,
+}
+
+/// The shell. The unit drives `idle`, `done` and `fail`, reads its arguments
+/// from `args` (as written, for the start cycle) and `run` (latched at `start`),
+/// reads `m_axi_gmem`'s R channel itself, and asks for reads and writes here:
+///
+/// - a *span*: `span_load` sets `span_rows` rows of `span_beats` beats each,
+///   the first at `span_addr`, the next ones `span_pitch` bytes apart
+///   (`span_resume` starts `span_rows` more rows where the last span ended);
+///   while `span_go`, the shell issues its bursts, cut at 4 KiB pages;
+///   `span_row` counts the rows issued, `span_done` says all are;
+/// - or one burst of its own: `ar_req` with `ar_req_addr`, `ar_req_len`,
+///   while `slot_free` and no span is going;
+/// - a write: hold `wr_send` with the address, length, data, strobes and
+///   `wr_last` until `wr_fire`; `wr_beat` marks each data beat taken.
+///   `writes_done` says every write issued this run has its response.
+#[derive(LogicBlock)]
+pub struct Shell<const W: usize, const S: usize> {
+    pub clock: Signal<In, Clock>,
+    pub rst_n: Signal<In, Bit>,
+    pub s_axi_control: AxiLiteSlave,
+    pub m_axi_gmem: AxiMaster<W, S>,
+    pub interrupt: Signal<Out, Bit>,
+    /// One-cycle pulse: the unit starts a run.
+    pub start: Signal<Out, Bit>,
+    pub args: Vec<Signal<Out, Bits<32>>>,
+    pub run: Vec<Signal<Out, Bits<32>>>,
+    pub idle: Signal<In, Bit>,
+    /// One-cycle pulse: the run is complete.
+    pub done: Signal<In, Bit>,
+    /// Sets STATUS bit 0: the unit refused the arguments or saw bad data.
+    pub fail: Signal<In, Bit>,
+    pub slot_free: Signal<Out, Bit>,
+    pub span_load: Signal<In, Bit>,
+    pub span_resume: Signal<In, Bit>,
+    pub span_addr: Signal<In, Bits<64>>,
+    pub span_beats: Signal<In, Bits<16>>,
+    pub span_rows: Signal<In, Bits<32>>,
+    pub span_pitch: Signal<In, Bits<32>>,
+    pub span_go: Signal<In, Bit>,
+    pub span_row: Signal<Out, Bits<32>>,
+    pub span_done: Signal<Out, Bit>,
+    pub ar_req: Signal<In, Bit>,
+    pub ar_req_addr: Signal<In, Bits<64>>,
+    pub ar_req_len: Signal<In, Bits<8>>,
+    pub wr_send: Signal<In, Bit>,
+    pub wr_addr: Signal<In, Bits<64>>,
+    pub wr_len: Signal<In, Bits<8>>,
+    pub wr_data: Signal<In, Bits<W>>,
+    pub wr_strb: Signal<In, Bits<S>>,
+    pub wr_last: Signal<In, Bit>,
+    pub wr_beat: Signal<Out, Bit>,
+    pub wr_fire: Signal<Out, Bit>,
+    pub writes_done: Signal<Out, Bit>,
+    ctrl: Control,
+    run_regs: Vec<DFF<Bits<32>>>,
+    err: DFF<Bit>,
+    cycles: DFF<Bits<64>>,
+    ar_valid: DFF<Bit>,
+    ar_addr: DFF<Bits<64>>,
+    ar_len: DFF<Bits<8>>,
+    rd_addr: DFF<Bits<64>>,
+    rd_rem: DFF<Bits<16>>,
+    row_addr: DFF<Bits<64>>,
+    row_beats: DFF<Bits<16>>,
+    pitch: DFF<Bits<32>>,
+    rows: DFF<Bits<32>>,
+    row: DFF<Bits<32>>,
+    to_page: Signal<Local, Bits<16>>,
+    burst: Signal<Local, Bits<16>>,
+    aw_done: DFF<Bit>,
+    w_done: DFF<Bit>,
+    wr_issued: DFF<Bits<32>>,
+    wr_acked: DFF<Bits<32>>,
+    c_logp: Constant<Bits<16>>,
+    c_hwinfo: Constant<Bits<32>>,
+    _n_args: usize,
+}
+
+impl<const W: usize, const S: usize> Shell<W, S> {
+    /// The shell of a unit with register table `table` and HWINFO word `hwinfo`.
+    pub fn new(table: &Table, hwinfo: u32) -> Self {
+        let n = table.words();
+        Self {
+            clock: Default::default(),
+            rst_n: Default::default(),
+            s_axi_control: Default::default(),
+            m_axi_gmem: Default::default(),
+            interrupt: Default::default(),
+            start: Default::default(),
+            args: (0..n).map(|_| Default::default()).collect(),
+            run: (0..n).map(|_| Default::default()).collect(),
+            idle: Default::default(),
+            done: Default::default(),
+            fail: Default::default(),
+            slot_free: Default::default(),
+            span_load: Default::default(),
+            span_resume: Default::default(),
+            span_addr: Default::default(),
+            span_beats: Default::default(),
+            span_rows: Default::default(),
+            span_pitch: Default::default(),
+            span_go: Default::default(),
+            span_row: Default::default(),
+            span_done: Default::default(),
+            ar_req: Default::default(),
+            ar_req_addr: Default::default(),
+            ar_req_len: Default::default(),
+            wr_send: Default::default(),
+            wr_addr: Default::default(),
+            wr_len: Default::default(),
+            wr_data: Default::default(),
+            wr_strb: Default::default(),
+            wr_last: Default::default(),
+            wr_beat: Default::default(),
+            wr_fire: Default::default(),
+            writes_done: Default::default(),
+            ctrl: Control::new(n, STATUS_WORDS),
+            run_regs: (0..n).map(|_| Default::default()).collect(),
+            err: Default::default(),
+            cycles: Default::default(),
+            ar_valid: Default::default(),
+            ar_addr: Default::default(),
+            ar_len: Default::default(),
+            rd_addr: Default::default(),
+            rd_rem: Default::default(),
+            row_addr: Default::default(),
+            row_beats: Default::default(),
+            pitch: Default::default(),
+            rows: Default::default(),
+            row: Default::default(),
+            to_page: Default::default(),
+            burst: Default::default(),
+            aw_done: Default::default(),
+            w_done: Default::default(),
+            wr_issued: Default::default(),
+            wr_acked: Default::default(),
+            c_logp: Constant::new((S.trailing_zeros() as u64).to_bits()),
+            c_hwinfo: Constant::new((hwinfo as u64).to_bits()),
+            _n_args: n,
+        }
+    }
+
+    /// Argument and status words the control slave was built with.
+    pub fn words(&self) -> (usize, usize) {
+        (self.ctrl.args.len(), self.ctrl.status.len())
+    }
+}
+
+impl<const W: usize, const S: usize> Logic for Shell<W, S> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(
+            self, clock, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_addr, row_beats, pitch, rows,
+            row, aw_done, w_done, wr_issued, wr_acked
+        );
+        AxiLiteSlave::link(&mut self.s_axi_control, &mut self.ctrl.s_axi_control);
+        self.ctrl.clock.next = self.clock.val();
+        self.ctrl.rst_n.next = self.rst_n.val();
+        self.interrupt.next = self.ctrl.interrupt.val();
+        self.ctrl.core_idle.next = self.idle.val();
+        self.ctrl.core_done.next = self.done.val();
+        self.start.next = self.ctrl.start.val();
+        for i in 0..self._n_args {
+            self.run_regs[i].clock.next = self.clock.val();
+            self.run_regs[i].d.next = self.run_regs[i].q.val();
+            if self.ctrl.start.val() {
+                self.run_regs[i].d.next = self.ctrl.args[i].val();
+            }
+            self.args[i].next = self.ctrl.args[i].val();
+            self.run[i].next = self.run_regs[i].q.val();
+        }
+        self.ctrl.status[0].next = self.cycles.q.val().get_bits::<32>(0);
+        self.ctrl.status[1].next = self.cycles.q.val().get_bits::<32>(32);
+        self.ctrl.status[2].next = self.c_hwinfo.val();
+        self.ctrl.status[3].next = bit_cast::<32, 1>(self.err.q.val().into());
+        if !self.idle.val() {
+            self.cycles.d.next = self.cycles.q.val() + 1;
+        }
+        if self.m_axi_gmem.rvalid.val() & (self.m_axi_gmem.rresp.val() != 0) {
+            self.err.d.next = true;
+        }
+        if self.m_axi_gmem.bvalid.val() {
+            self.wr_acked.d.next = self.wr_acked.q.val() + 1;
+            if self.m_axi_gmem.bresp.val() != 0 {
+                self.err.d.next = true;
+            }
+        }
+        if self.ctrl.start.val() {
+            self.cycles.d.next = 1.into();
+            self.err.d.next = false;
+            self.wr_issued.d.next = 0.into();
+            self.wr_acked.d.next = 0.into();
+        }
+        if self.fail.val() {
+            self.err.d.next = true;
+        }
+
+        // Reads: one request in flight on AR at a time.
+        self.m_axi_gmem.arvalid.next = self.ar_valid.q.val();
+        self.m_axi_gmem.araddr.next = self.ar_addr.q.val();
+        self.m_axi_gmem.arlen.next = self.ar_len.q.val();
+        self.m_axi_gmem.arsize.next = self.c_logp.val().get_bits::<3>(0);
+        self.m_axi_gmem.arburst.next = 1.into();
+        self.m_axi_gmem.rready.next = true;
+        self.slot_free.next = !self.ar_valid.q.val() | self.m_axi_gmem.arready.val();
+        if self.slot_free.val() {
+            self.ar_valid.d.next = false;
+        }
+        // Beats to the next 4 KiB page: AXI bursts must not cross one.
+        self.to_page.next =
+            (bits::<16>(4096) - bit_cast::<16, 12>(self.rd_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val();
+        self.burst.next = self.rd_rem.q.val();
+        if self.to_page.val() < self.rd_rem.q.val() {
+            self.burst.next = self.to_page.val();
+        }
+        self.span_row.next = self.row.q.val();
+        self.span_done.next = self.slot_free.val() & !(self.row.q.val() < self.rows.q.val());
+        if self.span_go.val() & self.slot_free.val() & (self.row.q.val() < self.rows.q.val()) {
+            self.ar_valid.d.next = true;
+            self.ar_addr.d.next = self.rd_addr.q.val();
+            self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
+            self.rd_addr.d.next = self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
+            self.rd_rem.d.next = self.rd_rem.q.val() - self.burst.val();
+            if self.burst.val() == self.rd_rem.q.val() {
+                // The row's last burst: the next row follows.
+                self.row.d.next = self.row.q.val() + 1;
+                self.row_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.pitch.q.val());
+                self.rd_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.pitch.q.val());
+                self.rd_rem.d.next = self.row_beats.q.val();
+            }
+        }
+        if self.ar_req.val() {
+            self.ar_valid.d.next = true;
+            self.ar_addr.d.next = self.ar_req_addr.val();
+            self.ar_len.d.next = self.ar_req_len.val();
+        }
+        if self.span_load.val() {
+            self.rd_addr.d.next = self.span_addr.val();
+            self.row_addr.d.next = self.span_addr.val();
+            self.rd_rem.d.next = self.span_beats.val();
+            self.row_beats.d.next = self.span_beats.val();
+            self.pitch.d.next = self.span_pitch.val();
+        }
+        if self.span_load.val() | self.span_resume.val() {
+            self.rows.d.next = self.span_rows.val();
+            self.row.d.next = 0.into();
+        }
+
+        // Writes: address and data handshakes complete in either order.
+        self.m_axi_gmem.awvalid.next = self.wr_send.val() & !self.aw_done.q.val();
+        self.m_axi_gmem.awaddr.next = self.wr_addr.val();
+        self.m_axi_gmem.awlen.next = self.wr_len.val();
+        self.m_axi_gmem.awsize.next = self.c_logp.val().get_bits::<3>(0);
+        self.m_axi_gmem.awburst.next = 1.into();
+        self.m_axi_gmem.wvalid.next = self.wr_send.val() & !self.w_done.q.val();
+        self.m_axi_gmem.wdata.next = self.wr_data.val();
+        self.m_axi_gmem.wstrb.next = self.wr_strb.val();
+        self.m_axi_gmem.wlast.next = self.wr_last.val();
+        self.m_axi_gmem.bready.next = true;
+        self.wr_beat.next = self.wr_send.val() & !self.w_done.q.val() & self.m_axi_gmem.wready.val();
+        if self.wr_send.val() & self.m_axi_gmem.awready.val() {
+            self.aw_done.d.next = true;
+        }
+        if self.wr_beat.val() & self.wr_last.val() {
+            self.w_done.d.next = true;
+        }
+        self.wr_fire.next = self.wr_send.val()
+            & (self.aw_done.q.val() | self.m_axi_gmem.awready.val())
+            & (self.w_done.q.val() | (self.m_axi_gmem.wready.val() & self.wr_last.val()));
+        if self.wr_fire.val() {
+            self.wr_issued.d.next = self.wr_issued.q.val() + 1;
+            self.aw_done.d.next = false;
+            self.w_done.d.next = false;
+        }
+        self.writes_done.next = self.wr_issued.q.val() == self.wr_acked.q.val();
+
+        if !self.rst_n.val() {
+            self.ar_valid.d.next = false;
+            self.aw_done.d.next = false;
+            self.w_done.d.next = false;
+        }
+    }
+}
