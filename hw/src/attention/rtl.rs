@@ -16,31 +16,6 @@ use rust_hdl::prelude::*;
 /// Beats per K (and per V) burst.
 const CHUNK: u64 = 8;
 
-#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
-enum Phase {
-    Idle,
-    HeadInit,
-    KvReq,
-    KvWait,
-    BlockInit,
-    QReq,
-    QWait,
-    Stream,
-    Next,
-    Finish,
-    Done,
-}
-
-/// The finalizer, which runs beside the next block's Q load and K/V prefetch.
-#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
-enum Fin {
-    Idle,
-    Div,
-    Ser,
-    WPrep,
-    WSend,
-}
-
 #[derive(LogicBlock)]
 pub struct AttentionUnit<const W: usize, const S: usize> {
     pub ap_clk: Signal<In, Clock>,
@@ -86,7 +61,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     kv_off: DFF<Bits<64>>,
     kv_rem: DFF<Bits<32>>,
     kv_turn: DFF<Bit>,
-    kv_last_len: DFF<Bits<16>>,
+    kv_last: DFF<Bits<16>>,
     k_page: Signal<Local, Bits<16>>,
     v_page: Signal<Local, Bits<16>>,
     kv_len: Signal<Local, Bits<16>>,
@@ -151,6 +126,31 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     _lanes: usize,
 }
 
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum Phase {
+    Idle,
+    HeadInit,
+    KvReq,
+    KvWait,
+    BlockInit,
+    QReq,
+    QWait,
+    Stream,
+    Next,
+    Finish,
+    Done,
+}
+
+/// The finalizer, which runs beside the next block's Q load and K/V prefetch.
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum Fin {
+    Idle,
+    Div,
+    Ser,
+    WPrep,
+    WSend,
+}
+
 impl<const W: usize, const S: usize> AttentionUnit<W, S> {
     pub fn new(cfg: &AttentionConfig) -> Result<Self, HwError> {
         cfg.validate()?;
@@ -202,7 +202,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             kv_off: Default::default(),
             kv_rem: Default::default(),
             kv_turn: Default::default(),
-            kv_last_len: Default::default(),
+            kv_last: Default::default(),
             k_page: Default::default(),
             v_page: Default::default(),
             kv_len: Default::default(),
@@ -270,54 +270,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self,
-            ap_clk,
-            phase,
-            h,
-            hb,
-            b,
-            qh,
-            kh,
-            vh,
-            oh,
-            nkv,
-            q0,
-            lv,
-            nk,
-            qrow_base,
-            q_total,
-            qb,
-            kv_off,
-            kv_rem,
-            kv_turn,
-            kv_last_len,
-            k_inflight,
-            v_inflight,
-            recv_v,
-            j,
-            rib,
-            st_valid,
-            st_first,
-            st_j,
-            k_row,
-            v0,
-            v1,
-            v2,
-            v3,
-            last_pipe,
-            fin,
-            p_q0,
-            p_lv,
-            p_oh,
-            f_q0,
-            f_lv,
-            f_oh,
-            fx,
-            wi,
-            wb,
-            w_addr,
-            w_beat,
-            w_strb
+            self, ap_clk, phase, h, hb, b, qh, kh, vh, oh, nkv, q0, lv, nk, qrow_base, q_total, qb, kv_off, kv_rem,
+            kv_turn, kv_last, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first, st_j, k_row, v0, v1, v2, v3,
+            last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb
         );
         // ---------------- Shell ----------------
         AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
@@ -518,18 +473,18 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                         {
                             self.shell.ar_req.next = true;
                             self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_len.val() - 1);
-                            self.kv_last_len.d.next = self.kv_len.val();
+                            self.kv_last.d.next = self.kv_len.val();
                             self.k_issue.next = self.kv_len.val();
                             self.kv_turn.d.next = true;
                         }
                     } else {
                         self.shell.ar_req.next = true;
                         self.shell.ar_req_addr.next = self.v_addr.val();
-                        self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_last_len.q.val() - 1);
-                        self.v_issue.next = self.kv_last_len.q.val();
+                        self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_last.q.val() - 1);
+                        self.v_issue.next = self.kv_last.q.val();
                         self.kv_off.d.next =
-                            self.kv_off.q.val() + (bit_cast::<64, 16>(self.kv_last_len.q.val()) << self.c_logp.val());
-                        self.kv_rem.d.next = self.kv_rem.q.val() - bit_cast::<32, 16>(self.kv_last_len.q.val());
+                            self.kv_off.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
+                        self.kv_rem.d.next = self.kv_rem.q.val() - bit_cast::<32, 16>(self.kv_last.q.val());
                         self.kv_turn.d.next = false;
                     }
                 }

@@ -21,29 +21,6 @@ use crate::shell::{AxiLiteSlave, AxiMaster, Shell};
 use crate::HwError;
 use rust_hdl::prelude::*;
 
-#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
-enum Phase {
-    Idle,
-    BiasReq,
-    BiasWait,
-    AReq,
-    AWait,
-    BStream,
-    BDrain,
-    Finish,
-    Done,
-}
-
-#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
-enum WriterState {
-    Idle,
-    Bias,
-    Mul,
-    Round,
-    Pack,
-    Send,
-}
-
 /// The GEMM unit's top level. Port names are the Vitis RTL-kernel names
 /// (see [`crate::vitis::ports`]); `W` is the memory data width, `S = W / 8`.
 #[derive(LogicBlock)]
@@ -70,7 +47,7 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     row_mul: MulU32,
 
     // Derived from the arguments at ap_start.
-    beats_per_row: DFF<Bits<16>>,
+    row_beats: DFF<Bits<16>>,
 
     phase: DFF<Phase>,
     // Read-address generator.
@@ -136,6 +113,29 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     _cols: usize,
 }
 
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum Phase {
+    Idle,
+    BiasReq,
+    BiasWait,
+    AReq,
+    AWait,
+    BStream,
+    BDrain,
+    Finish,
+    Done,
+}
+
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum WriterState {
+    Idle,
+    Bias,
+    Mul,
+    Round,
+    Pack,
+    Send,
+}
+
 impl<const W: usize, const S: usize> GemmUnit<W, S> {
     pub fn new(cfg: &GemmConfig) -> Result<Self, HwError> {
         cfg.validate()?;
@@ -166,7 +166,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             ometa: Fifo::new(ofifo),
             tiles: Fifo::new(4),
             row_mul: Default::default(),
-            beats_per_row: Default::default(),
+            row_beats: Default::default(),
             phase: Default::default(),
             i0: Default::default(),
             rows_valid: Default::default(),
@@ -232,35 +232,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self,
-            ap_clk,
-            beats_per_row,
-            phase,
-            i0,
-            rows_valid,
-            bj0,
-            bk,
-            baddr,
-            b_inflight,
-            recv_cnt,
-            recv_row,
-            fk,
-            fj0,
-            feed_done,
-            since_last,
-            promised,
-            s1_valid,
-            s1_last,
-            s1_sel,
-            s1_b,
-            wstate,
-            w_data,
-            w_i,
-            w_j0,
-            w_addr,
-            w_cols,
-            w_beat,
-            w_strb
+            self, ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, recv_cnt, recv_row, fk, fj0,
+            feed_done, since_last, promised, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data, w_i, w_j0, w_addr,
+            w_cols, w_beat, w_strb
         );
         // ---------------- Shell ----------------
         AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
@@ -278,7 +252,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.shell.span_load.next = false;
         self.shell.span_resume.next = false;
         self.shell.span_addr.next = self.run.a.val();
-        self.shell.span_beats.next = self.beats_per_row.q.val();
+        self.shell.span_beats.next = self.row_beats.q.val();
         self.shell.span_rows.next = self.rows_valid.q.val();
         self.shell.span_pitch.next = self.run.lda.val();
         self.shell.span_go.next = (self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::AReq);
@@ -300,7 +274,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
-                    self.beats_per_row.d.next = bit_cast::<16, 32>(
+                    self.row_beats.d.next = bit_cast::<16, 32>(
                         (self.now.k.val() + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val(),
                     );
                     self.i0.d.next = 0.into();
@@ -439,7 +413,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
         if self.m_axi_gmem.rvalid.val() & ((self.phase.q.val() == Phase::AReq) | (self.phase.q.val() == Phase::AWait)) {
-            if self.recv_cnt.q.val() == self.beats_per_row.q.val() - 1 {
+            if self.recv_cnt.q.val() == self.row_beats.q.val() - 1 {
                 self.recv_cnt.d.next = 0.into();
                 self.recv_row.d.next = self.recv_row.q.val() + 1;
             } else {

@@ -24,30 +24,6 @@ const OUT_DEPTH: usize = 64;
 /// Output FIFO word: route record and token index.
 const OB: usize = RB + 32;
 
-#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
-enum Phase {
-    Idle,
-    BiasReq,
-    BiasWait,
-    WReq,
-    WWait,
-    CapMul,
-    CapDiv,
-    Run,
-    Stats,
-    Finish,
-    Done,
-}
-
-#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
-enum WriterState {
-    Idle,
-    Rec,
-    DPrep,
-    SPrep,
-    WSend,
-}
-
 #[derive(LogicBlock)]
 pub struct MoeUnit<const W: usize, const S: usize> {
     pub ap_clk: Signal<In, Clock>,
@@ -213,6 +189,30 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     _rounds: usize,
     _last_lo: usize,
     _last_hi: usize,
+}
+
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum Phase {
+    Idle,
+    BiasReq,
+    BiasWait,
+    WReq,
+    WWait,
+    CapMul,
+    CapDiv,
+    Run,
+    Stats,
+    Finish,
+    Done,
+}
+
+#[derive(Copy, Clone, PartialEq, Debug, LogicState)]
+enum WriterState {
+    Idle,
+    Rec,
+    DPrep,
+    SPrep,
+    WSend,
 }
 
 fn locals<T: Default>(n: usize) -> Vec<T> {
