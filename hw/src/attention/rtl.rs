@@ -287,9 +287,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.shell.idle.next = self.phase.q.val() == Phase::Idle;
         self.shell.done.next = self.phase.q.val() == Phase::Done;
         self.shell.fail.next = false;
-        self.shell.ar_req.next = false;
-        self.shell.ar_req_addr.next = self.k_addr.val();
-        self.shell.ar_req_len.next = 0.into();
 
         self.mul_q.a.next = self.h.q.val();
         self.mul_q.b.next = self.run.q_stride.val();
@@ -323,6 +320,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // K/V bursts: the same length for K and V, never crossing a page in either.
         self.k_addr.next = self.kh.q.val() + self.kv_off.q.val();
         self.v_addr.next = self.vh.q.val() + self.kv_off.q.val();
+        // Q spans aside, the unit's reads are K/V bursts and the KVLEN word.
+        self.shell.ar_req.next = false;
+        self.shell.ar_req_addr.next = self.k_addr.val();
+        self.shell.ar_req_len.next = 0.into();
         self.k_page.next =
             (bits::<16>(4096) - bit_cast::<16, 12>(self.k_addr.val().get_bits::<12>(0))) >> self.c_logp.val();
         self.v_page.next =
