@@ -94,6 +94,18 @@ impl Table {
         n
     }
 
+    /// Whether every buffer precedes every other register ([`register_table!`] needs it).
+    pub const fn buffers_first(&self) -> bool {
+        let mut i = 1;
+        while i < self.args.len() {
+            if matches!(self.args[i].field, Field::Buffer) && !matches!(self.args[i - 1].field, Field::Buffer) {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+
     /// Index of the first argument word of register `name`.
     pub fn word(&self, name: &str) -> usize {
         let at = self.args.iter().position(|a| a.name == name).unwrap_or_else(|| panic!("no register {name}"));
@@ -146,6 +158,7 @@ macro_rules! register_table {
             hwinfo: $hwinfo,
             status: $status,
         };
+        const _: () = assert!(TABLE.buffers_first(), "list the buffers first: see __register_decoder");
         $(
             #[doc = $desc]
             pub const $name: &str = stringify!($name);
@@ -173,33 +186,41 @@ macro_rules! register_table {
 }
 
 /// [`register_table!`]'s decoder. `#[hdl_gen]` cannot expand a macro inside
-/// `update`, and reads an index only as a literal sum, so the registers are
-/// first sorted by kind (buffers, scalars, shifts, flags), each with its first
-/// word as `0 + 2 + 1 …` in table order; then one transcription writes every
-/// statement, so that `self` in the body is the `self` of the signature.
+/// `update` and evaluates an index only from literals and loop variables, so
+/// the registers are first sorted by kind; then one transcription writes every
+/// statement (so that `self` in the body is the `self` of the signature). A
+/// buffer's first word is a literal sum `(0 + 2 + 1 …)` in table order: its
+/// `bit_cast` is evaluated in Rust, where a loop variable does not exist. rustc
+/// breaks a long sum over lines, which the Verilog then keeps, so buffers come
+/// first in a table ([`Table::buffers_first`]); the others read `words[w]`
+/// with `w` looped over their one word.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __register_decoder {
     (
         [$($b:ident $bw:tt)*]
-        [$($s:ident $sw:tt)*]
-        [$($h:ident $hw:tt)*]
-        [$($f:ident $fw:tt { $($fl:ident $bit:tt)* })*]
+        [$($s:ident $sn:ident)*]
+        [$($h:ident $hn:ident)*]
+        [$($f:ident $fname:ident { $($fl:ident $bit:tt)* })*]
         $end:tt
     ) => {
         impl Logic for Args {
-            // The word indices are sums in parentheses.
+            // Buffer words are sums in parentheses.
             #[allow(unused_parens)]
             #[hdl_gen]
             fn update(&mut self) {
                 $(self.$b.next = bit_cast::<64, 32>(self.words[$bw].val())
                     | (bit_cast::<64, 32>(self.words[$bw + 1].val()) << 32);)*
-                $(self.$s.next = self.words[$sw].val();)*
-                $(self.$h.next = self.words[$hw].val().get_bits::<6>(0);)*
-                $(
-                    self.$f.next = self.words[$fw].val();
-                    $(self.$fl.next = self.words[$fw].val().get_bit($bit);)*
-                )*
+                $(for w in TABLE.word($sn)..TABLE.word($sn) + 1 {
+                    self.$s.next = self.words[w].val();
+                })*
+                $(for w in TABLE.word($hn)..TABLE.word($hn) + 1 {
+                    self.$h.next = self.words[w].val().get_bits::<6>(0);
+                })*
+                $(for w in TABLE.word($fname)..TABLE.word($fname) + 1 {
+                    self.$f.next = self.words[w].val();
+                    $(self.$fl.next = self.words[w].val().get_bit($bit);)*
+                })*
             }
         }
     };
@@ -207,17 +228,17 @@ macro_rules! __register_decoder {
         $crate::__register_decoder! { [$($b)* $field ($($at)*)] [$($s)*] [$($h)*] [$($f)*] ($($at)* + 2) $($rest)* }
     };
     ([$($b:tt)*] [$($s:tt)*] [$($h:tt)*] [$($f:tt)*] ($($at:tt)*) $field:ident $name:ident Scalar; $($rest:tt)*) => {
-        $crate::__register_decoder! { [$($b)*] [$($s)* $field ($($at)*)] [$($h)*] [$($f)*] ($($at)* + 1) $($rest)* }
+        $crate::__register_decoder! { [$($b)*] [$($s)* $field $name] [$($h)*] [$($f)*] ($($at)* + 1) $($rest)* }
     };
     ([$($b:tt)*] [$($s:tt)*] [$($h:tt)*] [$($f:tt)*] ($($at:tt)*) $field:ident $name:ident Shift; $($rest:tt)*) => {
-        $crate::__register_decoder! { [$($b)*] [$($s)*] [$($h)* $field ($($at)*)] [$($f)*] ($($at)* + 1) $($rest)* }
+        $crate::__register_decoder! { [$($b)*] [$($s)*] [$($h)* $field $name] [$($f)*] ($($at)* + 1) $($rest)* }
     };
     (
         [$($b:tt)*] [$($s:tt)*] [$($h:tt)*] [$($f:tt)*] ($($at:tt)*)
         $field:ident $name:ident Flags { $($flag:ident $bit:tt)* }; $($rest:tt)*
     ) => {
         $crate::__register_decoder! {
-            [$($b)*] [$($s)*] [$($h)*] [$($f)* $field ($($at)*) { $($flag $bit)* }] ($($at)* + 1) $($rest)*
+            [$($b)*] [$($s)*] [$($h)*] [$($f)* $field $name { $($flag $bit)* }] ($($at)* + 1) $($rest)*
         }
     };
 }
