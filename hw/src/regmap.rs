@@ -205,19 +205,19 @@ macro_rules! __register_decoder {
         $end:tt
     ) => {
         impl Logic for Args {
-            // Buffer words are sums in parentheses.
+            // Buffer words are sums, loop ends are sums, in parentheses (`#[hdl_gen]` appends `.into()`).
             #[allow(unused_parens)]
             #[hdl_gen]
             fn update(&mut self) {
                 $(self.$b.next = bit_cast::<64, 32>(self.words[$bw].val())
                     | (bit_cast::<64, 32>(self.words[$bw + 1].val()) << 32);)*
-                $(for w in TABLE.word($sn)..TABLE.word($sn) + 1 {
+                $(for w in TABLE.word($sn)..(TABLE.word($sn) + 1) {
                     self.$s.next = self.words[w].val();
                 })*
-                $(for w in TABLE.word($hn)..TABLE.word($hn) + 1 {
+                $(for w in TABLE.word($hn)..(TABLE.word($hn) + 1) {
                     self.$h.next = self.words[w].val().get_bits::<6>(0);
                 })*
-                $(for w in TABLE.word($fname)..TABLE.word($fname) + 1 {
+                $(for w in TABLE.word($fname)..(TABLE.word($fname) + 1) {
                     self.$f.next = self.words[w].val();
                     $(self.$fl.next = self.words[w].val().get_bit($bit);)*
                 })*
