@@ -274,8 +274,11 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.m_axi_gmem.arsize.next = self.c_logp.val().get_bits::<3>(0);
         self.m_axi_gmem.arburst.next = 1.into();
         self.m_axi_gmem.rready.next = true;
+        // `slot_free` is an output only: the shell re-derives it where it needs it, as
+        // Verilator cannot split an always block that reads back what it writes, and the
+        // unit's requests (computed from `slot_free`) would close a combinational loop.
         self.slot_free.next = !self.ar_valid.q.val() | self.m_axi_gmem.arready.val();
-        if self.slot_free.val() {
+        if !self.ar_valid.q.val() | self.m_axi_gmem.arready.val() {
             self.ar_valid.d.next = false;
         }
         // Beats to the next 4 KiB page: AXI bursts must not cross one.
@@ -286,8 +289,12 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             self.burst.next = self.to_page.val();
         }
         self.span_row.next = self.row.q.val();
-        self.span_done.next = self.slot_free.val() & !(self.row.q.val() < self.rows.q.val());
-        if self.span_go.val() & self.slot_free.val() & (self.row.q.val() < self.rows.q.val()) {
+        self.span_done.next =
+            (!self.ar_valid.q.val() | self.m_axi_gmem.arready.val()) & !(self.row.q.val() < self.rows.q.val());
+        if self.span_go.val()
+            & (!self.ar_valid.q.val() | self.m_axi_gmem.arready.val())
+            & (self.row.q.val() < self.rows.q.val())
+        {
             self.ar_valid.d.next = true;
             self.ar_addr.d.next = self.rd_addr.q.val();
             self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
