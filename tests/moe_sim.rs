@@ -50,8 +50,10 @@ fn run(
     sim.reset(16).unwrap();
     let l = MoeLayout::new(cfg, p);
     let (t, h, e, k) = (p.tokens, p.hidden, p.experts, p.top_k);
+    // Row padding (bytes from H to the pitch) holds junk, as in a user's buffer: it is not data.
     let pack = |src: &[i8], rows: usize, pitch: u64| {
-        let mut out = vec![0u8; rows * pitch as usize];
+        let mut out: Vec<u8> =
+            (0..rows * pitch as usize).map(|i| (i as u32).wrapping_mul(0x9E37_79B9).to_le_bytes()[3] | 1).collect();
         for r in 0..rows {
             for c in 0..h {
                 out[r * pitch as usize + c] = src[r * h + c] as u8;
@@ -148,6 +150,30 @@ fn smoke() {
         println!("T={t} H={h} E={e} k={k} {mode:?}: {} cycles", got.cycles);
         assert_eq!(got.status, 0);
         assert_eq!(got.out, want, "T={t} H={h} E={e} k={k} {mode:?}");
+    }
+}
+
+/// Issue 18's shapes, where the router's dot products ran over whole beats and
+/// summed the junk between H and the row pitch (non-zero here, see `run`).
+#[test]
+fn row_padding_is_not_data() {
+    if !ferrite::sim::verilator_or_skip() {
+        return;
+    }
+    let configs = [
+        MoeConfig { e_max: 8, k_max: 2, h_max: 64, lanes: 2, port_bits: 128, clock_mhz: 300.0 },
+        MoeConfig { e_max: 5, k_max: 3, h_max: 64, lanes: 3, port_bits: 256, clock_mhz: 300.0 },
+    ];
+    for cfg in &configs {
+        for (t, h, e, k) in [(5, 7, 3, 2), (6, 31, 7, 2), (8, 17, 8, 2), (6, 63, 4, 3)] {
+            if e > cfg.e_max || k > cfg.k_max {
+                continue;
+            }
+            let p = problem(t, h, e, k, GateMode::SoftmaxTopk);
+            let (x, w, _) = data(&p, h as u64);
+            let got = run(cfg, MemoryConfig::default(), &p, &x, &w, None).unwrap();
+            assert_eq!(got.out, route(&p, &x, &w, None).unwrap(), "{} T={t} H={h} E={e} k={k}", cfg.kernel_name());
+        }
     }
 }
 

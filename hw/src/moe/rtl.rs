@@ -153,10 +153,14 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     di: DFF<Bits<32>>,
     si: DFF<Bits<32>>,
     stats_done: DFF<Bit>,
+    /// Bytes of a token row's last beat that hold X (all when H fills it): the
+    /// padding up to LDX is not data and must not reach the dot products.
+    xmask: DFF<Bits<W>>,
     d_slot: Signal<Local, Bits<32>>,
     d_sel: Signal<Local, Bits<8>>,
     lane_off: Signal<Local, Bits<64>>,
 
+    c_beat_ones: Constant<Bits<W>>,
     c_logp: Constant<Bits<16>>,
     c_pmask: Constant<Bits<64>>,
     c_pmask32: Constant<Bits<32>>,
@@ -347,9 +351,11 @@ impl<const W: usize, const S: usize> MoeUnit<W, S> {
             di: Default::default(),
             si: Default::default(),
             stats_done: Default::default(),
+            xmask: Default::default(),
             d_slot: Default::default(),
             d_sel: Default::default(),
             lane_off: Default::default(),
+            c_beat_ones: Constant::new(Bits::<W>::mask()),
             c_logp: k(p.trailing_zeros() as u64),
             c_pmask: k(p as u64 - 1),
             c_pmask32: k(p as u64 - 1),
@@ -395,7 +401,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok, p_valid, p_z,
             p_p, p_mask, p_meta, d_valid, d_l, d_meta, loads, dropped, o_valid, o_rec, o_tok, tokens_out, wstate,
-            w_rec, w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done
+            w_rec, w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, xmask
         );
         // ---------------- Shell ----------------
         AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
@@ -455,6 +461,11 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                     self.use_sk.d.next = self.now.topk_softmax.val() | self.now.renormalize.val();
                     self.beats.d.next =
                         bit_cast::<16, 32>((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val());
+                    self.xmask.d.next = self.c_beat_ones.val();
+                    if (self.now.h.val() & self.c_pmask32.val()) != 0 {
+                        self.xmask.d.next =
+                            !(self.c_beat_ones.val() << ((self.now.h.val() & self.c_pmask32.val()) << 3));
+                    }
                     self.groups.d.next = self.groups_of.val();
                     self.emask.d.next = (bits::<E_LIMIT>(1) << bit_cast::<16, 32>(self.now.e.val())) - 1;
                     self.bias_bus.d.next = 0.into();
@@ -614,7 +625,11 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         self.xbuf.we.next = self.rx.val() & (self.phase.q.val() == Phase::Run);
         self.xbuf.waddr.next =
             (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.recv_cnt.q.val();
+        // Zero X's row padding: W's padding then multiplies zeros.
         self.xbuf.wdata.next = self.m_axi_gmem.rdata.val();
+        if self.row_end.val() {
+            self.xbuf.wdata.next = self.m_axi_gmem.rdata.val() & self.xmask.q.val();
+        }
         if self.rx.val() & (self.phase.q.val() == Phase::Run) {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
             if self.row_end.val() {

@@ -14,6 +14,7 @@ use ferrite_runtime::device::{RegValue, RegisterArgs, UnitRef};
 use ferrite_runtime::{Buffer, Device, DeviceError, Launch};
 use ferrite_sim::MemoryConfig;
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use std::sync::Arc;
 
 /// Step 1: the config, one type every layer reads.
@@ -83,13 +84,15 @@ mod vadd {
         offset: DFF<Bits<32>>,
         a_beat: DFF<Bits<W>>,
         b_beat: DFF<Bits<W>>,
-        lane_a: Vec<Signal<Local, Bits<8>>>,
-        lane_b: Vec<Signal<Local, Bits<8>>>,
-        lane_sum: Vec<Signal<Local, Bits<8>>>,
-        lane_out: Vec<Signal<Local, Bits<8>>>,
+        lane_a: Vec<Signal<Local, Bits<W>>>,
+        lane_b: Vec<Signal<Local, Bits<W>>>,
+        lane_sum: Vec<Signal<Local, Bits<W>>>,
+        lane_out: Vec<Signal<Local, Bits<W>>>,
         packed: Vec<Signal<Local, Bits<W>>>,
         left: Signal<Local, Bits<32>>,
-        c_logp: Constant<Bits<16>>,
+        /// Bit offset of each byte lane in the beat.
+        c_lane_at: Vec<Constant<Bits<16>>>,
+        c_byte: Constant<Bits<W>>,
         c_lanes: Constant<Bits<32>>,
         c_ones: Constant<Bits<S>>,
         _lanes: usize,
@@ -129,7 +132,8 @@ mod vadd {
                 lane_out: (0..S).map(|_| Default::default()).collect(),
                 packed: (0..S).map(|_| Default::default()).collect(),
                 left: Default::default(),
-                c_logp: Constant::new((S.trailing_zeros() as u64).to_bits()),
+                c_lane_at: (0..S).map(|l| Constant::new(((8 * l) as u64).to_bits())).collect(),
+                c_byte: Constant::new(0xFFu64.to_bits()),
                 c_lanes: Constant::new((S as u64).to_bits()),
                 c_ones: Constant::new(Bits::<S>::mask()),
                 _lanes: S,
@@ -161,11 +165,13 @@ mod vadd {
             self.shell.span_pitch.next = 0.into();
             self.shell.span_go.next = false;
 
-            // The datapath: lane-wise saturating add of the two beats.
+            // The datapath: lane-wise saturating add of the two beats. Each lane works
+            // in a beat-wide signal (its byte at the bottom): `#[hdl_gen]` cannot
+            // `bit_cast` a value indexed by a loop variable, and synthesis trims the rest.
             for l in 0..self._lanes {
-                self.lane_a[l].next = self.a_beat.q.val().get_bits::<8>(l * 8);
-                self.lane_b[l].next = self.b_beat.q.val().get_bits::<8>(l * 8);
-                self.lane_sum[l].next = self.lane_a[l].val() + self.lane_b[l].val();
+                self.lane_a[l].next = (self.a_beat.q.val() >> self.c_lane_at[l].val()) & self.c_byte.val();
+                self.lane_b[l].next = (self.b_beat.q.val() >> self.c_lane_at[l].val()) & self.c_byte.val();
+                self.lane_sum[l].next = (self.lane_a[l].val() + self.lane_b[l].val()) & self.c_byte.val();
                 self.lane_out[l].next = self.lane_sum[l].val();
                 // Overflow: both operands have one sign and the sum the other.
                 if (self.lane_a[l].val().get_bit(7) == self.lane_b[l].val().get_bit(7))
@@ -177,9 +183,9 @@ mod vadd {
                     }
                 }
             }
-            self.packed[0].next = bit_cast::<W, 8>(self.lane_out[0].val());
+            self.packed[0].next = self.lane_out[0].val();
             for l in 1..self._lanes {
-                self.packed[l].next = self.packed[l - 1].val() | (bit_cast::<W, 8>(self.lane_out[l].val()) << (l * 8));
+                self.packed[l].next = self.packed[l - 1].val() | (self.lane_out[l].val() << self.c_lane_at[l].val());
             }
 
             // Reads: one beat at a time, at `offset` into A, then B.
