@@ -290,7 +290,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         }
         self.span_row.next = self.row.q.val();
         self.span_done.next =
-            (!self.ar_valid.q.val() | self.m_axi_gmem.arready.val()) & !(self.row.q.val() < self.rows.q.val());
+            (!self.ar_valid.q.val() | self.m_axi_gmem.arready.val()) & (self.row.q.val() >= self.rows.q.val());
         if self.span_go.val()
             & (!self.ar_valid.q.val() | self.m_axi_gmem.arready.val())
             & (self.row.q.val() < self.rows.q.val())
