@@ -169,6 +169,13 @@ pub trait PinLevel {
     fn eval(&mut self, inputs: &Inputs) -> Outputs;
     /// One rising clock edge with `inputs` held, then settle; returns the outputs after the edge.
     fn tick(&mut self, inputs: &Inputs) -> Outputs;
+    /// One clock cycle: [`eval`](Self::eval) into `settled` (the values the
+    /// cycle's handshakes are read from), then [`tick`](Self::tick) into
+    /// `after`. A model overrides it to do both in one call.
+    fn cycle(&mut self, inputs: &Inputs, settled: &mut Outputs, after: &mut Outputs) {
+        *settled = self.eval(inputs);
+        *after = self.tick(inputs);
+    }
     /// Memory data width of this unit in bits.
     fn data_bits(&self) -> usize;
 }
