@@ -183,7 +183,7 @@ pub trait PinLevel {
 /// Rename rust-hdl's `top` module to the kernel name Vitis expects and make
 /// the text portable ([`crate::portable`]). Every unit's export goes through here.
 pub fn rename_top(verilog: &str, kernel: &str) -> String {
-    crate::portable::always_comb(&verilog.replacen("module top(", &format!("module {kernel}("), 1))
+    crate::portable::portable(&verilog.replacen("module top(", &format!("module {kernel}("), 1))
 }
 
 /// A rust-hdl block with the Vitis port list, as fields named after the ports.
