@@ -4,8 +4,9 @@
 //! unit. `docs/simulators.md` keeps the numbers, before and after each change,
 //! measured side by side in one run (`scripts/sim-speed.sh`).
 //!
-//! `cargo bench --bench sim_speed [-- RUNS]` (default 3 runs per unit). The
-//! first run builds the units with Verilator (minutes, cached afterwards).
+//! `cargo bench --bench sim_speed [-- RUNS] [UNIT]` (default 3 runs of every
+//! unit). The first run builds the units with Verilator (minutes, cached
+//! afterwards).
 use ferrite::host::backend::sim::{Engine, SimDevice};
 use ferrite::host::ops;
 use ferrite::host::RunStats;
@@ -16,10 +17,10 @@ use ferrite::sim::MemoryConfig;
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
-mod common;
-
 /// One launch on a fresh device; returns its stats after checking the result.
 type Run = Box<dyn FnMut(&mut SimDevice) -> RunStats>;
+/// A unit's name, its device and its launch.
+type Make = fn() -> (String, SimDevice, Run);
 
 fn gemm_unit() -> (String, SimDevice, Run) {
     let cfg = GemmConfig::default();
@@ -77,14 +78,21 @@ fn device(cfg: impl Into<ferrite::host::manifest::UnitConfig>) -> SimDevice {
 }
 
 fn main() {
-    if !common::verilator_or_skip("sim-speed") {
+    if !ferrite::sim::verilator_or_skip() {
         return;
     }
-    // `cargo bench` passes `--bench`; a plain number is the run count.
-    let runs = std::env::args().skip(1).find_map(|a| a.parse::<usize>().ok()).unwrap_or(3);
+    // `cargo bench` passes `--bench`; a number is the run count, a word picks
+    // the units whose name contains it (`gemm`, `attention`, `moe`).
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let runs = args.iter().find_map(|a| a.parse::<usize>().ok()).unwrap_or(3);
+    let picked = |name: &str| args.iter().all(|a| a.parse::<usize>().is_ok() || name.contains(a.as_str()));
     println!("| unit | cycles | best wall | cycles/s |");
     println!("|---|---:|---:|---:|");
-    for make in [gemm_unit, attention_unit, moe_unit] {
+    let units: [(&str, Make); 3] = [("gemm", gemm_unit), ("attention", attention_unit), ("moe", moe_unit)];
+    for (unit, make) in units {
+        if !picked(unit) {
+            continue;
+        }
         let (name, mut dev, mut run) = make();
         let (mut cycles, mut best) = (0, Duration::MAX);
         for _ in 0..runs {
