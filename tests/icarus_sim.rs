@@ -107,8 +107,6 @@ fn gemm_4x4_128bit() {
 
 /// The GEMM epilogue with bias in Icarus.
 #[test]
-#[ignore = "Icarus loops in zero time once FLAGS.bias is set: rust-hdl's combinational blocks assign defaults \
-            then overrides, the glitches retrigger the top block and its children forever (docs/simulators.md)"]
 fn gemm_4x4_128bit_bias() {
     if !ferrite::sim::iverilog_or_skip() {
         return;
@@ -214,7 +212,6 @@ fn moe_launches(dev: &mut IcarusDevice, hs: &[usize]) {
 }
 
 #[test]
-#[ignore = "Icarus loops in zero time in the router's first launch, like the GEMM with bias (docs/simulators.md)"]
 fn moe_8_experts_2_lanes() {
     if !ferrite::sim::iverilog_or_skip() {
         return;
@@ -244,7 +241,6 @@ fn moe_8_experts_2_lanes() {
 
 /// H not a multiple of the beat, so every X and W row has random padding.
 #[test]
-#[ignore = "issue 18: the MoE router's dot products run over whole beats, padding included"]
 fn moe_ignores_row_padding() {
     if !ferrite::sim::iverilog_or_skip() {
         return;

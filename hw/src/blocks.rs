@@ -279,11 +279,71 @@ impl Logic for MulU32 {
     }
 }
 
+/// `n` lanes of `L` bits side by side in a `W`-bit bus, lane 0 in the low
+/// bits, the rest zero: the concatenation rust-hdl cannot write. Placing each
+/// lane with a shift and OR-ing the results is the same logic, but simulators
+/// execute every shift and OR over the full bus width (Verilator: calls to
+/// `VL_SHIFTL_WWI` per lane per cycle); a concatenation is copies of words.
+#[derive(LogicBlock)]
+pub struct Pack<const L: usize, const W: usize> {
+    pub lanes: Vec<Signal<In, Bits<L>>>,
+    pub out: Signal<Out, Bits<W>>,
+}
+
+impl<const L: usize, const W: usize> Pack<L, W> {
+    pub fn new(n: usize) -> Self {
+        assert!(n >= 1 && n * L <= W, "{n} lanes of {L} bits do not fit {W} bits");
+        Self { lanes: (0..n).map(|_| Default::default()).collect(), out: Default::default() }
+    }
+}
+
+impl<const L: usize, const W: usize> Logic for Pack<L, W> {
+    fn update(&mut self) {
+        let mut bus = Bits::<W>::default();
+        for (i, lane) in self.lanes.iter().enumerate() {
+            bus = bus | (bit_cast::<W, L>(lane.val()) << (i * L) as u64);
+        }
+        self.out.next = bus;
+    }
+    fn connect(&mut self) {
+        self.out.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let n = self.lanes.len();
+        let mut parts: Vec<String> = (0..n).rev().map(|i| format!("lanes${i}")).collect();
+        if n * L < W {
+            parts.insert(0, format!("{}'d0", W - n * L));
+        }
+        Verilog::Custom(format!("always @(*) out = {{{}}};", parts.join(", ")))
+    }
+}
+
 /// The Rust model of [`Requantizer`] must equal `numerics::requantize`.
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::numerics::{requantize, Requant};
+
+    #[test]
+    fn pack_places_lane_i_at_bit_i_times_l() {
+        let mut p = Pack::<8, 32>::new(3);
+        p.connect_all();
+        for (i, v) in [0x12u64, 0x34, 0x56].into_iter().enumerate() {
+            p.lanes[i].next = v.to_bits();
+        }
+        // Settle, as rust-hdl's simulator does.
+        loop {
+            p.update_all();
+            if !p.has_changed() {
+                break;
+            }
+        }
+        assert_eq!(p.out.val().to_u64(), 0x56_34_12);
+        let Verilog::Custom(v) = p.hdl() else { panic!("Pack is a custom block") };
+        assert_eq!(v, "always @(*) out = {8'd0, lanes$2, lanes$1, lanes$0};");
+        let Verilog::Custom(v) = Pack::<8, 16>::new(2).hdl() else { panic!("Pack is a custom block") };
+        assert_eq!(v, "always @(*) out = {lanes$1, lanes$0};");
+    }
 
     #[test]
     fn requantizer_model_matches_numerics() {

@@ -213,6 +213,13 @@ pub trait PinLevel {
     fn eval(&mut self, inputs: &Inputs) -> Outputs;
     /// One rising clock edge with `inputs` held, then settle; returns the outputs after the edge.
     fn tick(&mut self, inputs: &Inputs) -> Outputs;
+    /// One clock cycle: [`eval`](Self::eval) into `settled` (the values the
+    /// cycle's handshakes are read from), then [`tick`](Self::tick) into
+    /// `after`. A model overrides it to do both in one call.
+    fn cycle(&mut self, inputs: &Inputs, settled: &mut Outputs, after: &mut Outputs) {
+        *settled = self.eval(inputs);
+        *after = self.tick(inputs);
+    }
     /// Memory data width of this unit in bits.
     fn data_bits(&self) -> usize;
 }
@@ -222,7 +229,7 @@ pub trait PinLevel {
 /// (`s_axi_control_awvalid`) in every module that carries them, and make the
 /// text portable ([`crate::portable`]). Every unit's export goes through here.
 pub fn rename_top(verilog: &str, kernel: &str) -> String {
-    crate::portable::always_comb(
+    crate::portable::portable(
         &verilog
             .replacen("module top(", &format!("module {kernel}("), 1)
             .replace("s_axi_control$", "s_axi_control_")

@@ -385,10 +385,11 @@ impl AxiMemory {
         };
         let mut words = [0; DATA_WORDS];
         if b.ok {
-            let mut bytes = vec![0; self.beat_bytes()];
-            self.store.read(b.addr + u64::from(b.done) * bytes.len() as u64, &mut bytes);
-            for (i, byte) in bytes.iter().enumerate() {
-                words[i / 4] |= u32::from(*byte) << (8 * (i % 4));
+            let mut buf = [0; MAX_DATA_BITS / 8];
+            let bytes = &mut buf[..self.beat_bytes()];
+            self.store.read(b.addr + u64::from(b.done) * bytes.len() as u64, bytes);
+            for (word, chunk) in words.iter_mut().zip(bytes.chunks(4)) {
+                *word = chunk.iter().rev().fold(0, |w, &byte| w << 8 | u32::from(byte));
             }
         }
         (words, b.done + 1 == b.beats, if b.ok { RESP_OKAY } else { RESP_SLVERR })
@@ -519,8 +520,11 @@ impl AxiMemory {
             let expect_last = burst.done + 1 == burst.beats;
             if burst.ok {
                 let addr = burst.addr + u64::from(burst.done) * bytes as u64;
-                let data: Vec<u8> = (0..bytes).map(|i| (beat.data[i / 4] >> (8 * (i % 4))) as u8).collect();
-                self.store.write(addr, &data, |i| beat.strb[i / 32] >> (i % 32) & 1 != 0);
+                let mut data = [0; MAX_DATA_BITS / 8];
+                for (i, byte) in data[..bytes].iter_mut().enumerate() {
+                    *byte = (beat.data[i / 4] >> (8 * (i % 4))) as u8;
+                }
+                self.store.write(addr, &data[..bytes], |i| beat.strb[i / 32] >> (i % 32) & 1 != 0);
             }
             burst.done += 1;
             let (ok, index, beats) = (burst.ok, burst.done, burst.beats);

@@ -20,6 +20,8 @@ pub struct Simulation<D: PinLevel> {
     mem: AxiMemory,
     ctrl: AxiLiteMaster,
     inputs: Inputs,
+    /// Outputs settled before the last clock edge, and after it.
+    settled: Outputs,
     last: Outputs,
     cycle: u64,
 }
@@ -36,7 +38,8 @@ impl<D: PinLevel> Simulation<D> {
         }
         let mem = AxiMemory::new(config)?;
         let inputs = Inputs { ap_rst_n: 1, ..Inputs::default() };
-        Ok(Self { dut, mem, ctrl: AxiLiteMaster::default(), inputs, last: Outputs::default(), cycle: 0 })
+        let (settled, last) = (Outputs::default(), Outputs::default());
+        Ok(Self { dut, mem, ctrl: AxiLiteMaster::default(), inputs, settled, last, cycle: 0 })
     }
 
     /// Holds `ap_rst_n` low for `cycles` clock cycles, dropping in-flight transfers.
@@ -107,11 +110,10 @@ impl<D: PinLevel> Simulation<D> {
         }
         self.mem.drive(&mut self.inputs);
         self.ctrl.drive(&mut self.inputs);
-        let settled = self.dut.eval(&self.inputs);
-        let done = self.ctrl.observe(&self.inputs, &settled);
-        self.last = self.dut.tick(&self.inputs);
+        self.dut.cycle(&self.inputs, &mut self.settled, &mut self.last);
+        let done = self.ctrl.observe(&self.inputs, &self.settled);
         if !in_reset {
-            self.mem.clock(&self.inputs, &settled);
+            self.mem.clock(&self.inputs, &self.settled);
         }
         self.cycle += 1;
         done

@@ -20,7 +20,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Bumped when the build recipe changes, so stale cached objects are not reused.
-const RECIPE: &str = "ferrite-sim build recipe 2: --cc --exe --build -O3 -shared -Bsymbolic, x-initial choice";
+const RECIPE: &str =
+    "ferrite-sim build recipe 3: --cc --exe --build -O3 -shared -Bsymbolic, x-initial choice, OPT_FAST=-O3 OPT_GLOBAL=-O2";
 
 /// C type of one field of [`Inputs`] / [`Outputs`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,6 +366,16 @@ void ferrite_eval(void* p, const FerriteInputs* in, FerriteOutputs* out) {
     sample(m->top.get(), out);
 }
 
+// Raises the clock (dumped) and reports the outputs.
+static void edge(Model* m, FerriteOutputs* out) {
+    m->ctx->timeInc(5);
+    m->top->ap_clk = 1;
+    m->top->eval();
+    dump(m);
+    m->ctx->timeInc(5);
+    sample(m->top.get(), out);
+}
+
 // Settles with the clock low (dumped), raises it (dumped), reports the outputs.
 void ferrite_tick(void* p, const FerriteInputs* in, FerriteOutputs* out) {
     Model* m = static_cast<Model*>(p);
@@ -372,12 +383,19 @@ void ferrite_tick(void* p, const FerriteInputs* in, FerriteOutputs* out) {
     m->top->ap_clk = 0;
     m->top->eval();
     dump(m);
-    m->ctx->timeInc(5);
-    m->top->ap_clk = 1;
+    edge(m, out);
+}
+
+// ferrite_eval then ferrite_tick in one call and two evaluations: the tick's
+// settle would repeat the eval's with the same inputs.
+void ferrite_cycle(void* p, const FerriteInputs* in, FerriteOutputs* settled, FerriteOutputs* after) {
+    Model* m = static_cast<Model*>(p);
+    apply(m->top.get(), in);
+    m->top->ap_clk = 0;
     m->top->eval();
     dump(m);
-    m->ctx->timeInc(5);
-    sample(m->top.get(), out);
+    sample(m->top.get(), settled);
+    edge(m, after);
 }
 }
 "#;
@@ -423,6 +441,7 @@ fn default_cache_dir() -> Result<PathBuf, SimError> {
 type NewFn = unsafe extern "C" fn(*const c_char, u32) -> *mut c_void;
 type FreeFn = unsafe extern "C" fn(*mut c_void);
 type StepFn = unsafe extern "C" fn(*mut c_void, *const Inputs, *mut Outputs);
+type CycleFn = unsafe extern "C" fn(*mut c_void, *const Inputs, *mut Outputs, *mut Outputs);
 
 /// A loaded shared object and its entry points (valid while `_lib` lives).
 struct Library {
@@ -431,6 +450,7 @@ struct Library {
     finish: FreeFn,
     eval: StepFn,
     tick: StepFn,
+    cycle: CycleFn,
     _lib: libloading::Library,
 }
 
@@ -463,7 +483,8 @@ impl Library {
             let finish: FreeFn = *lib.get(b"ferrite_finish").map_err(|e| err(e.to_string()))?;
             let eval: StepFn = *lib.get(b"ferrite_eval").map_err(|e| err(e.to_string()))?;
             let tick: StepFn = *lib.get(b"ferrite_tick").map_err(|e| err(e.to_string()))?;
-            Ok(Self { new, free, finish, eval, tick, _lib: lib })
+            let cycle: CycleFn = *lib.get(b"ferrite_cycle").map_err(|e| err(e.to_string()))?;
+            Ok(Self { new, free, finish, eval, tick, cycle, _lib: lib })
         }
     }
 }
@@ -652,6 +673,9 @@ fn compile(
     let x = if x_random { "unique" } else { "fast" };
     cmd.args(["--cc", "--exe", "--build", "-O3", "--x-assign", x, "--x-initial", x, "-Wno-fatal"])
         .args(["--top-module", top, "-CFLAGS", "-fPIC -O2", "-LDFLAGS", "-shared -Wl,-Bsymbolic", "-j", "2"])
+        // Verilator compiles the model with -Os by default (OPT_FAST): the
+        // wide-word helpers (VL_SHIFTL_WWI, VL_ZERO_W) then stay calls.
+        .args(["-MAKEFLAGS", "OPT_FAST=-O3 OPT_GLOBAL=-O2"])
         .args(["--Mdir", "obj_dir", "-o"])
         .arg(&out_so)
         .args(trace.then_some("--trace"))
@@ -718,6 +742,11 @@ impl PinLevel for VerilatorInstance {
         // SAFETY: as in `eval`.
         unsafe { (self.lib.tick)(self.model, inputs, &mut out) };
         out
+    }
+
+    fn cycle(&mut self, inputs: &Inputs, settled: &mut Outputs, after: &mut Outputs) {
+        // SAFETY: as in `eval`.
+        unsafe { (self.lib.cycle)(self.model, inputs, settled, after) };
     }
 
     fn data_bits(&self) -> usize {

@@ -8,12 +8,12 @@
 //! exactly once, so the memory port only streams int8 operands. A `last` flag
 //! travels with A; when it reaches a PE, that PE moves its sum to a result
 //! register and starts the next tile without a bubble.
-use crate::blocks::{SkewLine, SyncRam};
+use crate::blocks::{Pack, SkewLine, SyncRam};
 use rust_hdl::prelude::*;
 
 /// One multiply-accumulate cell: int8×int8 → int32.
-#[derive(LogicBlock)]
-pub struct Pe<const W: usize> {
+#[derive(LogicBlock, Default)]
+pub struct Pe {
     pub clock: Signal<In, Clock>,
     pub clear: Signal<In, Bit>,
     pub a_in: Signal<In, Bits<8>>,
@@ -23,10 +23,10 @@ pub struct Pe<const W: usize> {
     pub a_out: Signal<Out, Bits<8>>,
     pub valid_out: Signal<Out, Bit>,
     pub last_out: Signal<Out, Bit>,
-    /// This PE's registered B, placed at byte lane `col` of a W-bit bus.
-    pub b_placed: Signal<Out, Bits<W>>,
-    /// This PE's last finished sum, placed at 32-bit lane `col`.
-    pub res_placed: Signal<Out, Bits<W>>,
+    /// This PE's registered B, for the next row.
+    pub b_out: Signal<Out, Bits<8>>,
+    /// This PE's last finished sum.
+    pub res_out: Signal<Out, Bits<32>>,
     a_r: DFF<Bits<8>>,
     b_r: DFF<Bits<8>>,
     v_r: DFF<Bit>,
@@ -35,39 +35,9 @@ pub struct Pe<const W: usize> {
     res: DFF<Bits<32>>,
     prod: Signal<Local, Signed<32>>,
     sum: Signal<Local, Signed<32>>,
-    b_shift: Constant<Bits<16>>,
-    res_shift: Constant<Bits<16>>,
 }
 
-impl<const W: usize> Pe<W> {
-    pub fn new(col: usize) -> Self {
-        Self {
-            clock: Default::default(),
-            clear: Default::default(),
-            a_in: Default::default(),
-            b_in: Default::default(),
-            valid_in: Default::default(),
-            last_in: Default::default(),
-            a_out: Default::default(),
-            valid_out: Default::default(),
-            last_out: Default::default(),
-            b_placed: Default::default(),
-            res_placed: Default::default(),
-            a_r: Default::default(),
-            b_r: Default::default(),
-            v_r: Default::default(),
-            l_r: Default::default(),
-            acc: Default::default(),
-            res: Default::default(),
-            prod: Default::default(),
-            sum: Default::default(),
-            b_shift: Constant::new(((col * 8) as u64).to_bits()),
-            res_shift: Constant::new(((col * 32) as u64).to_bits()),
-        }
-    }
-}
-
-impl<const W: usize> Logic for Pe<W> {
+impl Logic for Pe {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(self, clock, a_r, b_r, v_r, l_r, acc, res);
@@ -93,8 +63,8 @@ impl<const W: usize> Logic for Pe<W> {
         if self.clear.val() {
             self.acc.d.next = 0.into();
         }
-        self.b_placed.next = bit_cast::<W, 8>(self.b_r.q.val()) << self.b_shift.val();
-        self.res_placed.next = bit_cast::<W, 32>(self.res.q.val()) << self.res_shift.val();
+        self.b_out.next = self.b_r.q.val();
+        self.res_out.next = self.res.q.val();
     }
 }
 
@@ -115,9 +85,10 @@ pub struct PeRow<const W: usize> {
     pub res_sel: Signal<Out, Bits<W>>,
     /// This row's index while `cap` is high, else zero.
     pub idx_sel: Signal<Out, Bits<32>>,
-    pes: Vec<Pe<W>>,
-    bpack: Vec<Signal<Local, Bits<W>>>,
-    rpack: Vec<Signal<Local, Bits<W>>>,
+    pes: Vec<Pe>,
+    /// The PEs' B bytes and sums, packed as lanes `c` of the row's buses.
+    bpack: Pack<8, W>,
+    rpack: Pack<32, W>,
     cap_r: DFF<Bit>,
     row_idx: Constant<Bits<32>>,
     _cols: usize,
@@ -136,9 +107,9 @@ impl<const W: usize> PeRow<W> {
             cap: Default::default(),
             res_sel: Default::default(),
             idx_sel: Default::default(),
-            pes: (0..cols).map(Pe::new).collect(),
-            bpack: (0..cols).map(|_| Default::default()).collect(),
-            rpack: (0..cols).map(|_| Default::default()).collect(),
+            pes: (0..cols).map(|_| Pe::default()).collect(),
+            bpack: Pack::new(cols),
+            rpack: Pack::new(cols),
             cap_r: Default::default(),
             row_idx: Constant::new((row as u64).to_bits()),
             _cols: cols,
@@ -163,19 +134,17 @@ impl<const W: usize> Logic for PeRow<W> {
             self.pes[c].valid_in.next = self.pes[c - 1].valid_out.val();
             self.pes[c].last_in.next = self.pes[c - 1].last_out.val();
         }
-        self.bpack[0].next = self.pes[0].b_placed.val();
-        self.rpack[0].next = self.pes[0].res_placed.val();
-        for c in 1..self._cols {
-            self.bpack[c].next = self.bpack[c - 1].val() | self.pes[c].b_placed.val();
-            self.rpack[c].next = self.rpack[c - 1].val() | self.pes[c].res_placed.val();
+        for c in 0..self._cols {
+            self.bpack.lanes[c].next = self.pes[c].b_out.val();
+            self.rpack.lanes[c].next = self.pes[c].res_out.val();
         }
+        self.b_out.next = self.bpack.out.val();
         for l in (self._cols - 1)..self._cols {
-            self.b_out.next = self.bpack[l].val();
             // The last PE finishes its sum one cycle after it shows `last`.
             self.cap_r.d.next = self.pes[l].valid_out.val() & self.pes[l].last_out.val();
             self.res_sel.next = 0.into();
             if self.cap_r.q.val() {
-                self.res_sel.next = self.rpack[l].val();
+                self.res_sel.next = self.rpack.out.val();
             }
         }
         self.cap.next = self.cap_r.q.val();

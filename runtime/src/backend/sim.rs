@@ -93,6 +93,13 @@ impl PinLevel for Dut {
         }
     }
 
+    fn cycle(&mut self, inputs: &Inputs, settled: &mut Outputs, after: &mut Outputs) {
+        match self {
+            Self::Verilator(d) => d.cycle(inputs, settled, after),
+            Self::RustHdl(d) => d.cycle(inputs, settled, after),
+        }
+    }
+
     fn data_bits(&self) -> usize {
         match self {
             Self::Verilator(d) => d.data_bits(),

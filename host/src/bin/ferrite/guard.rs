@@ -17,8 +17,9 @@ pub(super) const LONG_RUN: Duration = Duration::from_secs(600);
 const SHOW_ESTIMATE: Duration = Duration::from_secs(5);
 
 /// Simulated cycles per second of the Verilator build of a unit, measured:
-/// the 16×16 GEMM unit ran 67,407 cycles in 4.2 s on a shared 2-core host.
-pub(super) const VERILATOR_CYCLES_PER_S: f64 = 1.5e4;
+/// the 16×16 GEMM unit ran 67,407 cycles in 1.65 s on a shared 2-core host
+/// (docs/simulators.md; the default MoE router is about 8× slower).
+pub(super) const VERILATOR_CYCLES_PER_S: f64 = 4.0e4;
 /// The same for rust-hdl's own simulator, assumed a hundred times slower (not measured).
 pub(super) const RUST_HDL_CYCLES_PER_S: f64 = 150.0;
 /// Multiply-accumulates per second of the golden models (scalar integer code).
