@@ -301,7 +301,7 @@ fn timing(a: &TimingArgs) -> Result<()> {
     let pr = &t.post_route;
     let ran = |s: f64| if t.cached { format!("cached ({s:.0} s)") } else { format!("{s:.0} s") };
     println!(
-        "{}: Fmax {:.1} MHz post-route (target {:.0} MHz), out of context on {}",
+        "{}: Fmax {:.1} MHz post-route (target {:.0} MHz) on {}, behind the 4-pin scan harness",
         unit.kernel_name(),
         pr.fmax_mhz,
         pr.target_mhz,
