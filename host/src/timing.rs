@@ -313,7 +313,7 @@ pub fn field_path(name: &str) -> Option<String> {
         return None;
     }
     let mut base = name;
-    if let Some(i) = base.find(|c| c == '[') {
+    if let Some(i) = base.find('[') {
         base = &base[..i];
     }
     for s in TOOL_SUFFIXES {
