@@ -34,9 +34,11 @@ use std::time::{Duration, Instant};
 /// The device the flow targets, as nextpnr-ecp5 names it on its command line.
 pub const PART: &str = "LFE5U-85F-6 CABGA381";
 /// nextpnr's arguments besides file names: the device, a fixed seed so a
-/// rerun places the same, and the clock target the placer and router work
-/// towards (the goal of issue 14).
-const NEXTPNR_ARGS: [&str; 9] = ["--85k", "--package", "CABGA381", "--speed", "6", "--freq", "150", "--seed", "1"];
+/// rerun places the same, the clock target the placer and router work
+/// towards (the goal of issue 14), and a missed target reported rather than
+/// an error (finding the Fmax is the point; nextpnr exits 1 otherwise).
+const NEXTPNR_ARGS: [&str; 10] =
+    ["--85k", "--package", "CABGA381", "--speed", "6", "--freq", "150", "--seed", "1", "--timing-allow-fail"];
 /// The harness's module and the unit's instance name in it.
 const TOP: &str = "ferrite_timing_top";
 const INSTANCE: &str = "unit";
