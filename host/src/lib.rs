@@ -1,11 +1,12 @@
 //! Ferrite's tooling over [`ferrite_runtime`]: cross-device comparison,
 //! bitstream recipes, resource estimates, board deploy, device listing, the
-//! GPU benchmark, MoE routing analysis, and the `ferrite` CLI.
+//! GPU benchmark, MoE routing analysis, post-route timing, and the `ferrite` CLI.
 //!
 //! The runtime's modules are re-exported under their old paths, so
 //! `ferrite_host::device::Device` and `ferrite_runtime::Device` are one trait.
 pub mod bitstream;
 pub mod board_cli;
+pub mod clock;
 pub mod compare;
 pub mod deploy;
 pub mod devices;
@@ -13,6 +14,7 @@ pub mod devices;
 pub mod gpu_bench;
 pub mod resources;
 pub mod routing;
+pub mod timing;
 
 pub use ferrite_runtime::{backend, device, driver, manifest, memory, npy, ops};
 pub use ferrite_runtime::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats};

@@ -34,6 +34,11 @@ fn every_board_builds_valid_recipes() {
         let loaded = Manifest::load(&report.manifest).unwrap();
         assert_eq!(loaded.manifest.board, board);
         assert!(loaded.manifest.image.is_none());
+        assert!(loaded.manifest.timing.is_none(), "no vendor run, no recorded timing");
+        // The recipe that implements the design also records its timing.
+        let recorder = if board.is_alveo() { "timing.tcl" } else { "overlay.tcl" };
+        let tcl = std::fs::read_to_string(dir.path().join(recorder)).unwrap();
+        assert!(tcl.contains("report_timing_summary") && tcl.contains("timing.json"), "{recorder}: {tcl}");
         let map = GemmConfig::small(2, 2).register_map();
         if board.is_alveo() {
             let xml = std::fs::read_to_string(dir.path().join("kernel.xml")).unwrap();
@@ -206,6 +211,53 @@ fn bitstream_build_cli_reports_missing_tools_and_exits_zero() {
     Manifest::load(&dir.path().join("manifest.json")).unwrap();
 }
 
+/// Stand-ins for `vivado` and `v++` that write what the real ones would
+/// (the `.xo`, an xclbin naming the kernel, the timing the recipe records).
+const FAKE_VIVADO: &str = r#"#!/bin/sh
+k=$(ls *.regmap.json | sed 's/\.regmap\.json$//')
+case "$5" in
+  package_xo.tcl) : > "$k.xo" ;;
+  timing.tcl) echo '{"tool": "Vivado 2099.1", "part": "xcu280-fsvh2892-2L-e", "target_mhz": 300, "wns_ns": -0.437, "achieved_mhz": 263.46}' > timing.json ;;
+esac
+"#;
+const FAKE_VPP: &str = r#"#!/bin/sh
+k=$(ls *.regmap.json | sed 's/\.regmap\.json$//')
+printf 'xclbin2\000' > "$7"
+head -c 56 /dev/zero >> "$7"
+printf '%s' "$k" >> "$7"
+"#;
+
+#[test]
+fn a_vendor_run_records_the_achieved_clock_in_the_manifest() {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = tempfile::tempdir().unwrap();
+    for (name, text) in [("vivado", FAKE_VIVADO), ("v++", FAKE_VPP)] {
+        let path = bin.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::cargo_bin("ferrite")
+        .unwrap()
+        .args(["bitstream", "build", "--unit", "gemm", "--board", "u280", "--rows", "2", "--cols", "2"])
+        .args(["--port-bits", "128", "--k-max", "256", "--n-max", "256", "--out"])
+        .arg(dir.path())
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.path().display()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("ran      vivado -mode batch -notrace -source timing.tcl"), "{text}");
+    let loaded = Manifest::load(&dir.path().join("manifest.json")).unwrap();
+    let t = loaded.manifest.timing.clone().expect("the recorded timing");
+    assert_eq!((t.wns_ns, t.achieved_mhz, t.target_mhz), (-0.437, 263.46, 300.0));
+    assert!(loaded.manifest.files.contains_key("timing.json"), "timing.json is checksummed");
+    // Deploy and run project at the clock the image met, and say it was measured.
+    let clock = ferrite_host::clock::Clock::of_image(&loaded.manifest);
+    assert!(clock.measured && clock.mhz == 263.46, "{clock}");
+    assert!(clock.to_string().contains("WNS -0.437 ns at 300 MHz"), "{clock}");
+}
+
 #[test]
 fn devices_lists_cpu_and_tools() {
     let out = ferrite().args(["devices", "--json"]).output().unwrap();
@@ -248,7 +300,9 @@ fn attention_and_moe_builds_are_checked_against_their_register_maps() {
             assert!(report.success(), "{report}");
             let syntax_ok =
                 report.checks.iter().filter(|(n, o)| n.ends_with("syntax") && matches!(o, Outcome::Pass(_)));
-            assert_eq!(syntax_ok.count(), 1, "tclsh checked the one Tcl script: {report}");
+            // Alveo: package_xo.tcl and timing.tcl; PYNQ: overlay.tcl.
+            let scripts = if board.is_alveo() { 2 } else { 1 };
+            assert_eq!(syntax_ok.count(), scripts, "tclsh checked every Tcl script: {report}");
             let verilog = std::fs::read_to_string(dir.path().join(format!("{}.sv", map.kernel))).unwrap();
             assert!(verilog.contains(&format!("module {}(", map.kernel)));
             let loaded = Manifest::load(&report.manifest).unwrap();

@@ -110,7 +110,43 @@ fn projected_figures_are_never_shown_as_measured() {
     let dir = tempfile::tempdir().unwrap();
     report.write(dir.path()).unwrap();
     let svg = std::fs::read_to_string(dir.path().join("chart.svg")).unwrap();
-    assert!(svg.contains("· sim: ") && svg.contains("[P]"), "chart lacks projected markers");
+    assert!(svg.contains("· sim @ ") && svg.contains("[P]"), "chart lacks projected markers");
+    clocks_are_named(&report, &[&text, &md, &svg]);
+}
+
+/// No projected figure without its clock's source: the row's clock is
+/// measured post-route or assumed, every table row and chart bar with a
+/// projected figure shows which, and the notes and the energy source give the
+/// whole source.
+fn clocks_are_named(report: &Report, outputs: &[&str]) {
+    let mut projected = 0;
+    for case in &report.cases {
+        for row in case.rows.iter().filter(|r| r.latency_s.label == Provenance::Projected) {
+            projected += 1;
+            let f = row.fpga.as_ref().expect("a projected row carries its projection");
+            let src = &f.clock_source;
+            assert!(
+                src.starts_with("measured post-route, ")
+                    || (src.starts_with("assumed (") && src.ends_with("not timing-checked")),
+                "{}: clock source {src:?}",
+                row.name
+            );
+            assert!(row.energy.source.contains(src.as_str()) || row.energy.per_op.is_none(), "{}", row.energy.source);
+            for out in outputs {
+                let note = format!("projection: {} cycles of {}", f.cycles, f.kernel);
+                if let Some(line) = out.lines().find(|l| l.contains(&note)) {
+                    assert!(line.contains(src.as_str()), "{line}");
+                }
+            }
+        }
+    }
+    assert!(projected > 0, "no projected figure to check");
+    for out in outputs {
+        // A projected figure's line (table row, chart bar) names the clock's kind next to it.
+        for line in out.lines().filter(|l| l.contains("[P]") && !l.contains("[P] projected from")) {
+            assert!(line.contains(" MHz measured") || line.contains(" MHz assumed"), "clock source missing: {line}");
+        }
+    }
 }
 
 #[test]

@@ -220,6 +220,35 @@ pub struct Manifest {
     pub overlay: Option<OverlayInfo>,
     /// sha256 (hex) of every file of the build, by path relative to the manifest.
     pub files: BTreeMap<String, String>,
+    /// The image's post-route timing as the vendor recipe recorded it;
+    /// `None` when the vendor tools did not run (the clock is then assumed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<RoutedTiming>,
+}
+
+/// Achieved timing of a routed image (Vivado's worst setup slack after routing).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoutedTiming {
+    /// `Vivado 2023.2`.
+    pub tool: String,
+    pub part: String,
+    /// The kernel clock the design was built for.
+    pub target_mhz: f64,
+    /// Worst negative slack at that clock; negative: the clock is not met.
+    pub wns_ns: f64,
+    /// The clock the worst path allows: 1000 / (period − WNS).
+    pub achieved_mhz: f64,
+}
+
+impl RoutedTiming {
+    /// The clock the image runs at: the target when met, else the achieved.
+    pub fn clock_mhz(&self) -> f64 {
+        if self.wns_ns >= 0.0 {
+            self.target_mhz
+        } else {
+            self.achieved_mhz
+        }
+    }
 }
 
 /// Every way a manifest can be refused.
@@ -295,6 +324,7 @@ impl Manifest {
             image,
             overlay,
             files: sums,
+            timing: None,
         })
     }
 
@@ -335,6 +365,11 @@ impl Manifest {
         }
         if !(manifest.clock_mhz.is_finite() && manifest.clock_mhz > 0.0) {
             return Err(invalid(format!("clock_mhz = {}", manifest.clock_mhz)));
+        }
+        if let Some(t) = &manifest.timing {
+            if !(t.clock_mhz().is_finite() && t.clock_mhz() > 0.0 && t.wns_ns.is_finite()) {
+                return Err(invalid(format!("timing: achieved {} MHz, WNS {} ns", t.achieved_mhz, t.wns_ns)));
+            }
         }
         let dir = path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         for (file, expected) in &manifest.files {
@@ -412,11 +447,25 @@ mod tests {
             image: None,
             overlay: None,
             files: BTreeMap::new(),
+            timing: None,
         };
         let v: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
         assert_eq!(v["unit"], "gemm");
         assert_eq!(v["config"]["rows"], 2);
+        assert!(v.get("timing").is_none(), "no timing key before the vendor tools ran");
         assert_eq!(serde_json::from_value::<Manifest>(v).unwrap(), m);
+        // A recorded timing: met runs at the target, missed at the achieved clock.
+        let t = RoutedTiming {
+            tool: "Vivado 2023.2".into(),
+            part: "xcu55c".into(),
+            target_mhz: 300.0,
+            wns_ns: -0.5,
+            achieved_mhz: 260.87,
+        };
+        assert_eq!(t.clock_mhz(), 260.87);
+        assert_eq!(RoutedTiming { wns_ns: 0.1, ..t.clone() }.clock_mhz(), 300.0);
+        let m = Manifest { timing: Some(t), ..m };
+        assert_eq!(serde_json::from_str::<Manifest>(&m.to_json()).unwrap(), m);
     }
 
     #[test]

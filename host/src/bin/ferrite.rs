@@ -19,6 +19,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::backend::sim::{Engine, SimDevice};
+use ferrite_host::clock::Clock;
 use ferrite_host::manifest::UnitConfig;
 use ferrite_host::{npy, ops, Device, RunStats};
 use ferrite_hw::gemm::model::{error_vs_f64, ErrorStats};
@@ -130,9 +131,10 @@ struct UnitArgs {
     /// Largest N with a bias (bias buffer depth); default: 4096.
     #[arg(long)]
     n_max: Option<usize>,
-    /// Clock for projected times, in MHz.
-    #[arg(long, default_value_t = 300.0)]
-    clock_mhz: f64,
+    /// Clock for projected times in MHz, assumed (default: the unit's post-route Fmax when
+    /// `ferrite timing` measured this config, else 300).
+    #[arg(long)]
+    clock_mhz: Option<f64>,
 }
 
 impl UnitArgs {
@@ -144,7 +146,7 @@ impl UnitArgs {
             port_bits: self.port_bits,
             k_max: self.k_max.unwrap_or(d.k_max),
             n_max: self.n_max.unwrap_or(d.n_max),
-            clock_mhz: self.clock_mhz,
+            clock_mhz: self.clock_mhz.unwrap_or(d.clock_mhz),
             ..d
         };
         cfg.validate()?;
@@ -546,7 +548,13 @@ fn run_gemm(args: &RunGemm) -> Result<()> {
         }
     }
     println!("golden/f64   {}", describe_error(&err, &golden));
-    print_stats(&stats, cfg.clock_mhz);
+    let clock = match args.device {
+        DeviceArg::Sim => Some(sim_clock(cfg.clone().into(), args.unit.clock_mhz)?),
+        DeviceArg::Xrt => Some(boards::image_clock(&args.board, "xrt", "gemm")?),
+        DeviceArg::Pynq => Some(boards::image_clock(&args.board, "pynq", "gemm")?),
+        _ => None,
+    };
+    print_stats(&stats, clock.as_ref());
     if let Some(path) = &args.out {
         npy::write_output(path, &out, p.m, p.n)?;
         println!("wrote        {}", path.display());
@@ -574,19 +582,30 @@ fn describe_error(e: &ErrorStats, out: &GemmOutput) -> String {
     format!("max |err| {:.3}{unit}, rel. Frobenius {:.2e}, {} saturated", e.max_abs, e.rel_fro, e.saturated)
 }
 
-fn print_stats(stats: &RunStats, clock_mhz: f64) {
+/// The clock a simulated unit's cycles are projected at: the user's
+/// `--clock-mhz`, else the post-route Fmax `ferrite timing` measured for
+/// exactly this unit, else the unit's default.
+fn sim_clock(unit: UnitConfig, user: Option<f64>) -> Result<Clock> {
+    let default = unit.clock_mhz();
+    Clock::for_unit(&unit, user, (default, "the unit's default clock"))
+}
+
+/// Wall time, and for a cycle-level device its cycles, utilization and the
+/// time they take at `clock`, which names its source.
+fn print_stats(stats: &RunStats, clock: Option<&Clock>) {
     println!("wall         {:.3?}", stats.wall);
-    match stats.cycles {
-        Some(c) => {
-            println!("cycles       {}", c.cycles);
-            println!("utilization  {:.1} %", 100.0 * stats.utilization().unwrap_or(0.0));
-            if let Some(t) = stats.projected() {
-                println!("projected    {t:.3?} at {} MHz", c.clock_mhz);
-            }
+    let Some(c) = stats.cycles else {
+        println!("cycles       n/a (not a cycle-level device)");
+        return;
+    };
+    println!("cycles       {}", c.cycles);
+    println!("utilization  {:.1} %", 100.0 * stats.utilization().unwrap_or(0.0));
+    match clock {
+        Some(clock) => {
+            let t = Duration::from_secs_f64(c.cycles as f64 / (clock.mhz * 1e6));
+            println!("projected    {t:.3?} at {clock}");
         }
-        None => {
-            println!("cycles       n/a (not a cycle-level device; clock {clock_mhz} MHz not used)")
-        }
+        None => println!("projected    n/a (no clock is known for this device)"),
     }
 }
 
@@ -596,11 +615,12 @@ fn demo(args: &DemoArgs) -> Result<()> {
     let problem = GemmProblem { bias: true, relu: true, requant: Some(requant), ..GemmProblem::new(s, s, s) };
     let ops = random_operands(problem, 0);
     let golden = gemm(&problem, &ops.a, &ops.b, ops.bias.as_deref())?;
-    let cfg = GemmConfig::default();
+    let clock = sim_clock(GemmConfig::default().into(), None)?;
+    let cfg = GemmConfig { clock_mhz: clock.mhz, ..GemmConfig::default() };
     let engine = demo_engine(args.sim.engine)?;
     let mut devices = demo_devices(cfg.clone(), &args.sim, engine)?;
     devices.insert(1, Box::new(CpuDevice::new(CpuMode::Fast)));
-    println!("{} on the default {} unit at {} MHz", describe(&problem), cfg.kernel_name(), cfg.clock_mhz);
+    println!("{} on the default {} unit, projected at {clock}", describe(&problem), cfg.kernel_name());
     let mut table = demo_table();
     let mut all_exact = true;
     for mut dev in devices {

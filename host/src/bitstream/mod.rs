@@ -2,10 +2,13 @@
 //! (where the vendor tools are installed) builds.
 //!
 //! A build directory holds the unit's Verilog, register map and configuration;
-//! for Alveo cards `kernel.xml`, `package_xo.tcl` and `link.cfg`; for PYNQ
+//! for Alveo cards `kernel.xml`, `package_xo.tcl`, `link.cfg` and `timing.tcl`; for PYNQ
 //! boards `overlay.tcl` and the UIO device-tree overlay `overlay.dtso` (with
 //! `overlay.dtbo` when `dtc` is installed); a `build.sh` with the exact vendor
-//! commands; and a [`Manifest`] with checksums of all of it.
+//! commands; and a [`Manifest`] with checksums of all of it. When the vendor
+//! tools run, the recipes record the achieved post-route clock and WNS in
+//! `timing.json`, which the manifest carries so deploy and compare can say
+//! the clock was met (or not) instead of assuming it.
 //!
 //! Exit policy (see [`BuildReport::success`]): the build fails when something
 //! generated is invalid (a check fails) or a vendor tool ran and failed. A
@@ -17,7 +20,7 @@ pub mod dts;
 pub mod kernel_xml;
 pub mod tcl;
 
-use crate::manifest::{Manifest, OverlayInfo, UnitConfig};
+use crate::manifest::{Manifest, OverlayInfo, RoutedTiming, UnitConfig};
 use board::{Board, Flow};
 use ferrite_hw::regmap::RegisterMap;
 use ferrite_hw::vitis;
@@ -160,6 +163,7 @@ fn vendor_steps(board: Board, kernel: &str) -> Vec<(&'static str, Vec<String>, S
                 ]),
                 format!("{kernel}.xclbin"),
             ),
+            ("vivado", s(&["-mode", "batch", "-notrace", "-source", "timing.tcl"]), tcl::TIMING_FILE.into()),
         ],
         Flow::Pynq { .. } => {
             vec![("vivado", s(&["-mode", "batch", "-notrace", "-source", "overlay.tcl"]), "overlay.bit".into())]
@@ -200,6 +204,11 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("creating {}: {e}", out.display()))?;
     let mut files = Vec::new();
     let mut checks = Vec::new();
+    // Only this build's vendor run may speak for the image's timing.
+    let timing_path = out.join(tcl::TIMING_FILE);
+    if timing_path.exists() {
+        std::fs::remove_file(&timing_path).map_err(|e| anyhow::anyhow!("removing {}: {e}", timing_path.display()))?;
+    }
 
     let verilog = req.unit.verilog()?;
     write(out, &format!("{kernel}.{}", ferrite_hw::portable::EXTENSION), &verilog, &mut files)?;
@@ -239,6 +248,8 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
             let link = tcl::link_config(&map, &spec, req.clock_mhz)
                 .ok_or_else(|| anyhow::anyhow!("no link config for {}", req.board))?;
             write(out, "link.cfg", &link, &mut files)?;
+            write(out, "timing.tcl", &tcl::alveo_timing(req.clock_mhz), &mut files)?;
+            tcl_files.push("timing.tcl");
             None
         }
         Flow::Pynq { control_base, .. } => {
@@ -323,7 +334,7 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
         } else {
             run_tool(out, tool, &args, &product)
         };
-        if outcome == ToolOutcome::Ran {
+        if outcome == ToolOutcome::Ran && !files.contains(&product) {
             files.push(product.clone());
             if product.ends_with(".xclbin") || product.ends_with(".bit") {
                 image = Some(product);
@@ -336,7 +347,20 @@ pub fn build(req: &BuildRequest) -> anyhow::Result<BuildReport> {
     if let (Some(o), Some(_)) = (&overlay, &image) {
         files.push(o.hwh.clone());
     }
-    let manifest = Manifest::new(req.unit.clone(), req.board, req.clock_mhz, image.clone(), overlay, out, &files)?;
+    let timing = match (&image, timing_path.is_file()) {
+        (Some(_), true) => {
+            let text = std::fs::read_to_string(&timing_path)?;
+            let t: RoutedTiming = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}: not the timing the recipe writes: {e}", timing_path.display()))?;
+            if !files.iter().any(|f| f == tcl::TIMING_FILE) {
+                files.push(tcl::TIMING_FILE.into());
+            }
+            Some(t)
+        }
+        _ => None,
+    };
+    let mut manifest = Manifest::new(req.unit.clone(), req.board, req.clock_mhz, image.clone(), overlay, out, &files)?;
+    manifest.timing = timing;
     let manifest_path = manifest.write(out)?;
     Ok(BuildReport { out: out.clone(), files, checks, tools, manifest: manifest_path, image })
 }

@@ -50,7 +50,8 @@ fn panels(r: &Report) -> Vec<Panel> {
     let mut error = Panel { title: "max |error| vs float64, in each row's unit", unit: "", bars: Vec::new() };
     for case in &r.cases {
         for row in &case.rows {
-            let label = format!("{} {} · {}", case.workload.id(), case.size, row.device.id());
+            let clock = row.fpga.as_ref().map_or(String::new(), |f| format!(" @ {}", f.clock_short()));
+            let label = format!("{} {} · {}{clock}", case.workload.id(), case.size, row.device.id());
             latency.bars.push(Bar {
                 label: label.clone(),
                 value: Some(row.latency_s.value),
@@ -94,7 +95,7 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 fn draw(root: &Area, panels: &[Panel]) -> Result<()> {
     root.fill(&WHITE)?;
     let body = root.titled(
-        "ferrite compare — blue [M] measured · orange [P] projected from simulated cycles · grey [E] estimated · \
+        "ferrite compare — blue [M] measured · orange [P] projected from simulated cycles at the clock named · grey [E] estimated · \
          green: error of the device's own output",
         ("sans-serif", 16),
     )?;

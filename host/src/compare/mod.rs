@@ -3,7 +3,8 @@
 //!
 //! CPU and GPU figures are measured (median launch time over repeated runs).
 //! FPGA figures are projected from the simulated unit's exact cycle count at
-//! its clock, with the board and the resource estimate beside them; FPGA
+//! a [`Clock`] that names its source (a post-route Fmax from the timing cache,
+//! else an assumed clock), with the board and the resource estimate beside them; FPGA
 //! energy comes from the power model in [`energy`] and is labelled estimated.
 //! The simulator's own wall time is kept apart: it says how fast Verilator
 //! is, not how fast the hardware would be.
@@ -15,6 +16,7 @@ pub mod report;
 use crate::backend::cpu::{CpuDevice, CpuMode};
 use crate::backend::sim::{Engine, SimDevice};
 use crate::bitstream::board::Board;
+use crate::clock::Clock;
 use crate::device::{Device, DeviceError, DeviceKind, RunStats};
 use crate::manifest::UnitConfig;
 use crate::ops;
@@ -119,7 +121,9 @@ pub struct Options {
     /// Devices to try, in this order; the rest are not opened.
     pub devices: Vec<DeviceId>,
     pub seed: u64,
-    /// Clock of every simulated unit for the projection (default: the config's).
+    /// Clock of every simulated unit for the projection, assumed (default: a
+    /// measured post-route Fmax of the unit when the timing cache has one, else
+    /// the board's nominal kernel clock).
     pub clock_mhz: Option<f64>,
     /// Board the projection is for: resource family, capacity, static power.
     pub board: Board,
@@ -306,30 +310,26 @@ impl Inputs {
         })
     }
 
-    /// The unit the simulator builds for this problem.
-    fn sim_unit(&self, clock_mhz: Option<f64>) -> UnitConfig {
+    /// The unit the simulator builds for this problem, projected at `clock_mhz`.
+    fn sim_unit(&self, clock_mhz: f64) -> UnitConfig {
         match self {
-            Self::Gemm { .. } => {
-                let d = GemmConfig::default();
-                UnitConfig::Gemm(GemmConfig { clock_mhz: clock_mhz.unwrap_or(d.clock_mhz), ..d })
-            }
+            Self::Gemm { .. } => UnitConfig::Gemm(GemmConfig { clock_mhz, ..GemmConfig::default() }),
             Self::Attention { p, .. } => {
                 // Four lanes and the narrowest port that carries a K/V row: quick Verilator builds.
-                let d = AttentionConfig::default();
                 UnitConfig::Attention(AttentionConfig {
                     head_dim: p.dim,
                     lanes: 4,
                     dot_par: p.dim,
                     port_bits: (8 * p.dim).max(128),
                     read_fifo_depth: 32,
-                    clock_mhz: clock_mhz.unwrap_or(d.clock_mhz),
+                    clock_mhz,
                 })
             }
             Self::Moe { p, .. } => {
                 let small = MoeConfig::small();
                 let fits = p.validate_for(&small).is_ok();
                 let cfg = if fits { small } else { MoeConfig::default() };
-                UnitConfig::Moe(MoeConfig { clock_mhz: clock_mhz.unwrap_or(cfg.clock_mhz), ..cfg })
+                UnitConfig::Moe(MoeConfig { clock_mhz, ..cfg })
             }
         }
     }
@@ -450,6 +450,7 @@ struct Pool {
     shared: HashMap<DeviceId, Result<Box<dyn Device>, String>>,
     sims: HashMap<String, Result<SimDevice, String>>,
     resources: HashMap<String, (Option<Resources>, String)>,
+    clocks: HashMap<String, Clock>,
 }
 
 /// Run the comparison `opts` describes.
@@ -509,8 +510,9 @@ fn run_one(
     if id == DeviceId::CpuFast && !matches!(inputs, Inputs::Gemm { .. }) {
         return Ok(Err("cpu-fast has a GEMM path only; other units run the same golden model as cpu".into()));
     }
-    let dev: &mut dyn Device = if id == DeviceId::Sim {
-        let unit = inputs.sim_unit(opts.clock_mhz);
+    let clock = if id == DeviceId::Sim { Some(projection_clock(opts, pool, inputs)?) } else { None };
+    let dev: &mut dyn Device = if let Some(clock) = &clock {
+        let unit = inputs.sim_unit(clock.mhz);
         let kernel = unit.kernel_name();
         if !pool.sims.contains_key(&kernel) {
             bar.set_message(format!("building {kernel} with Verilator (minutes the first time, cached after)"));
@@ -535,10 +537,10 @@ fn run_one(
     };
     let (bit_exact, accuracy) = inputs.check(&out)?;
     let ops = inputs.ops() as f64;
-    if info.kind == DeviceKind::Simulator {
+    if let (DeviceKind::Simulator, Some(clock)) = (info.kind, clock) {
         let cycles = first.cycles.context("the simulator reported no cycle count")?;
         let latency = first.projected().context("the simulator reported no projected time")?.as_secs_f64();
-        let kernel = inputs.sim_unit(opts.clock_mhz);
+        let kernel = inputs.sim_unit(clock.mhz);
         if opts.resources {
             bar.set_message(format!(
                 "yosys synth_xilinx of {} (minutes the first time, cached after)",
@@ -553,7 +555,7 @@ fn run_one(
                     joules: Some(Figure::estimated(watts * latency)),
                     per_op: Some(Figure::estimated(watts * latency / ops)),
                     source: format!(
-                        "FPGA power model: {watts:.2} W on {} (estimate, see report)",
+                        "FPGA power model: {watts:.2} W on {} at {clock} (estimate, see report)",
                         opts.board.spec().name
                     ),
                 }
@@ -577,6 +579,7 @@ fn run_one(
                 kernel: kernel.kernel_name(),
                 board: opts.board.spec().name.into(),
                 clock_mhz: cycles.clock_mhz,
+                clock_source: clock.source.clone(),
                 cycles: cycles.cycles,
                 utilization: first.utilization().unwrap_or(0.0),
                 multipliers: cycles.multipliers,
@@ -638,6 +641,21 @@ fn measure(
 }
 
 /// Resource counts of a simulated unit on the board, or why there are none.
+/// The clock of the simulated unit's projections, once per kernel: the
+/// user's, else a measured Fmax of this exact Verilog, else the board's nominal.
+fn projection_clock(opts: &Options, pool: &mut Pool, inputs: &Inputs) -> Result<Clock> {
+    let spec = opts.board.spec();
+    let unit = inputs.sim_unit(spec.default_clock_mhz);
+    let kernel = unit.kernel_name();
+    if let Some(c) = pool.clocks.get(&kernel) {
+        return Ok(c.clone());
+    }
+    let nominal = format!("{} nominal kernel clock", spec.name);
+    let clock = Clock::for_unit(&unit, opts.clock_mhz, (spec.default_clock_mhz, &nominal))?;
+    pool.clocks.insert(kernel, clock.clone());
+    Ok(clock)
+}
+
 fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &UnitConfig) -> (Option<Resources>, String) {
     let kernel = unit.kernel_name();
     pool.resources

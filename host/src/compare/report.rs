@@ -5,6 +5,7 @@
 //! FPGA latency can never be read as a measured one: the JSON has the label,
 //! the table and Markdown append a marker (`[M]`, `[P]`, `[E]`), the chart colours
 //! and tags each bar.
+use crate::clock::round_mhz;
 use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use serde::{Deserialize, Serialize};
@@ -160,6 +161,11 @@ pub struct FpgaProjection {
     pub kernel: String,
     pub board: String,
     pub clock_mhz: f64,
+    /// Where the clock comes from (see [`crate::clock::Clock`]): `measured
+    /// post-route, …` or `assumed (…), not timing-checked`. Empty in reports
+    /// written before clocks were labelled.
+    #[serde(default)]
+    pub clock_source: String,
     pub cycles: u64,
     /// Useful MACs / (multipliers · cycles).
     pub utilization: f64,
@@ -170,6 +176,15 @@ pub struct FpgaProjection {
     /// Simulator wall time of the run: how long the simulation took on this
     /// machine, not how long the hardware would take.
     pub sim_wall_s: f64,
+}
+
+impl FpgaProjection {
+    /// `300 MHz assumed` or `37.2 MHz measured`: the clock and the first word
+    /// of its source, for a table cell or a chart label (the notes carry the rest).
+    pub fn clock_short(&self) -> String {
+        let kind = self.clock_source.split_whitespace().next().unwrap_or("unlabelled");
+        format!("{} MHz {kind}", round_mhz(self.clock_mhz))
+    }
 }
 
 /// One device on one problem.
@@ -338,8 +353,8 @@ fn md_cell(text: &str) -> String {
 const HEADER: [&str; 7] = ["device", "latency", "throughput", "energy/op", "max |err| vs f64", "bit-exact", "runs"];
 
 /// How the markers read, printed under every table.
-pub const LEGEND: &str = "[M] measured on this machine · [P] projected from simulated cycles at the unit clock (no \
-FPGA was run) · [E] estimated from the FPGA power model · simulator wall time is not a device latency and is listed separately";
+pub const LEGEND: &str = "[M] measured on this machine · [P] projected from simulated cycles at the clock named in \
+the row, measured post-route or assumed (no FPGA was run) · [E] estimated from the FPGA power model · simulator wall time is not a device latency and is listed separately";
 
 fn cells(row: &Row) -> [String; 7] {
     let err = match row.accuracy.expert_agreement {
@@ -353,7 +368,7 @@ fn cells(row: &Row) -> [String; 7] {
         None => "—".into(),
     };
     let device = match &row.fpga {
-        Some(f) => format!("{} → {} @ {} MHz", row.name, f.board, f.clock_mhz),
+        Some(f) => format!("{} → {} @ {}", row.name, f.board, f.clock_short()),
         None => row.name.clone(),
     };
     [
@@ -377,11 +392,12 @@ fn notes(case: &Case, s: &mut String, bullet: &str) {
         if let Some(f) = &row.fpga {
             let _ = writeln!(
                 s,
-                "{bullet}{} projection: {} cycles of {} at {} MHz, utilization {:.1} % of {} multipliers; simulator wall time {} (not a device latency)",
+                "{bullet}{} projection: {} cycles of {} at {} MHz ({}), utilization {:.1} % of {} multipliers; simulator wall time {} (not a device latency)",
                 row.device.id(),
                 f.cycles,
                 f.kernel,
-                f.clock_mhz,
+                round_mhz(f.clock_mhz),
+                f.clock_source,
                 100.0 * f.utilization,
                 f.multipliers,
                 si(f.sim_wall_s, "s")

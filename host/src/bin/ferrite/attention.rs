@@ -2,7 +2,7 @@
 //! streaming attention unit on the golden model (`cpu`) or simulated cycle by
 //! cycle (`sim`), checked bit for bit against the golden model and measured
 //! against float64 attention.
-use super::{demo_devices, demo_row, demo_table, print_stats, sim_device, spinner, SimArgs};
+use super::{demo_devices, demo_row, demo_table, print_stats, sim_clock, sim_device, spinner, SimArgs};
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
@@ -54,9 +54,10 @@ struct AttentionUnitArgs {
     /// Depth of the K/V stream FIFOs in beats (a power of two, 4..=256).
     #[arg(long, default_value_t = AttentionConfig::default().read_fifo_depth)]
     fifo_depth: usize,
-    /// Clock for projected times, in MHz.
-    #[arg(long, default_value_t = AttentionConfig::default().clock_mhz)]
-    clock_mhz: f64,
+    /// Clock for projected times in MHz, assumed (default: the unit's post-route Fmax when
+    /// `ferrite timing` measured this config, else 300).
+    #[arg(long)]
+    clock_mhz: Option<f64>,
 }
 
 impl AttentionUnitArgs {
@@ -67,7 +68,7 @@ impl AttentionUnitArgs {
             dot_par: head_dim,
             port_bits: self.port_bits,
             read_fifo_depth: self.fifo_depth,
-            clock_mhz: self.clock_mhz,
+            clock_mhz: self.clock_mhz.unwrap_or(AttentionConfig::default().clock_mhz),
         };
         cfg.validate()?;
         Ok(cfg)
@@ -388,7 +389,13 @@ pub(super) fn run(args: &RunAttention) -> Result<()> {
     }
     let units = if p.params.out.is_some() { "int8 output" } else { "Q16 output" };
     println!("golden/f64   rel. Frobenius {:.2e} ({units} vs float64 attention)", err);
-    print_stats(&stats, args.unit.clock_mhz);
+    let clock = match args.device {
+        AttentionDevice::Sim => Some(sim_clock(args.unit.config(p.dim)?.into(), args.unit.clock_mhz)?),
+        AttentionDevice::Xrt => Some(super::boards::image_clock(&args.board, "xrt", "attention")?),
+        AttentionDevice::Pynq => Some(super::boards::image_clock(&args.board, "pynq", "attention")?),
+        _ => None,
+    };
+    print_stats(&stats, clock.as_ref());
     if let Some(path) = &args.out {
         npy::write_attention(path, &out, &[p.batch, p.heads, p.seq_q, p.dim])?;
         println!("wrote        {}", path.display());
@@ -410,6 +417,8 @@ pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
         read_fifo_depth: 32,
         ..AttentionConfig::default()
     };
+    let clock = sim_clock(cfg.clone().into(), None)?;
+    let cfg = AttentionConfig { clock_mhz: clock.mhz, ..cfg };
     let problem = AttentionProblem {
         batch: 1,
         heads: 2,
@@ -429,12 +438,11 @@ pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
     println!();
     let devices = demo_devices(cfg.clone(), sim, engine)?;
     println!(
-        "attention {} on a small {} unit ({} lanes, {}-bit port: a quick Verilator build; the default unit is d=64, 8 lanes, 1024-bit) at {} MHz",
+        "attention {} on a small {} unit ({} lanes, {}-bit port: a quick Verilator build; the default unit is d=64, 8 lanes, 1024-bit), projected at {clock}",
         describe(p),
         cfg.kernel_name(),
         cfg.lanes,
         cfg.port_bits,
-        cfg.clock_mhz
     );
     println!("golden model vs float64 attention: rel. Frobenius {:.2e}", golden_error(p, &ops, &golden, 1.0)?);
     let mut table = demo_table();

@@ -5,6 +5,7 @@
 //! that names the `cargo` command adding it.
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use ferrite_host::clock::Clock;
 use ferrite_host::manifest::{LoadedManifest, Manifest};
 use ferrite_host::Device;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,11 @@ fn manifest(args: &BoardArgs, device: &str, unit: &str) -> Result<LoadedManifest
         bail!("{} holds the {held} unit: run it with `ferrite run {held}`", path.display());
     }
     Ok(loaded)
+}
+
+/// The clock of the image `--manifest` names, as its build recorded it (see [`Clock::of_image`]).
+pub(super) fn image_clock(args: &BoardArgs, device: &str, unit: &str) -> Result<Clock> {
+    Ok(Clock::of_image(&manifest(args, device, unit)?.manifest))
 }
 
 /// The error of a backend this ferrite was built without.

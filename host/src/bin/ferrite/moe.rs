@@ -3,7 +3,7 @@
 //! cycle (`sim`) or its CUDA twin (`cuda`), checked bit for bit against the
 //! golden model and against a float64 router; plus the host-side statistics
 //! (load histogram, load-balancing and z-losses) and expert-choice routing.
-use super::{demo_devices, demo_row, demo_table, export, print_stats, sim_device, spinner, SimArgs};
+use super::{demo_devices, demo_row, demo_table, export, print_stats, sim_clock, sim_device, spinner, SimArgs};
 use anyhow::{bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
@@ -73,9 +73,10 @@ pub(super) struct MoeUnitArgs {
     /// Width of the memory port in bits (128, 256, 512).
     #[arg(long, default_value_t = MoeConfig::default().port_bits)]
     port_bits: usize,
-    /// Clock for projected times, in MHz.
-    #[arg(long, default_value_t = MoeConfig::default().clock_mhz)]
-    clock_mhz: f64,
+    /// Clock for projected times in MHz, assumed (default: the unit's post-route Fmax when
+    /// `ferrite timing` measured this config, else 300).
+    #[arg(long)]
+    clock_mhz: Option<f64>,
 }
 
 impl MoeUnitArgs {
@@ -86,7 +87,7 @@ impl MoeUnitArgs {
             h_max: self.h_max,
             lanes: self.lanes,
             port_bits: self.port_bits,
-            clock_mhz: self.clock_mhz,
+            clock_mhz: self.clock_mhz.unwrap_or(MoeConfig::default().clock_mhz),
         };
         cfg.validate()?;
         Ok(cfg)
@@ -350,7 +351,13 @@ pub(super) fn run(args: &RunMoe) -> Result<()> {
     println!("dropped      {} of {} choices (capacity {} per expert)", out.dropped, p.tokens * p.top_k, out.capacity);
     let l = losses(p, &out, &ops.x, &ops.w, bias)?;
     println!("aux losses   load-balancing E·Σf·P = {:.4} (1 = balanced), z-loss = {:.4}", l.load_balancing, l.z_loss);
-    print_stats(&stats, args.unit.clock_mhz);
+    let clock = match args.device {
+        MoeDevice::Sim => Some(sim_clock(args.unit.config()?.into(), args.unit.clock_mhz)?),
+        MoeDevice::Xrt => Some(super::boards::image_clock(&args.board, "xrt", "moe")?),
+        MoeDevice::Pynq => Some(super::boards::image_clock(&args.board, "pynq", "moe")?),
+        _ => None,
+    };
+    print_stats(&stats, clock.as_ref());
     if let Some(c) = stats.cycles {
         println!("per token    {:.2} cycles", c.cycles as f64 / p.tokens as f64);
     }
@@ -396,7 +403,8 @@ pub(super) fn export_unit(args: &ExportMoe) -> Result<()> {
 /// and the small unit (12 experts, 4 lanes, 128-bit port), whose Verilator
 /// build is quick. Returns whether every device was bit-exact.
 pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
-    let cfg = MoeConfig::small();
+    let clock = sim_clock(MoeConfig::small().into(), None)?;
+    let cfg = MoeConfig { clock_mhz: clock.mhz, ..MoeConfig::small() };
     let problem = MoeProblem {
         capacity: Some(CapacityFactor::from_f64(1.25)?),
         ..MoeProblem::new(256, 64, 12, 2, GateMode::SoftmaxTopk, DEFAULT_X_SCALE, default_w_scale(64))?
@@ -408,12 +416,11 @@ pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
     println!();
     let devices = demo_devices(cfg.clone(), sim, engine)?;
     println!(
-        "MoE router {} on the small {} unit ({} lanes, {}-bit port) at {} MHz",
+        "MoE router {} on the small {} unit ({} lanes, {}-bit port), projected at {clock}",
         describe(&problem),
         cfg.kernel_name(),
         cfg.lanes,
         cfg.port_bits,
-        cfg.clock_mhz
     );
     let mut table = demo_table();
     let mut all_exact = true;

