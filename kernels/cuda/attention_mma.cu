@@ -267,7 +267,9 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                     F[t][c] = (tl & 255) << 5;
                     rmax[c >> 1] = max(rmax[c >> 1], e);
                 }
-            const bool rises = quad_max(rmax[0]) > m[0] || quad_max(rmax[1]) > m[1];
+            // Both shuffles on every lane (no short circuit: shuffles need the whole warp).
+            const int qm0 = quad_max(rmax[0]), qm1 = quad_max(rmax[1]);
+            const bool rises = qm0 > m[0] || qm1 > m[1];
             // M: the running maximum at each key.
             int M[NT][4];
             if (!__any_sync(0xffffffffu, rises)) {
