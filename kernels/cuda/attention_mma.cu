@@ -153,7 +153,9 @@ __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2]
 }
 
 // DP: d rounded up to a multiple of 32 (the Q·Kᵀ k-step); BK keys a block.
-template <int DP, int BK>
+// HI: score_shift ≥ 33, so 2^(Ss−1) has a zero low word and t and e are
+// shifts of X's high word alone (three instructions fewer per score).
+template <int DP, int BK, bool HI>
 __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8* __restrict__ K,
                                               const i8* __restrict__ V, const unsigned* __restrict__ lut,
                                               const int* __restrict__ kv_len, void* __restrict__ out, int heads,
@@ -209,6 +211,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     const int negadj = score_shift ? -1 : 0;
     const unsigned ta = min(score_shift, 32u), tb = min(max((int)score_shift - 32, 0), 31);
     const unsigned ea = min(score_shift + 8, 32u), eb = min(max((int)score_shift + 8 - 32, 0), 31);
+    const int half_hi = (int)(half >> 32);
 
     int H[NG][2][4], L[NG][2][4];
 #pragma unroll
@@ -258,10 +261,21 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
                     const int s = S[t][c];
-                    const long long X = (long long)s * score_mult + half + (long long)((s >> 31) & negadj);
-                    const unsigned xl = (unsigned)X, xh = (unsigned)((unsigned long long)X >> 32);
-                    const int tl = (int)__funnelshift_rc(xl, xh, ta) >> tb;
-                    int e = (int)__funnelshift_rc(xl, xh, ea) >> eb;
+                    int tl, e;
+                    if (HI) {
+                        // X = s·Ms + (2^(Ss−1) − [s < 0]) with the addend built from two words.
+                        const int sg = s >> 31;
+                        const long long X = (long long)s * score_mult +
+                                            (long long)(((unsigned long long)(unsigned)(half_hi + sg) << 32) | (unsigned)sg);
+                        const int xh = (int)((unsigned long long)X >> 32);
+                        tl = xh >> tb;
+                        e = xh >> eb;
+                    } else {
+                        const long long X = (long long)s * score_mult + half + (long long)((s >> 31) & negadj);
+                        const unsigned xl = (unsigned)X, xh = (unsigned)((unsigned long long)X >> 32);
+                        tl = (int)__funnelshift_rc(xl, xh, ta) >> tb;
+                        e = (int)__funnelshift_rc(xl, xh, ea) >> eb;
+                    }
                     if (need_mask && kb + 8 * t + 2 * tig + (c & 1) >= (c < 2 ? lim0 : lim1)) e = EMASK;
                     E[t][c] = e;
                     F[t][c] = (tl & 255) << 5;
@@ -408,13 +422,15 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     Q, K, V, lut, kv_len, out, heads, heads_total, seq_q, seq_kv, d, q_stride, kv_stride, o_stride, causal, \
         score_mult, score_shift, out_requant, out_mult, out_shift
 
-// d ≤ 32, d ≤ 64, d ≤ 128 (128: 32-key blocks keep the accumulators in registers).
-extern "C" __global__ void __launch_bounds__(32 * WARPS) ferrite_attention_mma_d32(ATTENTION_MMA_ARGS) {
-    attention_mma<32, 64>(ATTENTION_MMA_PASS);
-}
-extern "C" __global__ void __launch_bounds__(32 * WARPS) ferrite_attention_mma_d64(ATTENTION_MMA_ARGS) {
-    attention_mma<64, 64>(ATTENTION_MMA_PASS);
-}
-extern "C" __global__ void __launch_bounds__(32 * WARPS) ferrite_attention_mma_d128(ATTENTION_MMA_ARGS) {
-    attention_mma<128, 32>(ATTENTION_MMA_PASS);
-}
+// d ≤ 32, d ≤ 64, d ≤ 128 (128: 32-key blocks keep the accumulators in
+// registers), each for any score shift and for shifts ≥ 33 (_hi).
+#define ATTENTION_MMA_KERNEL(name, dp, bk, hi)                                                           \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) name(ATTENTION_MMA_ARGS) {                   \
+        attention_mma<dp, bk, hi>(ATTENTION_MMA_PASS);                                                    \
+    }
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32, 32, 64, false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64, 64, 64, false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128, 128, 32, false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32_hi, 32, 64, true)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64_hi, 64, 64, true)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128_hi, 128, 32, true)

@@ -14,13 +14,16 @@ const MAX_KEYS: usize = 1 << 17;
 /// The exp2 LUT, one copy per lane (256 × 32 words).
 const LUT_SMEM: u32 = 256 * 32 * 4;
 
-/// The kernel instance for head dim d: (name, dims it holds, keys a block).
-fn kernel_for(d: usize) -> (&'static str, u32, u32) {
-    match d {
-        0..=32 => ("ferrite_attention_mma_d32", 32, 64),
-        33..=64 => ("ferrite_attention_mma_d64", 64, 64),
-        _ => ("ferrite_attention_mma_d128", 128, 32),
-    }
+/// The kernel instance for head dim d and the score shift: (name, dims it
+/// holds, keys a block). Shifts ≥ 33 take the `_hi` instance, which reads t
+/// from the product's high word alone.
+fn kernel_for(d: usize, score_shift: u32) -> (String, u32, u32) {
+    let (dp, bk) = match d {
+        0..=32 => (32, 64),
+        33..=64 => (64, 64),
+        _ => (128, 32),
+    };
+    (format!("ferrite_attention_mma_d{dp}{}", if score_shift >= 33 { "_hi" } else { "" }), dp, bk)
 }
 
 /// What the kernel can index: d ≤ 128, at most [`MAX_KEYS`] keys, 32-bit
@@ -62,8 +65,8 @@ impl CudaDevice {
             None => None,
         };
         let null = 0u64;
-        let (name, dp, bk) = kernel_for(p.dim);
-        let func = self.gpu.function(ATTENTION_MMA, name)?;
+        let (name, dp, bk) = kernel_for(p.dim, p.params.score.shift);
+        let func = self.gpu.function(ATTENTION_MMA, &name)?;
         // The LUT copies, then two stages of K and V blocks, rows padded by 16 bytes.
         let smem = LUT_SMEM + 4 * bk * (dp + 16);
         self.gpu.set_dynamic_smem(&func, smem)?;
