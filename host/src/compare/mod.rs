@@ -736,3 +736,29 @@ fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &UnitConfig) -> (Option
         })
         .clone()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Above FULL_CHECK_MACS only the sampled rows are compared: junk
+    /// elsewhere passes, one wrong element in a sampled row fails.
+    #[test]
+    fn large_problems_are_checked_on_sampled_rows() {
+        let small = Inputs::new(Size::Gemm { m: 8, n: 8, k: 8 }, 1).unwrap();
+        assert_eq!(small.verified(), "full");
+        // 1300³ ≈ 2.2·10⁹ MACs, just past the limit.
+        let inputs = Inputs::new(Size::Gemm { m: 1300, n: 1300, k: 1300 }, 1).unwrap();
+        assert_eq!(inputs.verified(), "16 sampled rows");
+        let Inputs::Gemm { golden: GemmOutput::I8(want), rows: Some(rows), .. } = &inputs else {
+            panic!("a requantized GEMM with sampled rows expected")
+        };
+        let mut out = vec![77i8; 1300 * 1300];
+        for (r, &row) in rows.iter().enumerate() {
+            out[row * 1300..(row + 1) * 1300].copy_from_slice(&want[r * 1300..(r + 1) * 1300]);
+        }
+        assert!(inputs.check(&Output::Gemm(GemmOutput::I8(out.clone()))).unwrap().0);
+        out[rows[5] * 1300 + 3] ^= 1;
+        assert!(!inputs.check(&Output::Gemm(GemmOutput::I8(out))).unwrap().0);
+    }
+}
