@@ -117,13 +117,16 @@ pub fn attention(p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> Result<A
     })
 }
 
+/// Q, K and V of one problem.
+type Operands<'a> = (&'a [i8], &'a [i8], &'a [i8]);
+
 /// Query `i` of head `h` as a one-query problem over exactly its keys, with
 /// its slices of Q, K and V: the model computes every row on its own.
 fn row_problem<'a>(
     p: &AttentionProblem,
-    (q, k, v): (&'a [i8], &'a [i8], &'a [i8]),
+    (q, k, v): Operands<'a>,
     (h, i): (usize, usize),
-) -> Result<(AttentionProblem, &'a [i8], &'a [i8], &'a [i8]), HwError> {
+) -> Result<(AttentionProblem, Operands<'a>), HwError> {
     if h >= p.heads_total() || i >= p.seq_q {
         return Err(HwError::Problem(format!(
             "row ({h}, {i}) outside {} heads × {} queries",
@@ -134,7 +137,7 @@ fn row_problem<'a>(
     let (d, keys) = (p.dim, keys_for(p, h / p.heads, i));
     let one = AttentionProblem { batch: 1, heads: 1, seq_q: 1, seq_kv: keys, causal: false, kv_len: None, ..p.clone() };
     let kv = h * p.seq_kv * d..(h * p.seq_kv + keys) * d;
-    Ok((one, &q[(h * p.seq_q + i) * d..][..d], &k[kv.clone()], &v[kv]))
+    Ok((one, (&q[(h * p.seq_q + i) * d..][..d], &k[kv.clone()], &v[kv])))
 }
 
 /// The golden model on some (head, query) rows only, for checks of problems
@@ -150,7 +153,7 @@ pub fn attention_rows(
     check_operands(p, q, k, v)?;
     let (mut fixed, mut int8) = (Vec::new(), Vec::new());
     for &row in rows {
-        let (one, q1, k1, v1) = row_problem(p, (q, k, v), row)?;
+        let (one, (q1, k1, v1)) = row_problem(p, (q, k, v), row)?;
         match attention(&one, q1, k1, v1)? {
             AttentionOutput::Fixed(x) => fixed.extend(x),
             AttentionOutput::I8(x) => int8.extend(x),
@@ -170,7 +173,7 @@ pub fn attention_f64_rows(
     check_operands(p, q, k, v)?;
     let mut out = Vec::new();
     for &row in rows {
-        let (one, q1, k1, v1) = row_problem(p, (q, k, v), row)?;
+        let (one, (q1, k1, v1)) = row_problem(p, (q, k, v), row)?;
         out.extend(attention_f64(&one, q1, k1, v1)?);
     }
     Ok(out)

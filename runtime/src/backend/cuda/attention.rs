@@ -204,7 +204,7 @@ mod tests {
                 cur = nxt;
             }
             m = cur;
-            if (kb + bk) % FOLD_KEYS == 0 {
+            if (kb + bk).is_multiple_of(FOLD_KEYS) {
                 for (h, o) in hi.iter_mut().zip(lo.iter_mut()) {
                     *h = h.checked_add(*o >> 8).expect("int32 accumulator overflow");
                     *o &= 255;
