@@ -12,12 +12,16 @@
 use crate::backend::cuda::float::{flash_attention, from_bf16, gemm_bf16, moe_gate, to_bf16};
 use crate::backend::cuda::runtime::{driver, Gpu};
 use crate::backend::cuda::CudaDevice;
-use crate::device::{Device, DeviceError, GemmArgs, Layout, MoeArgs, Problem};
+use crate::checks;
+use crate::device::{AttentionArgs, Device, DeviceError, GemmArgs, Layout, MoeArgs, Problem};
 use crate::ops;
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
-use ferrite_hw::gemm::{gemm, GemmOutput, GemmProblem};
+use ferrite_hw::attention::model::attention_rows;
+use ferrite_hw::attention::{AttentionParams, AttentionProblem};
+use ferrite_hw::gemm::model::gemm_rows;
+use ferrite_hw::gemm::{GemmOutput, GemmProblem};
 use ferrite_hw::moe::{route, CapacityFactor, GateMode, MoeProblem};
 use ferrite_hw::numerics::Requant;
 use rand::{Rng, SeedableRng};
@@ -171,9 +175,8 @@ fn bench_gemm(gpu: &Gpu, rng: &mut ChaCha8Rng, iters: usize, s: usize) -> Result
     gemm_bf16(gpu, &da, &db, &mut dc, (s, s, s))?;
     gpu.sync()?;
     let c = download(gpu, &dc)?;
-    let rows: Vec<usize> = (0..16).map(|i| i * (s - 1) / 15).collect();
     let (mut got, mut want) = (Vec::new(), Vec::new());
-    for &r in &rows {
+    for r in checks::gemm_rows(s) {
         let ar: Vec<f64> = a[r * s..(r + 1) * s].iter().map(|&x| from_bf16(x) as f64).collect();
         for j in 0..s {
             let br = &b[j * s..(j + 1) * s];
@@ -318,38 +321,17 @@ fn bench_gemm_i8(dev: &mut CudaDevice, rng: &mut ChaCha8Rng, iters: usize, s: us
     };
     dev.enqueue_gemm(&args)?;
     dev.gpu().sync()?;
-    // Without an epilogue, row r of C is the golden model's Bᵀ · (row r of A)
-    // as an N×1 problem, whose reads are sequential (B read by columns costs
-    // a cache miss per element at 8192²); with one, the model runs on the row.
-    let bt = if epilogue {
-        Vec::new()
-    } else {
-        let mut bt = vec![0i8; s * s];
-        for (k, row) in b.chunks_exact(s).enumerate() {
-            for (n, &x) in row.iter().enumerate() {
-                bt[n * s + k] = x;
-            }
-        }
-        bt
-    };
-    let mut exact = true;
-    for r in (0..16).map(|i| i * (s - 1) / 15) {
-        let a_row = &a[r * s..(r + 1) * s];
-        let want = if epilogue {
-            gemm(&GemmProblem { m: 1, ..p }, a_row, &b, Some(&bias))?
-        } else {
-            gemm(&GemmProblem::new(s, 1, s), &bt, a_row, None)?
-        };
-        let mut got = vec![0u8; s * p.out_elem_bytes()];
-        dev.download(args.c, r as u64 * layout.ldc, &mut got)?;
-        let got = match p.requant {
-            Some(_) => GemmOutput::I8(got.iter().map(|&x| x as i8).collect()),
-            None => {
-                GemmOutput::I32(got.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect())
-            }
-        };
-        exact &= got == want;
+    let rows = checks::gemm_rows(s);
+    let (want, _) = gemm_rows(&p, &a, &b, epilogue.then_some(&bias[..]), &rows)?;
+    let mut got = vec![0u8; rows.len() * s * p.out_elem_bytes()];
+    for (chunk, &r) in got.chunks_exact_mut(s * p.out_elem_bytes()).zip(&rows) {
+        dev.download(args.c, r as u64 * layout.ldc, chunk)?;
     }
+    let got = match p.requant {
+        Some(_) => GemmOutput::I8(got.iter().map(|&x| x as i8).collect()),
+        None => GemmOutput::I32(got.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()),
+    };
+    let exact = got == want;
     let (ctx, stream) = (dev.gpu().ctx.clone(), dev.gpu().stream.clone());
     let ours = time_on(&ctx, &stream, iters, || dev.enqueue_gemm(&args))?;
     for b in [Some(args.a), Some(args.b), args.bias, Some(args.c)].into_iter().flatten() {
@@ -363,6 +345,85 @@ fn bench_gemm_i8(dev: &mut CudaDevice, rng: &mut ChaCha8Rng, iters: usize, s: us
         rel_err: if exact { 0.0 } else { f64::INFINITY },
         tol: 0.0,
         refs: vec![("int_mm", key.clone()), ("int_mm_rowB", format!("{key}_row_major_b"))],
+    })
+}
+
+/// The attention twin (the unit's fixed-point online softmax on int8 Q, K,
+/// V; Q16 out) on the float kernel's shape, B = 4, H = 16, N = 4096, through
+/// the [`Device`] path: checked bit for bit against the golden model on 18
+/// sampled rows (3 heads) of a poisoned O, then timed. Its rate counts the
+/// float case's FLOPs (4·d per unmasked query–key pair), so the two rates
+/// compare directly. Inputs: Gaussian, σ = 32 LSB, scales 1/32.
+fn bench_attention_twin(
+    dev: &mut CudaDevice,
+    rng: &mut ChaCha8Rng,
+    iters: usize,
+    d: usize,
+    causal: bool,
+) -> Result<Case> {
+    let (bsz, heads, n) = (4usize, 16usize, 4096usize);
+    let s = 1.0 / 32.0;
+    let p = AttentionProblem {
+        batch: bsz,
+        heads,
+        seq_q: n,
+        seq_kv: n,
+        dim: d,
+        causal,
+        kv_len: None,
+        params: AttentionParams::from_scales(d, s, s, s, None)?,
+    };
+    let bh = p.heads_total();
+    let len = bh * n * d;
+    let mut gen =
+        || -> Vec<u8> { (0..len).map(|_| (normal(rng) * 32.0).round().clamp(-128.0, 127.0) as i8 as u8).collect() };
+    let (q, k, v) = (gen(), gen(), gen());
+    let Layout::Attention(layout) = dev.layout(&Problem::Attention(p.clone()))? else {
+        bail!("the cuda device gave no attention layout")
+    };
+    let buf = |dev: &mut CudaDevice, data: &[u8]| -> Result<_> {
+        let b = dev.alloc(data.len() as u64)?;
+        dev.upload(b, 0, data)?;
+        Ok(b)
+    };
+    // n·d is a multiple of 16, so the layout is dense.
+    let args = AttentionArgs {
+        problem: p.clone(),
+        layout,
+        q: buf(dev, &q)?,
+        k: buf(dev, &k)?,
+        v: buf(dev, &v)?,
+        o: buf(dev, &vec![ops::POISON; layout.o_bytes as usize])?,
+        kv_len: None,
+    };
+    dev.enqueue_attention(&args)?;
+    dev.gpu().sync()?;
+    let rows = checks::attention_rows(&p);
+    let as_i8 = |x: &[u8]| -> Vec<i8> { x.iter().map(|&b| b as i8).collect() };
+    let want = attention_rows(&p, &as_i8(&q), &as_i8(&k), &as_i8(&v), &rows)?;
+    let mut exact = true;
+    for (r, &(h, i)) in rows.iter().enumerate() {
+        let mut got = vec![0u8; d * 4];
+        dev.download(args.o, h as u64 * layout.o_stride + (i * d * 4) as u64, &mut got)?;
+        exact &= got
+            .chunks_exact(4)
+            .enumerate()
+            .all(|(x, w)| i32::from_le_bytes([w[0], w[1], w[2], w[3]]) == want.get(r * d + x));
+    }
+    let (ctx, stream) = (dev.gpu().ctx.clone(), dev.gpu().stream.clone());
+    let ours = time_on(&ctx, &stream, iters, || dev.enqueue_attention(&args))?;
+    for b in [args.q, args.k, args.v, args.o] {
+        dev.free(b)?;
+    }
+    let float = format!("attn_d{d}_{}", if causal { "causal" } else { "full" });
+    let pairs = if causal { (n * (n + 1) / 2) as f64 } else { (n * n) as f64 };
+    Ok(Case {
+        name: format!("{}_twin", float.replacen("attn", "attn_i8", 1)),
+        flops: 4.0 * bh as f64 * pairs * d as f64,
+        ours,
+        rel_err: if exact { 0.0 } else { f64::INFINITY },
+        tol: 0.0,
+        refs: vec![("sdpa_flash", format!("{float}_flash")), ("sdpa_cudnn", format!("{float}_cudnn"))],
     })
 }
 
@@ -461,6 +522,11 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
     for s in [1024, 4096, 8192] {
         cases.push(bench_gemm_i8(&mut dev, &mut rng, it, s, false)?);
     }
+    for d in [64, 128] {
+        for causal in [false, true] {
+            cases.push(bench_attention_twin(&mut dev, &mut rng, it, d, causal)?);
+        }
+    }
     cases.push(bench_gemm_i8(&mut dev, &mut rng, it, 4096, true)?);
     let torch = torch_reference(args)?;
     let mut rows = Vec::new();
@@ -473,7 +539,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
     );
     let fmt = |x: Option<f64>, unit: &str| x.map_or("n/a".to_string(), |v| format!("{v:.4}{unit}"));
     for c in &cases {
-        let unit = if c.name.starts_with("gemm_i8") {
+        let unit = if c.name.starts_with("gemm_i8") || c.name.starts_with("attn_i8") {
             ("TOP/s", 1e12)
         } else if c.name.starts_with("moe_router") {
             ("Mtok/s", 1e6)
@@ -483,6 +549,18 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
             ("TFLOP/s", 1e12)
         };
         let rate = c.flops / (c.ours.launch * 1e-3) / unit.1;
+        // The attention twin against our float kernel on the same shape.
+        let float = c.name.strip_suffix("_twin").map(|n| n.replacen("attn_i8", "attn", 1));
+        let share = float.and_then(|f| cases.iter().find(|x| x.name == f)).map(|f| {
+            let (launch, graph) = (f.ours.launch / c.ours.launch, f.ours.graph / c.ours.graph);
+            println!(
+                "{}: {:.1} % of the float flash kernel's rate per launch, {:.1} % in graph time",
+                c.name,
+                100.0 * launch,
+                100.0 * graph
+            );
+            json!({ "launch": launch, "graph": graph })
+        });
         let row = |label: &str, ms: Option<f64>, graph: Option<f64>| {
             println!(
                 "{:<24} {:>10.4} {:>10.4} {:>7.1} {:<7} {:>8.1e}  {:<12} {:>10} {:>10} {:>8} {:>8}",
@@ -518,7 +596,7 @@ pub fn run(args: &BenchGpuArgs) -> Result<()> {
             "name": c.name, "ours_ms": c.ours.launch, "ours_graph_ms": c.ours.graph,
             "rate": rate, "rate_unit": unit.0,
             "rel_err": if c.rel_err.is_finite() { json!(c.rel_err) } else { json!("inf") },
-            "tol": c.tol, "pass": c.rel_err <= c.tol, "reference": refs,
+            "tol": c.tol, "pass": c.rel_err <= c.tol, "reference": refs, "share_of_float_kernel": share,
         }));
     }
     let report = json!({

@@ -1,11 +1,12 @@
 //! Ferrite's tooling over [`ferrite_runtime`]: cross-device comparison,
-//! bitstream recipes, resource estimates, board deploy, device listing, the
-//! GPU benchmark, MoE routing analysis, post-route timing, and the `ferrite` CLI.
+//! sampled checks of large problems, bitstream recipes, resource estimates, board deploy,
+//! device listing, the GPU benchmark, MoE routing analysis, post-route timing, and the `ferrite` CLI.
 //!
 //! The runtime's modules are re-exported under their old paths, so
 //! `ferrite_host::device::Device` and `ferrite_runtime::Device` are one trait.
 pub mod bitstream;
 pub mod board_cli;
+pub mod checks;
 pub mod clock;
 pub mod compare;
 pub mod deploy;

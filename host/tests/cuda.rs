@@ -712,3 +712,93 @@ fn float_kernels_match_float64() {
         assert!(err.to_string().contains("k ="), "{err}");
     }
 }
+
+/// The tensor-core twin on the edges of its tiles (64-row query blocks,
+/// 64- or 32-key blocks, d padded to 32/64/128): seq_q and seq_kv around
+/// multiples of 16, 32 and 64, odd d, causal, padded kv_len, Q16 and int8
+/// out, operands random, −128-heavy or all −128 (every score ties), and score
+/// scales from gentle to steep (steep: the running maximum rises often, so
+/// blocks split into many segments). check_attention poisons O and compares
+/// the whole buffer.
+#[test]
+fn attention_twin_tile_edges_are_bit_exact() {
+    let Some(mut dev) = gpu("attention_twin_tile_edges_are_bit_exact") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(15);
+    let seqs = [1usize, 15, 16, 17, 31, 33, 63, 64, 65, 100, 129];
+    for case in 0..40 {
+        let d = [1usize, 7, 16, 20, 32, 33, 64, 65, 96, 128][case % 10];
+        let (seq_q, seq_kv) = (seqs[rng.gen_range(0..seqs.len())], seqs[rng.gen_range(0..seqs.len())] * 2 - 1);
+        let batch = rng.gen_range(1..=2);
+        let kv_len = rng.gen_bool(0.4).then(|| (0..batch).map(|_| rng.gen_range(1..=seq_kv)).collect());
+        let scale = [1.0 / 32.0, 1.0 / 8.0, 0.5][case % 3];
+        let out = [None, Some(1.0 / 16.0)][case % 2];
+        let p = AttentionProblem {
+            batch,
+            heads: rng.gen_range(1..=2),
+            seq_q,
+            seq_kv,
+            dim: d,
+            causal: rng.gen(),
+            kv_len,
+            params: AttentionParams::from_scales(d, scale, scale, scale, out).unwrap(),
+        };
+        let mode = case % 4;
+        let mut gen = |n: usize| -> Vec<i8> {
+            (0..n)
+                .map(|_| match mode {
+                    0 => -128,
+                    1 => {
+                        if rng.gen_bool(0.5) {
+                            -128
+                        } else {
+                            rng.gen()
+                        }
+                    }
+                    _ => rng.gen(),
+                })
+                .collect()
+        };
+        let nh = p.heads_total();
+        let (q, k, v) = (gen(nh * seq_q * d), gen(nh * seq_kv * d), gen(nh * seq_kv * d));
+        check_attention(&mut dev, &p, &q, &k, &v).unwrap_or_else(|e| panic!("case {case}: {e}"));
+    }
+}
+
+/// Long rows: past the fold of o mod 256 into o/256 (every 32768 keys), and at
+/// the key limit with every score tied at the LUT's largest p and V = −128,
+/// where o/256 comes within 0.3 % of −2^31; one key more is refused.
+#[test]
+fn attention_twin_long_rows_are_bit_exact() {
+    let Some(mut dev) = gpu("attention_twin_long_rows_are_bit_exact") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(16);
+    let mut p = attention_problem(16, 3, 40_000, true, None, None);
+    p.causal = false;
+    let n = |p: &AttentionProblem, s: usize| p.heads_total() * s * p.dim;
+    let mut gen = |len: usize| -> Vec<i8> { (0..len).map(|_| rng.gen()).collect() };
+    let (q, k, v) = (gen(n(&p, 3)), gen(n(&p, 40_000)), gen(n(&p, 40_000)));
+    check_attention(&mut dev, &p, &q, &k, &v).unwrap();
+
+    let (d, keys) = (2usize, 1usize << 17);
+    let s = (d * 16384) as i64;
+    let score = (1..)
+        .map(|m| Requant { multiplier: (1 << 30) + m, shift: 36 })
+        .find(|rq| ferrite_hw::numerics::round_shift(s * rq.multiplier as i64, rq.shift) & 255 == 255)
+        .unwrap();
+    let p = AttentionProblem {
+        batch: 1,
+        heads: 1,
+        seq_q: 2,
+        seq_kv: keys,
+        dim: d,
+        causal: false,
+        kv_len: None,
+        params: AttentionParams { score, out: None },
+    };
+    check_attention(&mut dev, &p, &[-128; 4], &vec![-128; keys * d], &vec![-128; keys * d]).unwrap();
+    let over = AttentionProblem { seq_kv: keys + 1, ..p };
+    assert!(matches!(dev.layout(&Problem::Attention(over)), Err(DeviceError::TooBig { .. })));
+}

@@ -16,6 +16,7 @@ pub mod report;
 use crate::backend::cpu::{CpuDevice, CpuMode};
 use crate::backend::sim::{Engine, SimDevice};
 use crate::bitstream::board::Board;
+use crate::checks::{self, FULL_CHECK_MACS};
 use crate::clock::Clock;
 use crate::device::{Device, DeviceError, DeviceKind, RunStats};
 use crate::manifest::UnitConfig;
@@ -23,10 +24,11 @@ use crate::ops;
 use anyhow::{bail, ensure, Context, Result};
 use energy::Meter;
 use ferrite_hw::attention::model::rel_fro_error;
+use ferrite_hw::attention::model::{attention_f64_rows, attention_rows};
 use ferrite_hw::attention::{
     attention, attention_f64, AttentionConfig, AttentionOutput, AttentionParams, AttentionProblem,
 };
-use ferrite_hw::gemm::model::error_vs_f64;
+use ferrite_hw::gemm::model::{error_vs_f64, gemm_rows};
 use ferrite_hw::gemm::{gemm, gemm_f64, GemmConfig, GemmOutput, GemmProblem};
 use ferrite_hw::moe::{route, route_f64, CapacityFactor, GateMode, MoeConfig, MoeOutput, MoeProblem, RouterF64};
 use ferrite_hw::numerics::Requant;
@@ -158,11 +160,36 @@ pub const MAX_RUNS: usize = 200;
 /// Real value of one int8 LSB of attention Q, K and V: σ = 32 LSB inputs are unit-variance reals.
 const ATTENTION_SCALE: f64 = 1.0 / 32.0;
 
-/// One problem with its seeded inputs, the golden output and the float64 reference.
+/// One problem with its seeded inputs, the golden output and the float64
+/// reference: whole, or on the sampled `rows` only when the problem is larger
+/// than [`FULL_CHECK_MACS`] (then only those rows of a device's output are checked).
 enum Inputs {
-    Gemm { p: GemmProblem, a: Vec<i8>, b: Vec<i8>, bias: Vec<i32>, golden: GemmOutput, reference: Vec<f64> },
-    Attention { p: AttentionProblem, q: Vec<i8>, k: Vec<i8>, v: Vec<i8>, golden: AttentionOutput, reference: Vec<f64> },
-    Moe { p: MoeProblem, x: Vec<i8>, w: Vec<i8>, bias: Vec<i32>, golden: MoeOutput, reference: RouterF64 },
+    Gemm {
+        p: GemmProblem,
+        a: Vec<i8>,
+        b: Vec<i8>,
+        bias: Vec<i32>,
+        golden: GemmOutput,
+        reference: Vec<f64>,
+        rows: Option<Vec<usize>>,
+    },
+    Attention {
+        p: AttentionProblem,
+        q: Vec<i8>,
+        k: Vec<i8>,
+        v: Vec<i8>,
+        golden: AttentionOutput,
+        reference: Vec<f64>,
+        rows: Option<Vec<(usize, usize)>>,
+    },
+    Moe {
+        p: MoeProblem,
+        x: Vec<i8>,
+        w: Vec<i8>,
+        bias: Vec<i32>,
+        golden: MoeOutput,
+        reference: RouterF64,
+    },
 }
 
 /// A device's output of one launch.
@@ -195,9 +222,12 @@ impl Inputs {
                 let a: Vec<i8> = (0..m * k).map(|_| rng.gen()).collect();
                 let b: Vec<i8> = (0..k * n).map(|_| rng.gen()).collect();
                 let bias: Vec<i32> = (0..n).map(|_| rng.gen_range(-(1 << 16)..1 << 16)).collect();
-                let golden = gemm(&p, &a, &b, Some(&bias))?;
-                let reference = gemm_f64(&p, &a, &b, Some(&bias))?;
-                Self::Gemm { p, a, b, bias, golden, reference }
+                let rows = (p.macs() > FULL_CHECK_MACS).then(|| checks::gemm_rows(m));
+                let (golden, reference) = match &rows {
+                    None => (gemm(&p, &a, &b, Some(&bias))?, gemm_f64(&p, &a, &b, Some(&bias))?),
+                    Some(rows) => gemm_rows(&p, &a, &b, Some(&bias), rows)?,
+                };
+                Self::Gemm { p, a, b, bias, golden, reference, rows }
             }
             Size::Attention { heads, seq, dim } => {
                 let s = ATTENTION_SCALE;
@@ -214,9 +244,12 @@ impl Inputs {
                 p.validate()?;
                 let len = heads * seq * dim;
                 let (q, k, v) = (gaussian_i8(&mut rng, len), gaussian_i8(&mut rng, len), gaussian_i8(&mut rng, len));
-                let golden = attention(&p, &q, &k, &v)?;
-                let reference = attention_f64(&p, &q, &k, &v)?;
-                Self::Attention { p, q, k, v, golden, reference }
+                let rows = (p.macs() > FULL_CHECK_MACS).then(|| checks::attention_rows(&p));
+                let (golden, reference) = match &rows {
+                    None => (attention(&p, &q, &k, &v)?, attention_f64(&p, &q, &k, &v)?),
+                    Some(rows) => (attention_rows(&p, &q, &k, &v, rows)?, attention_f64_rows(&p, &q, &k, &v, rows)?),
+                };
+                Self::Attention { p, q, k, v, golden, reference, rows }
             }
             Size::Moe { tokens, hidden, experts, top_k } => {
                 let (sx, sw) = crate::routing::generated_scales(hidden);
@@ -234,6 +267,16 @@ impl Inputs {
                 Self::Moe { p, x, w, bias, golden, reference }
             }
         })
+    }
+
+    /// How the outputs are checked, for the report.
+    fn verified(&self) -> String {
+        let sampled = match self {
+            Self::Gemm { rows, .. } => rows.as_ref().map(Vec::len),
+            Self::Attention { rows, .. } => rows.as_ref().map(Vec::len),
+            Self::Moe { .. } => None,
+        };
+        sampled.map_or_else(|| "full".into(), |n| format!("{n} sampled rows"))
     }
 
     fn describe(&self) -> String {
@@ -281,7 +324,11 @@ impl Inputs {
     /// Bit-exactness with the golden model and the error against float64.
     fn check(&self, out: &Output) -> Result<(bool, Accuracy)> {
         Ok(match (self, out) {
-            (Self::Gemm { golden, reference, .. }, Output::Gemm(o)) => {
+            (Self::Gemm { p, golden, reference, rows, .. }, Output::Gemm(o)) => {
+                let o = &match rows {
+                    Some(rows) => gemm_output_rows(o, p.n, rows),
+                    None => o.clone(),
+                };
                 let e = error_vs_f64(o, reference);
                 let unit = if matches!(o, GemmOutput::I8(_)) { "LSB (int8, unsaturated)" } else { "int32" };
                 (
@@ -289,7 +336,11 @@ impl Inputs {
                     Accuracy { max_abs: e.max_abs, rel_fro: e.rel_fro, expert_agreement: None, unit: unit.into() },
                 )
             }
-            (Self::Attention { golden, reference, .. }, Output::Attention(o)) => {
+            (Self::Attention { p, golden, reference, rows, .. }, Output::Attention(o)) => {
+                let o = &match rows {
+                    Some(rows) => attention_output_rows(o, p, rows),
+                    None => o.clone(),
+                };
                 let max_abs = reference.iter().enumerate().fold(0f64, |m, (i, &r)| {
                     let got = match o {
                         AttentionOutput::Fixed(_) => o.get(i) as f64 / 65536.0,
@@ -338,6 +389,24 @@ impl Inputs {
 /// Expert-set agreement with the float router over all tokens, and the
 /// weight error over the tokens that agree (weights of different experts are
 /// not comparable).
+/// Rows `rows` of an M×`n` GEMM output, in that order.
+fn gemm_output_rows(o: &GemmOutput, n: usize, rows: &[usize]) -> GemmOutput {
+    match o {
+        GemmOutput::I32(v) => GemmOutput::I32(rows.iter().flat_map(|&r| v[r * n..(r + 1) * n].to_vec()).collect()),
+        GemmOutput::I8(v) => GemmOutput::I8(rows.iter().flat_map(|&r| v[r * n..(r + 1) * n].to_vec()).collect()),
+    }
+}
+
+/// (head, query) rows of an attention output, in that order.
+fn attention_output_rows(o: &AttentionOutput, p: &AttentionProblem, rows: &[(usize, usize)]) -> AttentionOutput {
+    let d = p.dim;
+    let at = |&(h, i): &(usize, usize)| (h * p.seq_q + i) * d..(h * p.seq_q + i + 1) * d;
+    match o {
+        AttentionOutput::Fixed(v) => AttentionOutput::Fixed(rows.iter().flat_map(|r| v[at(r)].to_vec()).collect()),
+        AttentionOutput::I8(v) => AttentionOutput::I8(rows.iter().flat_map(|r| v[at(r)].to_vec()).collect()),
+    }
+}
+
 fn moe_accuracy(p: &MoeProblem, o: &MoeOutput, r: &RouterF64) -> Accuracy {
     let k = p.top_k;
     let (mut agree, mut max_abs, mut num, mut den) = (0usize, 0f64, 0f64, 0f64);
@@ -473,6 +542,7 @@ pub fn run(opts: &Options) -> Result<Report> {
             ops: inputs.ops(),
             rows: Vec::new(),
             skipped: Vec::new(),
+            verified: inputs.verified(),
         };
         for &id in &opts.devices {
             bar.set_message(format!("{} {size} on {}", case.workload.id(), id.id()));
@@ -683,4 +753,30 @@ fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &UnitConfig) -> (Option
             }
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Above FULL_CHECK_MACS only the sampled rows are compared: junk
+    /// elsewhere passes, one wrong element in a sampled row fails.
+    #[test]
+    fn large_problems_are_checked_on_sampled_rows() {
+        let small = Inputs::new(Size::Gemm { m: 8, n: 8, k: 8 }, 1).unwrap();
+        assert_eq!(small.verified(), "full");
+        // 1300³ ≈ 2.2·10⁹ MACs, just past the limit.
+        let inputs = Inputs::new(Size::Gemm { m: 1300, n: 1300, k: 1300 }, 1).unwrap();
+        assert_eq!(inputs.verified(), "16 sampled rows");
+        let Inputs::Gemm { golden: GemmOutput::I8(want), rows: Some(rows), .. } = &inputs else {
+            panic!("a requantized GEMM with sampled rows expected")
+        };
+        let mut out = vec![77i8; 1300 * 1300];
+        for (r, &row) in rows.iter().enumerate() {
+            out[row * 1300..(row + 1) * 1300].copy_from_slice(&want[r * 1300..(r + 1) * 1300]);
+        }
+        assert!(inputs.check(&Output::Gemm(GemmOutput::I8(out.clone()))).unwrap().0);
+        out[rows[5] * 1300 + 3] ^= 1;
+        assert!(!inputs.check(&Output::Gemm(GemmOutput::I8(out))).unwrap().0);
+    }
 }

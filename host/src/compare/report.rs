@@ -225,6 +225,14 @@ pub struct Case {
     pub ops: u64,
     pub rows: Vec<Row>,
     pub skipped: Vec<Skip>,
+    /// What `bit_exact` and the errors cover: `full`, or `N sampled rows` for
+    /// problems too large for the golden model to run whole.
+    #[serde(default = "full_check")]
+    pub verified: String,
+}
+
+fn full_check() -> String {
+    "full".into()
 }
 
 /// Where the report was made.
@@ -384,6 +392,7 @@ fn cells(row: &Row) -> [String; 7] {
 
 /// Skipped devices, energy sources and FPGA details of a case, one per line.
 fn notes(case: &Case, s: &mut String, bullet: &str) {
+    let _ = writeln!(s, "{bullet}verified: {} (bit-exact and errors against the golden model)", case.verified);
     for skip in &case.skipped {
         let _ = writeln!(s, "{bullet}{}: skipped ({})", skip.device.id(), skip.reason);
     }

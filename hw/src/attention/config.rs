@@ -168,7 +168,12 @@ impl AttentionProblem {
                 self.dim, cfg.head_dim
             )));
         }
-        // |s| ≤ d·2^14; t must stay inside the unit's 40-bit log2-domain register.
+        self.check_score_range()
+    }
+
+    /// t must stay inside the unit's 40-bit log2-domain register: |t| < 2^38
+    /// for every score (|s| ≤ d·2^14). The CUDA twin relies on it too.
+    pub fn check_score_range(&self) -> Result<(), HwError> {
         let t_max = (self.dim as f64) * 16384.0 * self.params.score.multiplier as f64
             / 2f64.powi(self.params.score.shift as i32);
         if t_max >= 2f64.powi(38) {

@@ -117,6 +117,68 @@ pub fn attention(p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> Result<A
     })
 }
 
+/// Q, K and V of one problem.
+type Operands<'a> = (&'a [i8], &'a [i8], &'a [i8]);
+
+/// Query `i` of head `h` as a one-query problem over exactly its keys, with
+/// its slices of Q, K and V: the model computes every row on its own.
+fn row_problem<'a>(
+    p: &AttentionProblem,
+    (q, k, v): Operands<'a>,
+    (h, i): (usize, usize),
+) -> Result<(AttentionProblem, Operands<'a>), HwError> {
+    if h >= p.heads_total() || i >= p.seq_q {
+        return Err(HwError::Problem(format!(
+            "row ({h}, {i}) outside {} heads × {} queries",
+            p.heads_total(),
+            p.seq_q
+        )));
+    }
+    let (d, keys) = (p.dim, keys_for(p, h / p.heads, i));
+    let one = AttentionProblem { batch: 1, heads: 1, seq_q: 1, seq_kv: keys, causal: false, kv_len: None, ..p.clone() };
+    let kv = h * p.seq_kv * d..(h * p.seq_kv + keys) * d;
+    Ok((one, (&q[(h * p.seq_q + i) * d..][..d], &k[kv.clone()], &v[kv])))
+}
+
+/// The golden model on some (head, query) rows only, for checks of problems
+/// too large to run whole: their output rows in that order, the same values
+/// as those rows of [`attention`].
+pub fn attention_rows(
+    p: &AttentionProblem,
+    q: &[i8],
+    k: &[i8],
+    v: &[i8],
+    rows: &[(usize, usize)],
+) -> Result<AttentionOutput, HwError> {
+    check_operands(p, q, k, v)?;
+    let (mut fixed, mut int8) = (Vec::new(), Vec::new());
+    for &row in rows {
+        let (one, (q1, k1, v1)) = row_problem(p, (q, k, v), row)?;
+        match attention(&one, q1, k1, v1)? {
+            AttentionOutput::Fixed(x) => fixed.extend(x),
+            AttentionOutput::I8(x) => int8.extend(x),
+        }
+    }
+    Ok(if p.params.out.is_some() { AttentionOutput::I8(int8) } else { AttentionOutput::Fixed(fixed) })
+}
+
+/// [`attention_f64`] on the same rows as [`attention_rows`].
+pub fn attention_f64_rows(
+    p: &AttentionProblem,
+    q: &[i8],
+    k: &[i8],
+    v: &[i8],
+    rows: &[(usize, usize)],
+) -> Result<Vec<f64>, HwError> {
+    check_operands(p, q, k, v)?;
+    let mut out = Vec::new();
+    for &row in rows {
+        let (one, (q1, k1, v1)) = row_problem(p, (q, k, v), row)?;
+        out.extend(attention_f64(&one, q1, k1, v1)?);
+    }
+    Ok(out)
+}
+
 /// Float64 attention on the same (integer-valued) inputs with the real score
 /// scale the parameters encode: softmax(q·k · c) · v, in V's units.
 pub fn attention_f64(p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> Result<Vec<f64>, HwError> {
@@ -211,6 +273,29 @@ mod tests {
             );
             assert!(err <= 0.01, "d={d} N={n}: {err}");
         }
+    }
+
+    #[test]
+    fn sampled_rows_equal_the_full_model() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut p = problem(16, 9, 13, true);
+        p.batch = 2;
+        p.kv_len = Some(vec![13, 5]);
+        let n = |s: usize| 2 * s * 16;
+        let (q, k, v) =
+            (gaussian(&mut rng, n(9), 32.0), gaussian(&mut rng, n(13), 32.0), gaussian(&mut rng, n(13), 32.0));
+        let rows = [(0, 0), (0, 8), (1, 3), (1, 8)];
+        let full = attention(&p, &q, &k, &v).unwrap();
+        let full_f64 = attention_f64(&p, &q, &k, &v).unwrap();
+        let some = attention_rows(&p, &q, &k, &v, &rows).unwrap();
+        let some_f64 = attention_f64_rows(&p, &q, &k, &v, &rows).unwrap();
+        for (r, &(h, i)) in rows.iter().enumerate() {
+            for x in 0..16 {
+                assert_eq!(some.get(r * 16 + x), full.get((h * 9 + i) * 16 + x), "row ({h}, {i})");
+                assert_eq!(some_f64[r * 16 + x], full_f64[(h * 9 + i) * 16 + x]);
+            }
+        }
+        assert!(attention_rows(&p, &q, &k, &v, &[(2, 0)]).is_err());
     }
 
     #[test]

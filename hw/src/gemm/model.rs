@@ -70,6 +70,11 @@ pub fn check_operands(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>)
 /// The int32 value of output (i, j) before requantization.
 fn pre_requant(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>, i: usize, j: usize) -> i32 {
     let acc = (0..p.k).fold(0i32, |acc, kk| acc.wrapping_add(a[i * p.k + kk] as i32 * b[kk * p.n + j] as i32));
+    finish(p, acc, bias, j)
+}
+
+/// Wrapping bias add and ReLU on the accumulator of column `j`.
+fn finish(p: &GemmProblem, acc: i32, bias: Option<&[i32]>, j: usize) -> i32 {
     let v = acc.wrapping_add(bias.map_or(0, |b| b[j]));
     if p.relu {
         v.max(0)
@@ -86,6 +91,51 @@ pub fn gemm(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result
         None => GemmOutput::I32(vals.map(|(i, j)| pre_requant(p, a, b, bias, i, j)).collect()),
         Some(rq) => GemmOutput::I8(vals.map(|(i, j)| requantize(pre_requant(p, a, b, bias, i, j), rq)).collect()),
     })
+}
+
+/// The golden model on some rows of A only, for checks of problems too large
+/// to run whole: those rows of [`gemm`]'s output, in that order (and
+/// [`gemm_f64`]'s for `f64_rows`). B is read through one transposed copy, so
+/// every output is a sequential dot product (column reads of a large B miss
+/// the cache on every element).
+pub fn gemm_rows(
+    p: &GemmProblem,
+    a: &[i8],
+    b: &[i8],
+    bias: Option<&[i32]>,
+    rows: &[usize],
+) -> Result<(GemmOutput, Vec<f64>), HwError> {
+    check_operands(p, a, b, bias)?;
+    if let Some(&bad) = rows.iter().find(|&&i| i >= p.m) {
+        return Err(HwError::Problem(format!("row {bad} outside M = {}", p.m)));
+    }
+    let mut bt = vec![0i8; p.n * p.k];
+    for (kk, row) in b.chunks_exact(p.n).enumerate() {
+        for (j, &x) in row.iter().enumerate() {
+            bt[j * p.k + kk] = x;
+        }
+    }
+    let col = |j: usize| &bt[j * p.k..(j + 1) * p.k];
+    let (mut acc, mut reference) = (Vec::with_capacity(rows.len() * p.n), Vec::with_capacity(rows.len() * p.n));
+    let scale = p.requant.map_or(1.0, |rq| rq.multiplier as f64 / 2f64.powi(rq.shift as i32));
+    for &i in rows {
+        let ai = &a[i * p.k..(i + 1) * p.k];
+        for j in 0..p.n {
+            let dot = ai.iter().zip(col(j)).fold(0i32, |s, (&x, &y)| s.wrapping_add(x as i32 * y as i32));
+            acc.push(finish(p, dot, bias, j));
+            let mut f: f64 = ai.iter().zip(col(j)).map(|(&x, &y)| x as f64 * y as f64).sum::<f64>()
+                + bias.map_or(0.0, |b| b[j] as f64);
+            if p.relu {
+                f = f.max(0.0);
+            }
+            reference.push(f * scale);
+        }
+    }
+    let out = match p.requant {
+        None => GemmOutput::I32(acc),
+        Some(rq) => GemmOutput::I8(acc.into_iter().map(|x| requantize(x, rq)).collect()),
+    };
+    Ok((out, reference))
 }
 
 /// Float64 reference of the same computation: real-valued scale, no rounding
@@ -194,6 +244,30 @@ pub fn gemm_registers(cfg: &GemmConfig, args: &RegisterValues, mem: &mut dyn Mem
 mod tests {
     use super::*;
     use crate::numerics::Requant;
+
+    #[test]
+    fn sampled_rows_equal_the_full_model() {
+        let p = GemmProblem {
+            bias: true,
+            relu: true,
+            requant: Some(Requant { multiplier: 1 << 30, shift: 36 }),
+            ..GemmProblem::new(5, 3, 7)
+        };
+        let a: Vec<i8> = (0..35).map(|x| (x * 37 % 256) as u8 as i8).collect();
+        let b: Vec<i8> = (0..21).map(|x| (x * 91 % 256) as u8 as i8).collect();
+        let bias = [-70_000, 5, i32::MAX];
+        let (GemmOutput::I8(full), f64_full) =
+            (gemm(&p, &a, &b, Some(&bias)).unwrap(), gemm_f64(&p, &a, &b, Some(&bias)).unwrap())
+        else {
+            panic!("requantized output expected")
+        };
+        let (GemmOutput::I8(some), f64_some) = gemm_rows(&p, &a, &b, Some(&bias), &[4, 0, 2]).unwrap() else {
+            panic!("requantized output expected")
+        };
+        assert_eq!(some, [&full[12..15], &full[0..3], &full[6..9]].concat());
+        assert_eq!(f64_some, [&f64_full[12..15], &f64_full[0..3], &f64_full[6..9]].concat());
+        assert!(gemm_rows(&p, &a, &b, Some(&bias), &[5]).is_err());
+    }
 
     #[test]
     fn small_known_product() {

@@ -367,7 +367,10 @@ impl Device for CudaDevice {
                 self.enqueue_gemm(g)?;
                 self.gpu.sync()?
             }
-            Launch::Attention(a) => self.run_attention(a)?,
+            Launch::Attention(a) => {
+                self.enqueue_attention(a)?;
+                self.gpu.sync()?
+            }
             Launch::Moe(m) => {
                 self.enqueue_moe(m)?;
                 self.gpu.sync()?

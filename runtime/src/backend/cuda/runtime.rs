@@ -32,8 +32,8 @@ pub struct Source {
 pub const GEMM_I8: Source = Source { name: "gemm_i8.cu", text: include_str!("../../../../kernels/cuda/gemm_i8.cu") };
 pub const GEMM_I8_WGMMA: Source =
     Source { name: "gemm_i8_wgmma.cu", text: include_str!("../../../../kernels/cuda/gemm_i8_wgmma.cu") };
-pub const ATTENTION_FIXED: Source =
-    Source { name: "attention_fixed.cu", text: include_str!("../../../../kernels/cuda/attention_fixed.cu") };
+pub const ATTENTION_MMA: Source =
+    Source { name: "attention_mma.cu", text: include_str!("../../../../kernels/cuda/attention_mma.cu") };
 pub const MOE_ROUTER: Source =
     Source { name: "moe_router.cu", text: include_str!("../../../../kernels/cuda/moe_router.cu") };
 pub const MOE_GATE: Source = Source { name: "moe_gate.cu", text: include_str!("../../../../kernels/cuda/moe_gate.cu") };
@@ -50,7 +50,7 @@ pub const FLASH_ATTN_WGMMA: Source =
 pub const ALL_SOURCES: [Source; 9] = [
     GEMM_I8,
     GEMM_I8_WGMMA,
-    ATTENTION_FIXED,
+    ATTENTION_MMA,
     MOE_ROUTER,
     MOE_GATE,
     GEMM_BF16,

@@ -1,0 +1,436 @@
+// Bit-exact twin of the streaming attention unit's golden model
+// (ferrite_hw::attention::model) on the integer tensor cores. Per query row
+// the model walks the keys in order:
+//
+//   s = q·k (int32)          t = round(s · Ms / 2^Ss)     (log2 domain, 8 frac bits)
+//   e = floor(t)             first key: m = e, δ = 0;  e > m: δ = e − m, m = e;  else δ = 0
+//   p = LUT[frac] >> -int    (Q1.14)
+//   l = rnd(l / 2^δ) + p     o[x] = rnd(o[x] / 2^δ) + p · v[x]
+//   r = floor(2^32 / l)      out = round(o · r / 2^16)  [→ requantize to int8]
+//
+// Here a warp takes 16 query rows and a block of BK keys at a time:
+//   * S = Q·Kᵀ with mma.sync m16n8k32 s8 (exact int32), then t, e and the LUT
+//     index per element in 64-bit integer math as in fixed.cuh.
+//   * Between two increases of a row's running maximum m the model's update
+//     is a plain sum, o += Σ p·v. So the only thing tied to key order is where
+//     m rises: each key's p uses the running maximum *at that key* (a prefix
+//     max over the block, by quad shuffles), and o, l are rounded by 2^δ
+//     exactly there. A block where no row's maximum rises (the common case
+//     after the first blocks) is one P·V product; otherwise the block is cut
+//     per row into segments of equal running maximum, and each segment is
+//     one P·V product (P masked to it) after the rescale that opens it.
+//   * P·V exactly: p < 2^15, so P = 256·P_hi + P_lo with both in u8, and two
+//     mma.sync m16n8k32 u8·s8 products accumulate o/256 and o mod 256 in int32
+//     (H and L, o = 256·H + L); a rescale recombines them in 64 bits.
+//     Without a rescale L grows by < 2^15 per key, so every 32768 keys it is
+//     folded into H (o unchanged); the host limits keys to 2^17 so H fits.
+//   * l is summed per thread and only reduced over the quad where a rescale
+//     needs the exact row total.
+// V is read from shared memory with ldmatrix.trans on 16-bit pairs: a thread
+// gets two keys × two dims per matrix; byte permutes give each n8 tile of
+// P·V four keys of one dim, so the tiles alternate even and odd dims and a
+// thread ends up owning four consecutive output dims.
+
+#include "fixed.cuh"
+
+#define WARPS 4
+#define ROWS (16 * WARPS)
+// e of a masked key: below every real e (|t| < 2^38, the host checks, so
+// |e| ≤ 2^30 + 1), so it never moves a running maximum, and m − EMASK > 31 for
+// every real m, so its p is 0 (every row's key 0 is valid, so m is real before
+// a masked key). Differences of e are taken unsigned: they stay below 2^32.
+#define EMASK (-(3 << 29))
+// Blocks between folds of L into H: 32768 keys keep |L| < 2^30.
+#define FOLD_KEYS 32768
+
+typedef signed char i8;
+
+__device__ __forceinline__ void mma_s8(int* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_u8s8(int* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(unsigned* r, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ int quad_max(int x) {
+    x = max(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return max(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ int quad_min(int x) {
+    x = min(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return min(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ long long quad_sum(long long x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// Keys [kb, kb + BK) of K and V into row-padded shared memory (LD bytes a
+// row). Keys ≥ seq_kv are not loaded: they are masked, so their rows only ever
+// meet p = 0 or a masked score. Dims ≥ d stay unset: Q's are zero, and output
+// dims ≥ d are not stored.
+template <int BK, int LD>
+__device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* vh, int kb, int seq_kv, int d) {
+    const int keys = min(BK, seq_kv - kb);
+    const long long base = (long long)kb * d;
+    if ((d & 15) == 0) {
+        const int cpr = d >> 4, total = keys * cpr;
+        for (int c = threadIdx.x; c < total; c += 32 * WARPS) {
+            const int r = c / cpr, off = (c - r * cpr) << 4;
+            cp_async16(smem_addr(ks + r * LD + off), kh + base + (long long)r * d + off);
+            cp_async16(smem_addr(vs + r * LD + off), vh + base + (long long)r * d + off);
+        }
+    } else {
+        for (int c = threadIdx.x; c < keys * d; c += 32 * WARPS) {
+            const int r = c / d, x = c - r * d;
+            ks[r * LD + x] = kh[base + c];
+            vs[r * LD + x] = vh[base + c];
+        }
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// o += P·V for one block: P (this thread's p of rows g and g+8, S layout) split
+// into u8 halves as mma A fragments, V's fragments by ldmatrix.trans.
+template <int DP, int BK, int LD>
+__device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], const int (&P)[BK / 8][4],
+                                   const i8* vs, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < BK / 32; ks++) {
+        unsigned hi[4], lo[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            // a0: row g, tiles 4ks, 4ks+1; a1: row g+8; a2, a3: tiles 4ks+2, 4ks+3.
+            const int t = 4 * ks + 2 * (i >> 1), c = 2 * (i & 1);
+            unsigned x = __byte_perm(P[t][c], P[t][c + 1], 0x5140);
+            unsigned y = __byte_perm(P[t + 1][c], P[t + 1][c + 1], 0x5140);
+            lo[i] = __byte_perm(x, y, 0x5410);
+            hi[i] = __byte_perm(x, y, 0x7632);
+        }
+#pragma unroll
+        for (int G = 0; G < DP / 16; G++) {
+            unsigned r[4];
+            ldsm_x4_t(r, smem_addr(vs + (32 * ks + lane) * LD + 16 * G));
+            const unsigned be0 = __byte_perm(r[0], r[1], 0x6420), bo0 = __byte_perm(r[0], r[1], 0x7531);
+            const unsigned be1 = __byte_perm(r[2], r[3], 0x6420), bo1 = __byte_perm(r[2], r[3], 0x7531);
+            mma_u8s8(H[G][0], hi, be0, be1);
+            mma_u8s8(L[G][0], lo, be0, be1);
+            mma_u8s8(H[G][1], hi, bo0, bo1);
+            mma_u8s8(L[G][1], lo, bo0, bo1);
+        }
+    }
+}
+
+// DP: d rounded up to a multiple of 32 (the Q·Kᵀ k-step); BK keys a block.
+// HI: score_shift ≥ 33, so 2^(Ss−1) has a zero low word and t and e are
+// shifts of X's high word alone (three instructions fewer per score).
+template <int DP, int BK, bool HI>
+__device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8* __restrict__ K,
+                                              const i8* __restrict__ V, const unsigned* __restrict__ lut,
+                                              const int* __restrict__ kv_len, void* __restrict__ out, int heads,
+                                              int heads_total, int seq_q, int seq_kv, int d, long long q_stride,
+                                              long long kv_stride, long long o_stride, int causal, int score_mult,
+                                              unsigned score_shift, int out_requant, int out_mult,
+                                              unsigned out_shift) {
+    constexpr int LD = DP + 16;  // 16 bytes of row padding: ldmatrix rows hit distinct banks
+    constexpr int NT = BK / 8;   // S tiles of 8 keys
+    constexpr int NG = DP / 16;  // P·V dim groups (an even and an odd n8 tile each)
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned* lut_s = reinterpret_cast<unsigned*>(smem);  // [256][32]: a copy per lane, no bank conflicts
+    i8* kv_s = reinterpret_cast<i8*>(smem + 256 * 32 * 4);  // [2 stages][K, V][BK][LD]
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+    const int nqb = (seq_q + ROWS - 1) / ROWS;
+    // Causal: the blocks with the most keys first, over all heads.
+    const int h = blockIdx.x % heads_total;
+    const int qb = causal ? nqb - 1 - (int)(blockIdx.x / heads_total) : (int)(blockIdx.x / heads_total);
+    const int r0 = qb * ROWS, w0 = r0 + 16 * warp, rg = w0 + g;
+    const int kvl = kv_len ? kv_len[h / heads] : seq_kv;  // null: no padded entries
+    const int lim0 = causal ? min(kvl, rg + 1) : kvl, lim1 = causal ? min(kvl, rg + 9) : kvl;
+    const int kend = causal ? min(kvl, r0 + ROWS) : kvl;  // keys any row of the block sees
+    const int wend = causal ? min(kvl, w0 + 16) : kvl;    // ... any row of this warp
+    const int wlo = causal ? min(kvl, w0 + 1) : kvl;      // ... every row of this warp
+    const i8* kh = K + h * kv_stride;
+    const i8* vh = V + h * kv_stride;
+
+    for (int i = tid; i < 256 * 32; i += 32 * WARPS) lut_s[i] = __ldg(lut + (i >> 5));
+    load_kv<BK, LD>(kv_s, kv_s + BK * LD, kh, vh, 0, seq_kv, d);
+
+    // Q as A fragments: a0 row g, a1 row g+8, a2/a3 the same 16 dims further.
+    unsigned qa[DP / 32][4];
+    {
+        const i8* qh = Q + h * q_stride;
+#pragma unroll
+        for (int ks = 0; ks < DP / 32; ks++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = rg + 8 * (i & 1), x0 = 32 * ks + 16 * (i >> 1) + 4 * tig;
+                unsigned w = 0;
+#pragma unroll
+                for (int b = 0; b < 4; b++)
+                    if (row < seq_q && x0 + b < d) w |= (unsigned)(unsigned char)qh[(long long)row * d + x0 + b] << (8 * b);
+                qa[ks][i] = w;
+            }
+    }
+
+    // t = round(s·Ms / 2^Ss) as X >> Ss with X = s·Ms + 2^(Ss−1) − [s < 0]
+    // (fixed.cuh's round_shift); only the low words of t and e = t >> 8 are
+    // needed: a funnel shift by up to 32, then an arithmetic one.
+    const long long half = score_shift ? 1ll << (score_shift - 1) : 0;
+    const int negadj = score_shift ? -1 : 0;
+    const unsigned ta = min(score_shift, 32u), tb = min(max((int)score_shift - 32, 0), 31);
+    const unsigned ea = min(score_shift + 8, 32u), eb = min(max((int)score_shift + 8 - 32, 0), 31);
+    const int half_hi = (int)(half >> 32);
+
+    int H[NG][2][4], L[NG][2][4];
+#pragma unroll
+    for (int G = 0; G < NG; G++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) H[G][j][c] = L[G][j][c] = 0;
+    int m[2] = {EMASK, EMASK};
+    long long lpart[2] = {0, 0};  // this thread's share of l per row
+
+    const unsigned* lutl = lut_s + lane;
+    const int nblk = (kend + BK - 1) / BK;
+    for (int blk = 0; blk < nblk; blk++) {
+        const int kb = blk * BK, st = blk & 1;
+        asm volatile("cp.async.wait_all;\n" ::);
+        __syncthreads();
+        // Every warp is past the previous block, so the other stage is free.
+        if (blk + 1 < nblk)
+            load_kv<BK, LD>(kv_s + (st ^ 1) * 2 * BK * LD, kv_s + (st ^ 1) * 2 * BK * LD + BK * LD, kh, vh, kb + BK,
+                            seq_kv, d);
+        const i8* ks_ = kv_s + st * 2 * BK * LD;
+        const i8* vs_ = ks_ + BK * LD;
+        if (kb < wend) {
+            int S[NT][4];
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) S[t][c] = 0;
+#pragma unroll
+            for (int t = 0; t < NT; t += 2)
+#pragma unroll
+                for (int ks = 0; ks < DP / 32; ks++) {
+                    unsigned r[4];
+                    // matrices: keys 8t.. (dims +0, +16), keys 8t+8.. (dims +0, +16)
+                    ldsm_x4(r, smem_addr(ks_ + (8 * t + 8 * (lane >> 4) + (lane & 7)) * LD + 32 * ks +
+                                         16 * ((lane >> 3) & 1)));
+                    mma_s8(S[t], qa[ks], r[0], r[1]);
+                    mma_s8(S[t + 1], qa[ks], r[2], r[3]);
+                }
+            // Element (t, c): row g (c < 2) or g+8, key kb + 8t + 2·tig + (c & 1).
+            const bool need_mask = kb + BK > wlo;
+            int E[NT][4], F[NT][4];
+            int rmax[2] = {EMASK, EMASK};
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int s = S[t][c];
+                    int tl, e;
+                    if (HI) {
+                        // X = s·Ms + (2^(Ss−1) − [s < 0]) with the addend built from two words.
+                        const int sg = s >> 31;
+                        const long long X = (long long)s * score_mult +
+                                            (long long)(((unsigned long long)(unsigned)(half_hi + sg) << 32) | (unsigned)sg);
+                        const int xh = (int)((unsigned long long)X >> 32);
+                        tl = xh >> tb;
+                        e = xh >> eb;
+                    } else {
+                        const long long X = (long long)s * score_mult + half + (long long)((s >> 31) & negadj);
+                        const unsigned xl = (unsigned)X, xh = (unsigned)((unsigned long long)X >> 32);
+                        tl = (int)__funnelshift_rc(xl, xh, ta) >> tb;
+                        e = (int)__funnelshift_rc(xl, xh, ea) >> eb;
+                    }
+                    if (need_mask && kb + 8 * t + 2 * tig + (c & 1) >= (c < 2 ? lim0 : lim1)) e = EMASK;
+                    E[t][c] = e;
+                    F[t][c] = (tl & 255) << 5;
+                    rmax[c >> 1] = max(rmax[c >> 1], e);
+                }
+            // Both shuffles on every lane (no short circuit: shuffles need the whole warp).
+            const int qm0 = quad_max(rmax[0]), qm1 = quad_max(rmax[1]);
+            const bool rises = qm0 > m[0] || qm1 > m[1];
+            // M: the running maximum at each key.
+            int M[NT][4];
+            if (!__any_sync(0xffffffffu, rises)) {
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) M[t][c] = m[c >> 1];
+            } else {
+#pragma unroll
+                for (int rr = 0; rr < 2; rr++) {
+                    int carry = m[rr];
+#pragma unroll
+                    for (int t = 0; t < NT; t++) {
+                        const int e0 = E[t][2 * rr], e1 = E[t][2 * rr + 1];
+                        // Keys of tile t in order: tig 0's pair, tig 1's, ...
+                        int x = max(e0, e1);
+                        x = max(x, __shfl_up_sync(0xffffffffu, x, 1, 4));
+                        x = max(x, __shfl_up_sync(0xffffffffu, x, 2, 4));
+                        int before = __shfl_up_sync(0xffffffffu, x, 1, 4);
+                        before = tig ? max(before, carry) : carry;
+                        M[t][2 * rr] = max(before, e0);
+                        M[t][2 * rr + 1] = max(before, max(e0, e1));
+                        carry = max(carry, __shfl_sync(0xffffffffu, x, 3, 4));
+                    }
+                }
+            }
+            int P[NT][4];
+            int lsum[2] = {0, 0};
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    P[t][c] = (int)(lutl[F[t][c]] >> min((unsigned)M[t][c] - (unsigned)E[t][c], 31u));
+                    lsum[c >> 1] += P[t][c];
+                }
+            if (!__any_sync(0xffffffffu, rises)) {
+                pv<DP, BK, LD>(H, L, P, vs_, lane);
+                lpart[0] += lsum[0];
+                lpart[1] += lsum[1];
+            } else {
+                // Segments of equal running maximum, in key order: keys with
+                // M == cur, then the rescale that opens the next segment.
+                long long lt[2] = {quad_sum(lpart[0]), quad_sum(lpart[1])};
+                // cur: the segment's maximum; a row with no segment left gets
+                // INT_MAX, which no M equals or exceeds.
+                int cur[2] = {m[0], m[1]};
+                while (true) {
+                    int Pk[NT][4];
+                    int ls[2] = {0, 0};
+                    int nxt[2] = {0x7fffffff, 0x7fffffff};
+#pragma unroll
+                    for (int t = 0; t < NT; t++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++) {
+                            const int rr = c >> 1;
+                            Pk[t][c] = M[t][c] == cur[rr] ? P[t][c] : 0;
+                            ls[rr] += Pk[t][c];
+                            if (M[t][c] > cur[rr]) nxt[rr] = min(nxt[rr], M[t][c]);
+                        }
+                    pv<DP, BK, LD>(H, L, Pk, vs_, lane);
+                    unsigned dl[2];
+#pragma unroll
+                    for (int rr = 0; rr < 2; rr++) {
+                        lt[rr] += quad_sum((long long)ls[rr]);
+                        nxt[rr] = quad_min(nxt[rr]);
+                        dl[rr] = nxt[rr] == 0x7fffffff ? 0u : min((unsigned)nxt[rr] - (unsigned)cur[rr], 62u);
+                        if (dl[rr]) m[rr] = nxt[rr];
+                        cur[rr] = nxt[rr];
+                    }
+                    if (!__any_sync(0xffffffffu, dl[0] | dl[1])) break;
+#pragma unroll
+                    for (int rr = 0; rr < 2; rr++) lt[rr] = round_shift(lt[rr], dl[rr]);
+#pragma unroll
+                    for (int G = 0; G < NG; G++)
+#pragma unroll
+                        for (int j = 0; j < 2; j++)
+#pragma unroll
+                            for (int c = 0; c < 4; c++) {
+                                const long long o =
+                                    round_shift((long long)H[G][j][c] * 256 + L[G][j][c], dl[c >> 1]);
+                                H[G][j][c] = (int)(o >> 8);
+                                L[G][j][c] = (int)(o & 255);
+                            }
+                }
+                lpart[0] = tig ? 0 : lt[0];
+                lpart[1] = tig ? 0 : lt[1];
+            }
+        }
+        if ((kb + BK) % FOLD_KEYS == 0) {
+#pragma unroll
+            for (int G = 0; G < NG; G++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) {
+                        H[G][j][c] += L[G][j][c] >> 8;
+                        L[G][j][c] &= 255;
+                    }
+        }
+    }
+
+    // r = floor(2^32 / l) per row; out = round(o · r / 2^16). Thread owns dims
+    // 16G + 4·tig + {j, 2 + j} of rows g (c < 2) and g+8.
+    long long r[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        const long long l = quad_sum(lpart[rr]);
+        r[rr] = l > 0 ? (1ll << 32) / l : 0;
+    }
+    char* oh = reinterpret_cast<char*>(out) + h * o_stride;
+#pragma unroll
+    for (int G = 0; G < NG; G++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int row = rg + 8 * (c >> 1), x = 16 * G + 4 * tig + 2 * (c & 1) + j;
+                if (row >= seq_q || x >= d) continue;
+                const long long o = (long long)H[G][j][c] * 256 + L[G][j][c];
+                const int fixed = (int)round_shift(o * r[c >> 1], 16);
+                const long long at = (long long)row * d + x;
+                if (out_requant) {
+                    reinterpret_cast<signed char*>(oh)[at] = requantize(fixed, out_mult, out_shift);
+                } else {
+                    reinterpret_cast<int*>(oh)[at] = fixed;
+                }
+            }
+}
+
+#define ATTENTION_MMA_ARGS                                                                                          \
+    const i8 *__restrict__ Q, const i8 *__restrict__ K, const i8 *__restrict__ V, const unsigned *__restrict__ lut, \
+        const int *__restrict__ kv_len, void *__restrict__ out, int heads, int heads_total, int seq_q, int seq_kv,  \
+        int d, long long q_stride, long long kv_stride, long long o_stride, int causal, int score_mult,             \
+        unsigned score_shift, int out_requant, int out_mult, unsigned out_shift
+#define ATTENTION_MMA_PASS                                                                                      \
+    Q, K, V, lut, kv_len, out, heads, heads_total, seq_q, seq_kv, d, q_stride, kv_stride, o_stride, causal, \
+        score_mult, score_shift, out_requant, out_mult, out_shift
+
+// d ≤ 32, d ≤ 64, d ≤ 128 (128: 32-key blocks keep the accumulators in
+// registers), each for any score shift and for shifts ≥ 33 (_hi).
+#define ATTENTION_MMA_KERNEL(name, dp, bk, hi)                                                           \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) name(ATTENTION_MMA_ARGS) {                   \
+        attention_mma<dp, bk, hi>(ATTENTION_MMA_PASS);                                                    \
+    }
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32, 32, 64, false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64, 64, 64, false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128, 128, 32, false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32_hi, 32, 64, true)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64_hi, 64, 64, true)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128_hi, 128, 32, true)
