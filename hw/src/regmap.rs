@@ -37,7 +37,8 @@ pub enum Field {
     Buffer,
     /// A 32-bit scalar.
     Scalar,
-    /// A right shift: a 32-bit word of which the RTL reads bits 5..0.
+    /// A right shift, 0..=[`MAX_REQUANT_SHIFT`](crate::numerics::MAX_REQUANT_SHIFT):
+    /// the RTL reads bits 5..0 and refuses a launch whose word is larger.
     Shift,
     /// A word of single-bit options, each named in the table.
     Flags,
@@ -131,7 +132,9 @@ impl Table {
 /// rust_hdl::prelude::*`) this defines `TABLE` ([`Table`]), a `&str` constant
 /// per register name, `flag::NAME` bit masks, and `Args`: a rust-hdl block whose
 /// input `words` are the argument words and whose outputs are the registers by
-/// field name (typed by [`field`]) and each flag as a `Bit`.
+/// field name (typed by [`field`]) and each flag as a `Bit`, plus `bad_shift`:
+/// some Shift word is above `MAX_REQUANT_SHIFT` (the whole word compared, so
+/// 64 is not read as 0), which every unit refuses.
 ///
 /// ```ignore
 /// register_table! {
@@ -172,12 +175,16 @@ macro_rules! register_table {
         pub struct Args {
             pub words: Vec<Signal<In, Bits<32>>>,
             $(pub $field: Signal<Out, $crate::regmap::field::$kind>, $($(pub $flag: Signal<Out, Bit>,)*)?)*
+            pub bad_shift: Signal<Out, Bit>,
+            c_shift_max: Constant<Bits<32>>,
         }
         impl Default for Args {
             fn default() -> Self {
                 Self {
                     words: (0..TABLE.words()).map(|_| Default::default()).collect(),
                     $($field: Default::default(), $($($flag: Default::default(),)*)?)*
+                    bad_shift: Default::default(),
+                    c_shift_max: Constant::new(($crate::numerics::MAX_REQUANT_SHIFT as u64).into()),
                 }
             }
         }
@@ -214,8 +221,12 @@ macro_rules! __register_decoder {
                 $(for w in TABLE.word($sn)..(TABLE.word($sn) + 1) {
                     self.$s.next = self.words[w].val();
                 })*
+                self.bad_shift.next = false;
                 $(for w in TABLE.word($hn)..(TABLE.word($hn) + 1) {
                     self.$h.next = self.words[w].val().get_bits::<6>(0);
+                    if self.words[w].val() > self.c_shift_max.val() {
+                        self.bad_shift.next = true;
+                    }
                 })*
                 $(for w in TABLE.word($fname)..(TABLE.word($fname) + 1) {
                     self.$f.next = self.words[w].val();

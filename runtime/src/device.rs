@@ -219,6 +219,65 @@ impl Launch {
             Self::Registers(r) => r.unit.0.name(),
         }
     }
+
+    /// Where each input buffer of a typed launch holds data; a register-level
+    /// launch carries no layout to tell data from padding, so it has none.
+    pub fn input_rows(&self) -> Vec<InputRows> {
+        let one = |buf: Buffer, bytes: u64| InputRows { buf, row: bytes, pitch: bytes, rows: 1 };
+        let mut out = Vec::new();
+        match self {
+            Self::Gemm(g) => {
+                let (p, l) = (&g.problem, &g.layout);
+                out.push(InputRows { buf: g.a, row: p.k as u64, pitch: l.lda, rows: p.m as u64 });
+                out.push(InputRows { buf: g.b, row: p.n as u64, pitch: l.ldb, rows: p.k as u64 });
+                out.extend(g.bias.map(|b| one(b, 4 * p.n as u64)));
+            }
+            Self::Attention(a) => {
+                let (p, l) = (&a.problem, &a.layout);
+                let heads = p.heads_total() as u64;
+                out.push(InputRows { buf: a.q, row: (p.seq_q * p.dim) as u64, pitch: l.q_stride, rows: heads });
+                for buf in [a.k, a.v] {
+                    out.push(InputRows { buf, row: (p.seq_kv * p.dim) as u64, pitch: l.kv_stride, rows: heads });
+                }
+                if let (Some(buf), Some(lens)) = (a.kv_len, &p.kv_len) {
+                    out.push(one(buf, 4 * lens.len() as u64));
+                }
+            }
+            Self::Moe(m) => {
+                let (p, l) = (&m.problem, &m.layout);
+                out.push(InputRows { buf: m.x, row: p.hidden as u64, pitch: l.ldx, rows: p.tokens as u64 });
+                out.push(InputRows { buf: m.w, row: p.hidden as u64, pitch: l.ldw, rows: p.experts as u64 });
+                out.extend(m.bias.map(|b| one(b, 4 * p.experts as u64)));
+            }
+            Self::Registers(_) => {}
+        }
+        out
+    }
+}
+
+/// An input buffer's data: `rows` rows of `row` bytes, `pitch` bytes apart.
+/// Every other byte of the buffer is padding, which no unit may read as data;
+/// the simulators fill it with random bytes before each launch to prove it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputRows {
+    pub buf: Buffer,
+    pub row: u64,
+    pub pitch: u64,
+    pub rows: u64,
+}
+
+impl InputRows {
+    /// The padding as (offset, length) spans inside the buffer.
+    pub fn padding(&self) -> Vec<(u64, u64)> {
+        let len = self.buf.len();
+        (0..self.rows)
+            .map(|r| (r * self.pitch + self.row, (r + 1) * self.pitch))
+            .chain(std::iter::once((self.rows * self.pitch, len)))
+            .map(|(start, end)| (start.min(len), end.min(len)))
+            .filter(|(start, end)| end > start)
+            .map(|(start, end)| (start, end - start))
+            .collect()
+    }
 }
 
 /// Measurements of one launch.

@@ -44,6 +44,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     vh: DFF<Bits<64>>,
     oh: DFF<Bits<64>>,
     nkv: DFF<Bits<32>>,
+    /// `b · HPB` during the key-count check: the first head of entry `b`.
+    bh: DFF<Bits<32>>,
+    bad_args: Signal<Local, Bit>,
+    o_row_log: Signal<Local, Bits<16>>,
     kv_word: Signal<Local, Bits<32>>,
     kv_shift: Signal<Local, Bits<W>>,
     k_addr: Signal<Local, Bits<64>>,
@@ -129,6 +133,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
 enum Phase {
     Idle,
+    /// With FLAGS.kvlen, every batch entry's key count is read and checked
+    /// before anything is written, so a bad one refuses the whole launch.
+    KvCheckReq,
+    KvCheckWait,
     HeadInit,
     KvReq,
     KvWait,
@@ -186,6 +194,9 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             vh: Default::default(),
             oh: Default::default(),
             nkv: Default::default(),
+            bh: Default::default(),
+            bad_args: Default::default(),
+            o_row_log: Default::default(),
             kv_word: Default::default(),
             kv_shift: Default::default(),
             k_addr: Default::default(),
@@ -270,7 +281,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, ap_clk, phase, h, hb, b, qh, kh, vh, oh, nkv, q0, lv, nk, qrow_base, q_total, qb, kv_off, kv_rem,
+            self, ap_clk, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, kv_off, kv_rem,
             kv_turn, kv_last, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first, st_j, k_row, v0, v1, v2, v3,
             last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb
         );
@@ -382,6 +393,35 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.row8.val() >> (bit_cast::<32, 16>(self.wb.q.val()) << (self.c_logp.val() + 3)),
         ) << (bit_cast::<16, 32>(self.row_byte.val() & self.c_pmask32.val()) << 3);
 
+        // What the unit refuses at start (STATUS bit 0, no memory traffic),
+        // as AttentionProblem::validate_for and the host's layout checks do:
+        // docs/attention.md. Multipliers are positive int32; |t| < 2^38 is
+        // d·SMULT < 2^(24+SSHIFT); head strides are beat multiples that hold a head.
+        self.o_row_log.next = self.c_logd.val() + 2;
+        if self.now.out8.val() {
+            self.o_row_log.next = self.c_logd.val();
+        }
+        self.bad_args.next = (self.now.heads.val() == 0)
+            | (self.now.hpb.val() == 0)
+            | (self.now.seq_q.val() == 0)
+            | (self.now.seq_kv.val() == 0)
+            | self.now.bad_shift.val()
+            | (self.now.smult.val() == 0)
+            | self.now.smult.val().get_bit(31)
+            | (self.now.out8.val() & ((self.now.omult.val() == 0) | self.now.omult.val().get_bit(31)))
+            | ((((bit_cast::<64, 32>(self.now.smult.val()) << self.c_logd.val()) >> 24)
+                >> bit_cast::<64, 6>(self.now.sshift.val()))
+                != 0)
+            | ((bit_cast::<64, 32>(self.now.q_stride.val() | self.now.kv_stride.val() | self.now.o_stride.val())
+                & self.c_pmask.val())
+                != 0)
+            | (bit_cast::<64, 32>(self.now.q_stride.val())
+                < (bit_cast::<64, 32>(self.now.seq_q.val()) << self.c_logd.val()))
+            | (bit_cast::<64, 32>(self.now.kv_stride.val())
+                < (bit_cast::<64, 32>(self.now.seq_kv.val()) << self.c_logd.val()))
+            | (bit_cast::<64, 32>(self.now.o_stride.val())
+                < (bit_cast::<64, 32>(self.now.seq_q.val()) << self.o_row_log.val()));
+
         // ---------------- Phase machine ----------------
         match self.phase.q.val() {
             Phase::Idle => {
@@ -389,12 +429,37 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.h.d.next = 0.into();
                     self.hb.d.next = 0.into();
                     self.b.d.next = 0.into();
+                    self.bh.d.next = 0.into();
                     self.phase.d.next = Phase::HeadInit;
-                    if (self.now.heads.val() == 0)
-                        | (self.now.hpb.val() == 0)
-                        | (self.now.seq_q.val() == 0)
-                        | (self.now.seq_kv.val() == 0)
+                    if self.now.use_kvlen.val() {
+                        self.phase.d.next = Phase::KvCheckReq;
+                    }
+                    if self.bad_args.val() {
+                        self.shell.fail.next = true;
+                        self.phase.d.next = Phase::Done;
+                    }
+                }
+            }
+            Phase::KvCheckReq => {
+                if self.shell.slot_free.val() {
+                    self.shell.ar_req.next = true;
+                    self.shell.ar_req_addr.next =
+                        self.run.kvlen.val() + (bit_cast::<64, 32>(self.b.q.val() << 2) & !self.c_pmask.val());
+                    self.phase.d.next = Phase::KvCheckWait;
+                }
+            }
+            Phase::KvCheckWait => {
+                if self.m_axi_gmem.rvalid.val() {
+                    self.b.d.next = self.b.q.val() + 1;
+                    self.bh.d.next = self.bh.q.val() + self.run.hpb.val();
+                    self.phase.d.next = Phase::KvCheckReq;
+                    if (bit_cast::<64, 32>(self.bh.q.val()) + bit_cast::<64, 32>(self.run.hpb.val()))
+                        >= bit_cast::<64, 32>(self.run.heads.val())
                     {
+                        self.b.d.next = 0.into();
+                        self.phase.d.next = Phase::HeadInit;
+                    }
+                    if (self.kv_word.val() == 0) | (self.kv_word.val() > self.run.seq_kv.val()) {
                         self.shell.fail.next = true;
                         self.phase.d.next = Phase::Done;
                     }
@@ -422,6 +487,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Phase::KvWait => {
                 if self.m_axi_gmem.rvalid.val() {
+                    // Checked in KvCheckWait; clamped again only in case KVLEN
+                    // changed during the run, so the unit still finishes.
                     self.nkv.d.next = self.kv_word.val();
                     if self.kv_word.val() > self.run.seq_kv.val() {
                         self.nkv.d.next = self.run.seq_kv.val();

@@ -195,18 +195,28 @@ pub fn error_vs_f64(out: &GemmOutput, reference: &[f64]) -> ErrorStats {
 pub fn gemm_registers(cfg: &GemmConfig, args: &RegisterValues, mem: &mut dyn Memory) -> Result<u32, HwError> {
     let (m, n, k) = (args.get("M")? as usize, args.get("N")? as usize, args.get("K")? as usize);
     let flags = args.get("FLAGS")? as u32;
-    let bias_on = flags & FLAG_BIAS != 0;
-    if m == 0 || n == 0 || k == 0 || k > cfg.k_max || (bias_on && n > cfg.n_max) {
+    let (bias_on, requant_on) = (flags & FLAG_BIAS != 0, flags & FLAG_REQUANT != 0);
+    let (lda, ldb, ldc) = (args.get("LDA")?, args.get("LDB")?, args.get("LDC")?);
+    let qshift = args.get("QSHIFT")?;
+    let beat = cfg.port_bytes() as u64;
+    let row_c = if requant_on { n } else { 4 * n } as u64;
+    // What the RTL refuses at start (STATUS bit 0, no memory traffic): docs/gemm.md.
+    if m == 0
+        || n == 0
+        || k == 0
+        || k > cfg.k_max
+        || (bias_on && n > cfg.n_max)
+        || qshift > MAX_REQUANT_SHIFT as u64
+        || [lda, ldb, ldc].iter().any(|ld| !ld.is_multiple_of(beat))
+        || lda < k as u64
+        || ldb < n as u64
+        || ldc < row_c
+    {
         return Ok(1);
     }
-    let requant = if flags & FLAG_REQUANT != 0 {
-        let shift = args.get("QSHIFT")? as u32;
-        if shift > MAX_REQUANT_SHIFT {
-            return Err(HwError::Problem(format!("QSHIFT = {shift} is outside 0..={MAX_REQUANT_SHIFT}")));
-        }
-        Some(Requant { multiplier: args.get("QMULT")? as u32 as i32, shift })
-    } else {
-        None
+    let requant = match requant_on {
+        true => Some(Requant { multiplier: args.get("QMULT")? as u32 as i32, shift: qshift as u32 }),
+        false => None,
     };
     let p = GemmProblem { m, n, k, bias: bias_on, relu: flags & FLAG_RELU != 0, requant };
     let rows = |mem: &dyn Memory, base: u64, pitch: u64, count: usize, len: usize| -> Result<Vec<u8>, HwError> {
@@ -217,8 +227,8 @@ pub fn gemm_registers(cfg: &GemmConfig, args: &RegisterValues, mem: &mut dyn Mem
         Ok(out)
     };
     let as_i8 = |v: Vec<u8>| v.into_iter().map(|x| x as i8).collect::<Vec<_>>();
-    let a = as_i8(rows(mem, args.get("A")?, args.get("LDA")?, m, k)?);
-    let b = as_i8(rows(mem, args.get("B")?, args.get("LDB")?, k, n)?);
+    let a = as_i8(rows(mem, args.get("A")?, lda, m, k)?);
+    let b = as_i8(rows(mem, args.get("B")?, ldb, k, n)?);
     let bias = match bias_on {
         true => Some(
             rows(mem, args.get("BIAS")?, 0, 1, 4 * n)?
@@ -233,7 +243,7 @@ pub fn gemm_registers(cfg: &GemmConfig, args: &RegisterValues, mem: &mut dyn Mem
         GemmOutput::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         GemmOutput::I8(v) => v.iter().map(|&x| x as u8).collect(),
     };
-    let (c, ldc, row_bytes) = (args.get("C")?, args.get("LDC")?, n * p.out_elem_bytes());
+    let (c, row_bytes) = (args.get("C")?, n * p.out_elem_bytes());
     for (i, row) in bytes.chunks(row_bytes).enumerate() {
         mem.write(c + i as u64 * ldc, row)?;
     }

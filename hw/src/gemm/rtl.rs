@@ -99,6 +99,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
 
     // Generation-time parameters.
     c_logp: Constant<Bits<16>>,
+    /// The smallest C pitch that holds a row: N·4 bytes, or N with FLAGS.requant.
+    ldc_min: Signal<Local, Bits<64>>,
     c_pmask: Constant<Bits<64>>,
     c_rows: Constant<Bits<32>>,
     c_cols: Constant<Bits<32>>,
@@ -210,6 +212,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             p8: (0..c).map(|_| Default::default()).collect(),
             w_col_cnt: Default::default(),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
+            ldc_min: Default::default(),
             c_pmask: Constant::new(k(p as u64 - 1)),
             c_rows: Constant::new(k(r as u64)),
             c_cols: Constant::new(k(c as u64)),
@@ -269,6 +272,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.shell.ar_req_addr.next = self.baddr.q.val();
         self.shell.ar_req_len.next = 0.into();
 
+        self.ldc_min.next = bit_cast::<64, 32>(self.now.n.val()) << 2;
+        if self.now.requant.val() {
+            self.ldc_min.next = bit_cast::<64, 32>(self.now.n.val());
+        }
         // ---------------- Phase machine and read requests ----------------
         self.b_issue.next = false;
         match self.phase.q.val() {
@@ -304,13 +311,21 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                         self.shell.span_rows.next = 1.into();
                         self.phase.d.next = Phase::BiasReq;
                     }
-                    // Refuse what the buffers cannot hold; the host checks first,
-                    // this keeps a bad register write from corrupting anything.
+                    // Refuse what the buffers cannot hold and what the map rules
+                    // out (docs/gemm.md); the host checks first, this keeps a bad
+                    // register write from corrupting anything.
                     if (self.now.m.val() == 0)
                         | (self.now.n.val() == 0)
                         | (self.now.k.val() == 0)
                         | (self.now.k.val() > self.c_kmax.val())
                         | (self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val()))
+                        | self.now.bad_shift.val()
+                        | ((bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val())
+                            & self.c_pmask.val())
+                            != 0)
+                        | (self.now.lda.val() < self.now.k.val())
+                        | (self.now.ldb.val() < self.now.n.val())
+                        | (bit_cast::<64, 32>(self.now.ldc.val()) < self.ldc_min.val())
                     {
                         self.shell.fail.next = true;
                         self.phase.d.next = Phase::Done;

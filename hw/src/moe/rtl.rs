@@ -198,12 +198,16 @@ pub struct MoeUnit<const W: usize, const S: usize> {
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
 enum Phase {
     Idle,
+    /// The capacity comes first: DPITCH must hold it (4 bytes a slot), and a
+    /// launch whose dispatch rows would overlap is refused before any traffic.
+    CapPrep,
+    CapMul,
+    CapDiv,
+    CapCheck,
     BiasReq,
     BiasWait,
     WReq,
     WWait,
-    CapMul,
-    CapDiv,
     Run,
     Stats,
     Finish,
@@ -436,8 +440,11 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                 self.groups_of.next = self.c_gp1[g].val();
             }
         }
-        // Refuse what the unit cannot run; the host checks first, this keeps a
-        // bad register write from corrupting anything.
+        // Refuse what the unit cannot run or the map rules out (docs/moe.md);
+        // the host checks first, this keeps a bad register write from
+        // corrupting anything. SMULT is a positive int32 with |t| < 2^38 for
+        // every |logit| ≤ 2^31: SMULT < 2^(7+SSHIFT). DPITCH is checked once
+        // the capacity is known (CapCheck), still before any traffic.
         self.bad_args.next = (self.now.t.val() == 0)
             | (self.now.t.val() > self.c_tlim.val())
             | (self.now.h.val() == 0)
@@ -447,7 +454,14 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             | (self.now.k.val() == 0)
             | (self.now.k.val() > self.c_kmax.val())
             | (self.now.k.val() > self.now.e.val())
-            | (self.now.capacity.val() & (self.now.cf.val() == 0));
+            | (self.now.capacity.val() & (self.now.cf.val() == 0))
+            | self.now.bad_shift.val()
+            | (self.now.smult.val() == 0)
+            | self.now.smult.val().get_bit(31)
+            | (((self.now.smult.val() >> 7) >> bit_cast::<32, 6>(self.now.sshift.val())) != 0)
+            | (((self.now.ldx.val() | self.now.ldw.val() | self.now.dpitch.val()) & self.c_pmask32.val()) != 0)
+            | (self.now.ldx.val() < self.now.h.val())
+            | (self.now.ldw.val() < self.now.h.val());
 
         // ---------------- Phase machine and read requests ----------------
         self.mul_a.a.next = self.run.t.val();
@@ -473,51 +487,16 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                     self.recv_rows.d.next = 0.into();
                     self.recv_lane.d.next = 0.into();
                     self.recv_grp.d.next = 0.into();
-                    self.shell.span_load.next = true;
-                    self.shell.span_addr.next = self.now.wg.val();
-                    self.shell.span_beats.next =
-                        bit_cast::<16, 32>((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val());
-                    self.shell.span_rows.next = self.now.e.val();
-                    self.shell.span_pitch.next = self.now.ldw.val();
-                    self.phase.d.next = Phase::WReq;
-                    if self.now.use_bias.val() {
-                        // Bias first: ceil(4E / beat) beats into the bias bus.
-                        self.shell.span_addr.next = self.now.bias.val();
-                        self.shell.span_beats.next =
-                            bit_cast::<16, 32>(((self.now.e.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val());
-                        self.shell.span_rows.next = 1.into();
-                        self.phase.d.next = Phase::BiasReq;
-                    }
+                    self.phase.d.next = Phase::CapPrep;
                     if self.bad_args.val() {
                         self.shell.fail.next = true;
                         self.phase.d.next = Phase::Done;
                     }
                 }
             }
-            Phase::BiasReq => {
-                if self.shell.span_done.val() {
-                    self.phase.d.next = Phase::BiasWait;
-                }
-            }
-            Phase::BiasWait => {
-                if bit_cast::<32, 16>(self.recv_cnt.q.val())
-                    == ((self.run.e.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val()
-                {
-                    self.recv_cnt.d.next = 0.into();
-                    self.shell.span_load.next = true;
-                    self.phase.d.next = Phase::WReq;
-                }
-            }
-            Phase::WReq => {
-                if self.shell.span_done.val() {
-                    self.phase.d.next = Phase::WWait;
-                }
-            }
-            Phase::WWait => {
-                if self.recv_rows.q.val() == self.run.e.val() {
-                    self.tk.d.next = self.mul_a.p.val().get_bits::<32>(0);
-                    self.phase.d.next = Phase::CapMul;
-                }
+            Phase::CapPrep => {
+                self.tk.d.next = self.mul_a.p.val().get_bits::<32>(0);
+                self.phase.d.next = Phase::CapMul;
             }
             Phase::CapMul => {
                 // ceil(CF·T·k / (E·2^16)) = floor((CF·T·k + E·2^16 − 1) / (E·2^16)).
@@ -543,6 +522,48 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                     if self.run.capacity.val() & (self.cap_q.q.val() < bit_cast::<64, 32>(self.run.t.val())) {
                         self.cap.d.next = self.cap_q.q.val().get_bits::<32>(0);
                     }
+                    self.phase.d.next = Phase::CapCheck;
+                }
+            }
+            Phase::CapCheck => {
+                // The span defaults are the gate weights'; with FLAGS.bias the bias comes first.
+                self.shell.span_load.next = true;
+                self.phase.d.next = Phase::WReq;
+                if self.run.use_bias.val() {
+                    // Bias first: ceil(4E / beat) beats into the bias bus.
+                    self.shell.span_addr.next = self.run.bias.val();
+                    self.shell.span_beats.next =
+                        bit_cast::<16, 32>(((self.run.e.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val());
+                    self.shell.span_rows.next = 1.into();
+                    self.phase.d.next = Phase::BiasReq;
+                }
+                if bit_cast::<64, 32>(self.run.dpitch.val()) < (bit_cast::<64, 32>(self.cap.q.val()) << 2) {
+                    self.shell.span_load.next = false;
+                    self.shell.fail.next = true;
+                    self.phase.d.next = Phase::Done;
+                }
+            }
+            Phase::BiasReq => {
+                if self.shell.span_done.val() {
+                    self.phase.d.next = Phase::BiasWait;
+                }
+            }
+            Phase::BiasWait => {
+                if bit_cast::<32, 16>(self.recv_cnt.q.val())
+                    == ((self.run.e.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val()
+                {
+                    self.recv_cnt.d.next = 0.into();
+                    self.shell.span_load.next = true;
+                    self.phase.d.next = Phase::WReq;
+                }
+            }
+            Phase::WReq => {
+                if self.shell.span_done.val() {
+                    self.phase.d.next = Phase::WWait;
+                }
+            }
+            Phase::WWait => {
+                if self.recv_rows.q.val() == self.run.e.val() {
                     self.recv_cnt.d.next = 0.into();
                     self.recv_rows.d.next = 0.into();
                     self.shell.span_load.next = true;

@@ -89,49 +89,15 @@ impl IcarusDevice {
         self.buffers.get(&buf.id()).map(|_| buf.id()).ok_or(DeviceError::UnknownBuffer(buf.id()))
     }
 
-    /// Random bytes in `buf` outside its `rows` rows of `row` data bytes
-    /// `pitch` apart: padding is not data, and the unit must not read it as such.
-    fn scramble(&mut self, buf: Buffer, row: u64, pitch: u64, rows: u64) {
-        let start = (buf.id() - BASE) as usize;
-        for i in 0..buf.len() {
-            let data = i / pitch.max(1) < rows && i % pitch.max(1) < row;
-            if !data {
-                self.image[start + i as usize] = self.padding.gen();
-            }
-        }
-    }
-
-    /// [`scramble`](Self::scramble) every input buffer of `launch`.
+    /// Random bytes in the padding of every input buffer of `launch`.
     fn scramble_inputs(&mut self, launch: &Launch) {
-        match launch {
-            Launch::Gemm(g) => {
-                let (p, l) = (&g.problem, &g.layout);
-                self.scramble(g.a, p.k as u64, l.lda, p.m as u64);
-                self.scramble(g.b, p.n as u64, l.ldb, p.k as u64);
-                if let Some(bias) = g.bias {
-                    self.scramble(bias, 4 * p.n as u64, bias.len(), 1);
-                }
+        for input in launch.input_rows() {
+            let start = (input.buf.id() - BASE) as usize;
+            for (offset, len) in input.padding() {
+                let at = start + offset as usize;
+                self.padding.fill(&mut self.image[at..at + len as usize]);
+                self.dirty = true;
             }
-            Launch::Attention(a) => {
-                let (p, l) = (&a.problem, &a.layout);
-                let nh = p.heads_total() as u64;
-                self.scramble(a.q, (p.seq_q * p.dim) as u64, l.q_stride, nh);
-                self.scramble(a.k, (p.seq_kv * p.dim) as u64, l.kv_stride, nh);
-                self.scramble(a.v, (p.seq_kv * p.dim) as u64, l.kv_stride, nh);
-                if let (Some(buf), Some(lens)) = (a.kv_len, &p.kv_len) {
-                    self.scramble(buf, 4 * lens.len() as u64, buf.len(), 1);
-                }
-            }
-            Launch::Moe(m) => {
-                let (p, l) = (&m.problem, &m.layout);
-                self.scramble(m.x, p.hidden as u64, l.ldx, p.tokens as u64);
-                self.scramble(m.w, p.hidden as u64, l.ldw, p.experts as u64);
-                if let Some(bias) = m.bias {
-                    self.scramble(bias, 4 * p.experts as u64, bias.len(), 1);
-                }
-            }
-            // Register-level launches carry no layout to tell data from padding.
-            Launch::Registers(_) => {}
         }
     }
 }

@@ -3,12 +3,16 @@
 use crate::device::{
     Buffer, CycleStats, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RegValue, RunStats,
 };
-use crate::driver::{self, ControlPort, Poll};
+use crate::driver::{self, ControlPort, LaunchArgs, Poll};
 use crate::manifest::UnitConfig;
 use ferrite_hw::regmap::RegisterMap;
 use ferrite_hw::unit::Unit;
 use ferrite_hw::vitis::{Inputs, Outputs, PinLevel};
-use ferrite_sim::{verilator_available, MemoryConfig, SimError, Simulation, VerilatorInstance, VerilatorModel};
+use ferrite_sim::{
+    verilator_available, MemoryConfig, MemoryStats, SimError, Simulation, VerilatorInstance, VerilatorModel,
+};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
@@ -120,6 +124,8 @@ pub struct SimDevice {
     /// Allocated buffers by device address. The memory model's allocator only
     /// grows, so `free` forgets the handle and the space is not reused.
     buffers: HashMap<u64, u64>,
+    /// Fills input padding before each typed launch (seeded from the memory's seed).
+    padding: ChaCha8Rng,
 }
 
 impl SimDevice {
@@ -194,9 +200,10 @@ impl SimDevice {
             }
         };
         mem.data_bits = unit.port_bits();
+        let padding = ChaCha8Rng::seed_from_u64(mem.seed ^ 0x9add_1e55);
         let mut sim = Simulation::new(dut, mem).map_err(sim_error)?;
         sim.reset(RESET_CYCLES).map_err(sim_error)?;
-        Ok(Self { map: unit.register_map(), unit, config, engine, sim, buffers: HashMap::new() })
+        Ok(Self { map: unit.register_map(), unit, config, engine, sim, buffers: HashMap::new(), padding })
     }
 
     /// The typed configuration (`None` for a [`generic`](Self::generic) unit).
@@ -211,6 +218,11 @@ impl SimDevice {
 
     pub fn engine(&self) -> Engine {
         self.engine
+    }
+
+    /// Traffic on the memory port since reset, for tests that a refused launch moved nothing.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.sim.stats()
     }
 
     fn check(&self, buf: Buffer, offset: u64, len: usize) -> Result<u64, DeviceError> {
@@ -306,22 +318,46 @@ impl Device for SimDevice {
     }
 
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
+        self.launch_edited(launch, &|_| {})
+    }
+}
+
+impl SimDevice {
+    /// Runs the host driver's launch sequence with the register values `edit`
+    /// leaves (typed launches), so tests can send what the host would refuse
+    /// and see what the unit does. The padding of every input row is filled with random bytes
+    /// first: padding is not data, and a unit that reads it fails its tests.
+    pub fn launch_edited(&mut self, launch: &Launch, edit: &dyn Fn(&mut LaunchArgs)) -> Result<RunStats, DeviceError> {
         let start = Instant::now();
         let poll = Poll { interval: POLL_INTERVAL, limit: self.timeout_cycles(launch) };
         let address = |buf| self.known(buf);
-        let cycles = match launch {
+        // A register-level launch is already what the caller wants written.
+        let args = match launch {
             Launch::Registers(r) if r.unit.0.kernel_name() == self.unit.kernel_name() => {
-                let args = driver::register_args(&*self.unit, r, &address)?;
-                driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)?
+                driver::register_args(&*self.unit, r, &address)?
             }
             Launch::Registers(r) => {
                 return Err(DeviceError::Unsupported { device: self.unit.kernel_name(), unit: r.unit.0.name() })
             }
             typed => {
-                let args = self.typed(typed.unit())?.launch_args(&self.unit.kernel_name(), typed, &address)?;
-                driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)?
+                let mut args = self.typed(typed.unit())?.launch_args(&self.unit.kernel_name(), typed, &address)?;
+                edit(&mut args);
+                LaunchArgs {
+                    hwinfo: args.hwinfo,
+                    values: args.values.into_iter().map(|(n, v)| (n.into(), v)).collect(),
+                }
             }
         };
+        // The launch's buffers passed the host's checks: fill their padding.
+        for input in launch.input_rows() {
+            for (offset, len) in input.padding() {
+                let mut junk = vec![0; len as usize];
+                self.padding.fill(&mut junk[..]);
+                self.check(input.buf, offset, junk.len())?;
+                self.sim.mem_mut().write(input.buf.id() + offset, &junk).map_err(sim_error)?;
+            }
+        }
+        let cycles = driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)?;
         Ok(RunStats {
             wall: start.elapsed(),
             useful_macs: launch.useful_macs(),
