@@ -7,6 +7,7 @@
 //! described in [`vitis`], so one simulator shim, one memory model and one
 //! register-level driver serve every unit.
 pub mod attention;
+pub mod block;
 pub mod blocks;
 pub mod control;
 pub mod gemm;
