@@ -7,6 +7,7 @@
 //! tables and progress bars live in `ferrite-host`.
 pub mod backend;
 pub mod bitfile;
+pub mod block;
 pub mod board;
 pub mod device;
 pub mod driver;

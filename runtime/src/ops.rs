@@ -41,6 +41,54 @@ pub fn gemm(
     })
 }
 
+/// `C2 = epilogue2(epilogue1(A·B1)·B2)` on `dev`, the first product staying in
+/// device memory as the second's A (an FFN's up and down projections). The
+/// first must requantize to int8 and its C layout must be the second's A layout.
+pub fn gemm_pair(
+    dev: &mut dyn Device,
+    p1: &GemmProblem,
+    p2: &GemmProblem,
+    a: &[i8],
+    b1: &[i8],
+    b2: &[i8],
+) -> Result<(GemmOutput, [RunStats; 2]), DeviceError> {
+    check_operands(p1, a, b1, None)?;
+    if p1.requant.is_none() || (p2.m, p2.k) != (p1.m, p1.n) {
+        return Err(DeviceError::Problem(format!(
+            "cannot chain {}×{} int{} output into a {}×{} A",
+            p1.m,
+            p1.n,
+            if p1.requant.is_some() { 8 } else { 32 },
+            p2.m,
+            p2.k
+        )));
+    }
+    check_operands(p2, &vec![0; p2.m * p2.k], b2, None)?;
+    let (Layout::Gemm(l1), Layout::Gemm(l2)) = (dev.layout(&Problem::Gemm(*p1))?, dev.layout(&Problem::Gemm(*p2))?)
+    else {
+        return Err(DeviceError::Problem("device answered a GEMM problem with another layout".into()));
+    };
+    if l1.ldc != l2.lda {
+        return Err(DeviceError::Problem(format!(
+            "the first GEMM's C pitch {} is not the second's A pitch {} on this device",
+            l1.ldc, l2.lda
+        )));
+    }
+    staged(dev, |s| {
+        let a_buf = s.upload(l1.a_bytes, &pack_rows(&i8_bytes(a), p1.m, p1.k, l1.lda as usize))?;
+        let b1_buf = s.upload(l1.b_bytes, &pack_rows(&i8_bytes(b1), p1.k, p1.n, l1.ldb as usize))?;
+        let b2_buf = s.upload(l2.b_bytes, &pack_rows(&i8_bytes(b2), p2.k, p2.n, l2.ldb as usize))?;
+        let mid = s.poisoned(l1.c_bytes)?;
+        let c_buf = s.poisoned(l2.c_bytes)?;
+        let first = Launch::Gemm(GemmArgs { problem: *p1, layout: l1, a: a_buf, b: b1_buf, bias: None, c: mid });
+        let s1 = s.dev.launch(&first)?;
+        let second = Launch::Gemm(GemmArgs { problem: *p2, layout: l2, a: mid, b: b2_buf, bias: None, c: c_buf });
+        let s2 = s.dev.launch(&second)?;
+        let c = s.download(c_buf, 0, l2.ldc as usize * p2.m)?;
+        Ok((unpack_output(&c, p2, l2.ldc as usize), [s1, s2]))
+    })
+}
+
 /// `O = attention(Q, K, V)` on `dev`, with host tensors dense
 /// `[batch·heads][seq][dim]`. Heads are laid out as the device asks, O is
 /// poisoned before the launch, and every buffer is freed afterwards.
