@@ -802,3 +802,25 @@ fn attention_twin_long_rows_are_bit_exact() {
     let over = AttentionProblem { seq_kv: keys + 1, ..p };
     assert!(matches!(dev.layout(&Problem::Attention(over)), Err(DeviceError::TooBig { .. })));
 }
+
+/// The int8 MoE decoder block (issue 17) on the GPU, bit for bit against its golden
+/// model: the CI block and a tight-capacity variant that drops choices.
+#[test]
+fn block_is_bit_exact() {
+    use ferrite_host::block::{run_block, OneDevice};
+    use ferrite_hw::block::{block, random_input, BlockShape, BlockWeights, Scales};
+    let Some(mut dev) = gpu("block_is_bit_exact") else {
+        return;
+    };
+    let tight = BlockShape {
+        tokens: 13,
+        capacity: Some(CapacityFactor::from_f64(0.5).unwrap()),
+        mode: GateMode::SoftmaxTopk,
+        ..BlockShape::small()
+    };
+    for (i, s) in [BlockShape::small(), tight].iter().enumerate() {
+        let (w, x, sc) = (BlockWeights::random(s, 60 + i as u64), random_input(s, 70 + i as u64), Scales::default());
+        let got = run_block(&mut OneDevice(&mut dev), s, &w, &sc, &x).unwrap();
+        assert_eq!(got.output, block(s, &w, &sc, &x).unwrap(), "{s:?}");
+    }
+}
