@@ -5,6 +5,8 @@
 // Under `ferrite/`: a module file directly in src/bin would be built as a binary of its own.
 #[path = "ferrite/attention.rs"]
 mod attention;
+#[path = "ferrite/block.rs"]
+mod block;
 #[path = "ferrite/boards.rs"]
 mod boards;
 #[path = "ferrite/compare.rs"]
@@ -56,6 +58,9 @@ enum Cmd {
     /// Run one GEMM on cpu, cpu-fast, sim (and cuda where a GPU exists), then one
     /// attention problem on cpu and sim, then one MoE routing problem, and compare them.
     Demo(DemoArgs),
+    /// One int8 MoE decoder block (norm, attention, router, experts) on a device, checked
+    /// bit for bit against its golden model, with its error against float64 (docs/block.md).
+    Block(Box<block::BlockArgs>),
     /// Run the same seeded problems on every available device and compare latency, throughput,
     /// energy and accuracy; write report.json, report.md and chart.svg; track regressions.
     Compare(Box<compare::CompareArgs>),
@@ -281,6 +286,7 @@ fn main() -> ExitCode {
         Cmd::Run { unit: RunUnit::Moe(args) } => moe::run(&args),
         Cmd::Demo(args) => demo(&args),
         Cmd::Compare(args) => compare::run(&args),
+        Cmd::Block(args) => block::run(&args),
         Cmd::Board(cmd) => cmd.run(),
         #[cfg(feature = "cuda")]
         Cmd::Bench { target: BenchTarget::Gpu(args) } => ferrite_host::gpu_bench::run(&args),

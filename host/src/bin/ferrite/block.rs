@@ -1,0 +1,248 @@
+//! `ferrite block`: one int8 MoE decoder block (docs/block.md) on a device,
+//! checked bit for bit against its golden model, with its error against
+//! float64, the router's agreement with a float router, and where the time goes.
+use super::guard;
+use super::{engine, sim_clock, sim_device, SimArgs};
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
+use ferrite_host::block::{run_block, BlockDevices, BlockRun, OneDevice, PerUnit};
+use ferrite_host::clock::Clock;
+use ferrite_hw::attention::AttentionConfig;
+use ferrite_hw::block::{
+    block, block_f64, expert_agreement, random_input, relative_error, BlockShape, BlockWeights, Scales,
+};
+use ferrite_hw::gemm::GemmConfig;
+use ferrite_hw::moe::{CapacityFactor, GateMode, MoeConfig};
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum BlockDevice {
+    /// The golden models, one launch per unit step.
+    Cpu,
+    /// The fast CPU paths (GEMMs through matrixmultiply).
+    CpuFast,
+    /// A simulated GEMM, attention and MoE unit (Verilator), one per unit.
+    Sim,
+    /// The CUDA bit-exact twins.
+    Cuda,
+    /// The OpenCL ports on the first non-Xilinx device.
+    Opencl,
+}
+
+#[derive(Args)]
+pub(super) struct BlockArgs {
+    #[arg(long, value_enum, default_value_t = BlockDevice::Cpu)]
+    device: BlockDevice,
+    /// Tokens T (the attention is causal over them).
+    #[arg(long, default_value_t = 32)]
+    tokens: usize,
+    /// Hidden size H = heads · head dim.
+    #[arg(long, default_value_t = 64)]
+    hidden: usize,
+    #[arg(long, default_value_t = 2)]
+    heads: usize,
+    #[arg(long, default_value_t = 4)]
+    experts: usize,
+    #[arg(long, default_value_t = 2)]
+    top_k: usize,
+    /// Each expert's FFN width F.
+    #[arg(long, default_value_t = 128)]
+    ffn: usize,
+    /// Per-expert capacity factor (0 = unlimited).
+    #[arg(long, default_value_t = 1.25)]
+    capacity_factor: f64,
+    /// topk-softmax (Mixtral) or softmax-topk (Switch, DeepSeek).
+    #[arg(long, default_value = "topk-softmax")]
+    mode: GateMode,
+    /// Seed of the weights and the input tokens.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Answer yes to a long simulation.
+    #[arg(long)]
+    yes: bool,
+    #[command(flatten)]
+    sim: SimArgs,
+    /// `--opencl-device` for `--device opencl`.
+    #[command(flatten)]
+    board: super::boards::BoardArgs,
+}
+
+impl BlockArgs {
+    fn shape(&self) -> Result<BlockShape> {
+        anyhow::ensure!(self.heads > 0 && self.hidden.is_multiple_of(self.heads), "--hidden must be a multiple of --heads");
+        let capacity = match self.capacity_factor {
+            0.0 => None,
+            c => Some(CapacityFactor::from_f64(c)?),
+        };
+        let s = BlockShape {
+            tokens: self.tokens,
+            hidden: self.hidden,
+            heads: self.heads,
+            head_dim: self.hidden / self.heads,
+            experts: self.experts,
+            top_k: self.top_k,
+            ffn: self.ffn,
+            mode: self.mode,
+            capacity,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+}
+
+/// Small units that run `s`: the 4×4 GEMM array whose clock `ferrite timing` measures in CI
+/// (K, N ≤ 256, more when the block needs it), a 2-lane attention unit, a 2-lane router.
+fn sim_units(s: &BlockShape) -> Result<(GemmConfig, AttentionConfig, MoeConfig)> {
+    let k_max = s.hidden.max(s.ffn).next_power_of_two().max(256);
+    let gemm = GemmConfig { k_max, n_max: k_max, ..GemmConfig::small(4, 4) };
+    let d = s.head_dim;
+    let attention = AttentionConfig {
+        head_dim: d,
+        lanes: 2,
+        dot_par: d,
+        port_bits: (8 * d).max(128),
+        read_fifo_depth: 32,
+        clock_mhz: 300.0,
+    };
+    let moe = MoeConfig {
+        e_max: s.experts,
+        k_max: s.top_k,
+        h_max: s.hidden.next_power_of_two().max(16),
+        lanes: 2,
+        port_bits: 128,
+        clock_mhz: 300.0,
+    };
+    gemm.validate()?;
+    attention.validate().context("the attention unit for this head dim")?;
+    moe.validate()?;
+    Ok((gemm, attention, moe))
+}
+
+pub(super) fn run(args: &BlockArgs) -> Result<()> {
+    let s = args.shape()?;
+    let (sc, w, x) = (Scales::default(), BlockWeights::random(&s, args.seed), random_input(&s, args.seed ^ 0xb10c));
+    println!(
+        "block        T={} H={} heads={}×{} E={} k={} F={} capacity factor {} ({:?})",
+        s.tokens,
+        s.hidden,
+        s.heads,
+        s.head_dim,
+        s.experts,
+        s.top_k,
+        s.ffn,
+        s.capacity.map_or("unlimited".to_string(), |c| format!("{:.3}", c.0 as f64 / 65536.0)),
+        s.mode
+    );
+    let macs = s.macs(s.tokens * s.top_k);
+    let mut clocks: Vec<(&'static str, Clock)> = Vec::new();
+    let run = match args.device {
+        BlockDevice::Cpu | BlockDevice::CpuFast => {
+            guard::Estimate::golden(macs).confirm(args.yes)?;
+            let mode = if args.device == BlockDevice::Cpu { CpuMode::Golden } else { CpuMode::Fast };
+            let mut dev = CpuDevice::new(mode);
+            timed(&mut OneDevice(&mut dev), &s, &w, &sc, &x)?
+        }
+        BlockDevice::Cuda => {
+            let mut dev = ferrite_host::backend::open_cuda()?;
+            timed(&mut OneDevice(dev.as_mut()), &s, &w, &sc, &x)?
+        }
+        BlockDevice::Opencl => {
+            let mut dev = super::boards::open_opencl(&args.board, "block")?;
+            timed(&mut OneDevice(dev.as_mut()), &s, &w, &sc, &x)?
+        }
+        BlockDevice::Sim => {
+            let (g, a, m) = sim_units(&s)?;
+            // Every multiplier of the 4×4 array busy every cycle: a lower bound.
+            let cycles = macs / g.macs() as u64;
+            guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S).confirm(args.yes)?;
+            let engine = engine(args.sim.engine)?;
+            for (unit, cfg) in [("gemm", g.clone().into()), ("attention", a.clone().into()), ("moe", m.clone().into())]
+            {
+                clocks.push((unit, sim_clock(cfg, None)?));
+            }
+            let mut devs = PerUnit {
+                gemm: Box::new(sim_device(g, &args.sim, engine, args.seed, None)?),
+                attention: Box::new(sim_device(a, &args.sim, engine, args.seed + 1, None)?),
+                moe: Box::new(sim_device(m, &args.sim, engine, args.seed + 2, None)?),
+            };
+            guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S)
+                .progress("simulating the block".into(), || timed(&mut devs, &s, &w, &sc, &x))?
+        }
+    };
+    report(&s, &sc, &w, &x, &run, &clocks)
+}
+
+fn timed(devs: &mut dyn BlockDevices, s: &BlockShape, w: &BlockWeights, sc: &Scales, x: &[i8]) -> Result<BlockRun> {
+    Ok(run_block(devs, s, w, sc, x)?)
+}
+
+fn report(
+    s: &BlockShape,
+    sc: &Scales,
+    w: &BlockWeights,
+    x: &[i8],
+    run: &BlockRun,
+    clocks: &[(&'static str, Clock)],
+) -> Result<()> {
+    let golden = block(s, w, sc, x)?;
+    match golden.out.iter().zip(&run.output.out).position(|(a, b)| a != b) {
+        None if golden == run.output => {
+            println!("correct      bit-exact vs the golden block ({} outputs, route and h1 too)", golden.out.len())
+        }
+        None => anyhow::bail!("the output matches the golden block but the route or h1 does not"),
+        Some(i) => anyhow::bail!(
+            "MISMATCH at token {} column {}: got {}, golden {}",
+            i / s.hidden,
+            i % s.hidden,
+            run.output.out[i],
+            golden.out[i]
+        ),
+    }
+    let real = block_f64(s, w, sc, x);
+    println!(
+        "accuracy     {:.2} % relative error vs float64 ({:.2} % after attention), expert sets agree on {:.1} % of tokens, {} of {} choices dropped",
+        100.0 * relative_error(&golden.out, sc.residual, &real.out),
+        100.0 * relative_error(&golden.h1, sc.residual, &real.h1),
+        100.0 * expert_agreement(&golden.route, s.top_k, &real.experts),
+        golden.route.dropped,
+        s.tokens * s.top_k
+    );
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header(["unit", "launches", "wall", "share", "cycles", "projected"]);
+    let units = run.by_unit();
+    let total_wall: f64 = units.iter().map(|u| u.1.as_secs_f64()).sum();
+    let mut projected_total = Some(0.0);
+    for (unit, wall, cycles, _) in &units {
+        let launches = run.steps.iter().filter(|s| s.unit == *unit).count();
+        let clock = clocks.iter().find(|(u, _)| u == unit).map(|(_, c)| c);
+        let projected = cycles.zip(clock).map(|(c, clk)| c as f64 / (clk.mhz * 1e6));
+        projected_total = projected_total.zip(projected).map(|(a, b)| a + b);
+        table.add_row([
+            unit.to_string(),
+            launches.to_string(),
+            format!("{:.3?}", wall),
+            format!("{:.1} %", 100.0 * wall.as_secs_f64() / total_wall.max(f64::MIN_POSITIVE)),
+            cycles.map_or("n/a".into(), |c| c.to_string()),
+            match (projected, clock) {
+                (Some(t), Some(clk)) => format!("{:.1} µs at {clk}", t * 1e6),
+                _ => "n/a".into(),
+            },
+        ]);
+    }
+    println!("{table}");
+    println!(
+        "throughput   {:.0} tokens/s by launch wall time ({:.3} ms a block; glue on the host not counted)",
+        s.tokens as f64 / total_wall.max(f64::MIN_POSITIVE),
+        1e3 * total_wall
+    );
+    if let (Some(t), false) = (projected_total, clocks.is_empty()) {
+        println!(
+            "projected    {:.0} tokens/s on the units in sequence ({:.1} µs a block at the clocks above)",
+            s.tokens as f64 / t,
+            t * 1e6
+        );
+    }
+    Ok(())
+}
