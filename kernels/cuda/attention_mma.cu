@@ -123,18 +123,31 @@ __device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* 
 
 // o += P·V for one block: P (this thread's p of rows g and g+8, S layout) split
 // into u8 halves as mma A fragments, V's fragments by ldmatrix.trans.
-template <int DP, int BK, int LD>
+// MODE 0: all keys; 1: keys before b[row]; 2: keys from b[row] on (b in
+// block key indices), only the 32-key steps from ks0 on (warp-uniform).
+template <int DP, int BK, int LD, int MODE>
 __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], const int (&P)[BK / 8][4],
-                                   const i8* vs, int lane) {
+                                   const i8* vs, int lane, const int* b = nullptr, int ks0 = 0) {
 #pragma unroll
     for (int ks = 0; ks < BK / 32; ks++) {
+        if (ks < ks0) continue;
         unsigned hi[4], lo[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             // a0: row g, tiles 4ks, 4ks+1; a1: row g+8; a2, a3: tiles 4ks+2, 4ks+3.
             const int t = 4 * ks + 2 * (i >> 1), c = 2 * (i & 1);
-            unsigned x = __byte_perm(P[t][c], P[t][c + 1], 0x5140);
-            unsigned y = __byte_perm(P[t + 1][c], P[t + 1][c + 1], 0x5140);
+            int p0 = P[t][c], p1 = P[t][c + 1], p2 = P[t + 1][c], p3 = P[t + 1][c + 1];
+            if (MODE) {
+                // This thread's keys: 8t + 2·tig + {0, 1} and the same in tile t + 1.
+                const int k0 = 8 * t + 2 * (lane & 3), br = b[i & 1];
+                const auto keep = [&](int k) { return MODE == 1 ? k < br : k >= br; };
+                p0 = keep(k0) ? p0 : 0;
+                p1 = keep(k0 + 1) ? p1 : 0;
+                p2 = keep(k0 + 8) ? p2 : 0;
+                p3 = keep(k0 + 9) ? p3 : 0;
+            }
+            unsigned x = __byte_perm(p0, p1, 0x5140);
+            unsigned y = __byte_perm(p2, p3, 0x5140);
             lo[i] = __byte_perm(x, y, 0x5410);
             hi[i] = __byte_perm(x, y, 0x7632);
         }
@@ -150,6 +163,23 @@ __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2]
             mma_u8s8(L[G][1], lo, bo0, bo1);
         }
     }
+}
+
+// o = round(o / 2^dl) (o = 256·H + L) for the accumulators of row g (rr = 0)
+// or g + 8 (rr = 1) of this thread.
+template <int DP>
+__device__ __forceinline__ void rescale_half(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], int rr, unsigned dl) {
+#pragma unroll
+    for (int G = 0; G < DP / 16; G++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) {
+                const int c = 2 * rr + cc;
+                const long long o = round_shift((long long)H[G][j][c] * 256 + L[G][j][c], dl);
+                H[G][j][c] = (int)(o >> 8);
+                L[G][j][c] = (int)(o & 255);
+            }
 }
 
 // DP: d rounded up to a multiple of 32 (the Q·Kᵀ k-step); BK keys a block.
@@ -282,94 +312,148 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                     rmax[c >> 1] = max(rmax[c >> 1], e);
                 }
             // Both shuffles on every lane (no short circuit: shuffles need the whole warp).
-            const int qm0 = quad_max(rmax[0]), qm1 = quad_max(rmax[1]);
-            const bool rises = qm0 > m[0] || qm1 > m[1];
-            // M: the running maximum at each key.
-            int M[NT][4];
-            if (!__any_sync(0xffffffffu, rises)) {
+            const int qm[2] = {quad_max(rmax[0]), quad_max(rmax[1])};
+            if (blk == 0) {
+                // The model's first key sets m with δ = 0: start from key 0's e
+                // (valid for every row), so block 0 only rises past it.
+                m[0] = __shfl_sync(0xffffffffu, E[0][0], lane & ~3);
+                m[1] = __shfl_sync(0xffffffffu, E[0][2], lane & ~3);
+            }
+            const bool rise0 = qm[0] > m[0], rise1 = qm[1] > m[1];
+            int P[NT][4];
+            if (!__any_sync(0xffffffffu, rise0 || rise1)) {
+                // No row's maximum rises (the common case): one P·V product.
+                int lsum[2] = {0, 0};
 #pragma unroll
                 for (int t = 0; t < NT; t++)
 #pragma unroll
-                    for (int c = 0; c < 4; c++) M[t][c] = m[c >> 1];
-            } else {
-#pragma unroll
-                for (int rr = 0; rr < 2; rr++) {
-                    int carry = m[rr];
-#pragma unroll
-                    for (int t = 0; t < NT; t++) {
-                        const int e0 = E[t][2 * rr], e1 = E[t][2 * rr + 1];
-                        // Keys of tile t in order: tig 0's pair, tig 1's, ...
-                        int x = max(e0, e1);
-                        x = max(x, __shfl_up_sync(0xffffffffu, x, 1, 4));
-                        x = max(x, __shfl_up_sync(0xffffffffu, x, 2, 4));
-                        int before = __shfl_up_sync(0xffffffffu, x, 1, 4);
-                        before = tig ? max(before, carry) : carry;
-                        M[t][2 * rr] = max(before, e0);
-                        M[t][2 * rr + 1] = max(before, max(e0, e1));
-                        carry = max(carry, __shfl_sync(0xffffffffu, x, 3, 4));
+                    for (int c = 0; c < 4; c++) {
+                        P[t][c] = (int)(lutl[F[t][c]] >> min((unsigned)m[c >> 1] - (unsigned)E[t][c], 31u));
+                        lsum[c >> 1] += P[t][c];
                     }
-                }
-            }
-            int P[NT][4];
-            int lsum[2] = {0, 0};
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    P[t][c] = (int)(lutl[F[t][c]] >> min((unsigned)M[t][c] - (unsigned)E[t][c], 31u));
-                    lsum[c >> 1] += P[t][c];
-                }
-            if (!__any_sync(0xffffffffu, rises)) {
-                pv<DP, BK, LD>(H, L, P, vs_, lane);
+                pv<DP, BK, LD, 0>(H, L, P, vs_, lane);
                 lpart[0] += lsum[0];
                 lpart[1] += lsum[1];
             } else {
-                // Segments of equal running maximum, in key order: keys with
-                // M == cur, then the rescale that opens the next segment.
-                long long lt[2] = {quad_sum(lpart[0]), quad_sum(lpart[1])};
-                // cur: the segment's maximum; a row with no segment left gets
-                // INT_MAX, which no M equals or exceeds.
-                int cur[2] = {m[0], m[1]};
-                while (true) {
-                    int Pk[NT][4];
-                    int ls[2] = {0, 0};
-                    int nxt[2] = {0x7fffffff, 0x7fffffff};
+                // Per row: the first key above m and the first key at the block's
+                // maximum, a byte each, reduced over the quad by per-byte minima.
+                unsigned jg[2] = {BK, BK}, jq[2] = {BK, BK};
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) {
+                        const unsigned kk = 8 * t + 2 * tig + (c & 1);
+                        if (E[t][c] > m[c >> 1]) jg[c >> 1] = min(jg[c >> 1], kk);
+                        if (E[t][c] == qm[c >> 1]) jq[c >> 1] = min(jq[c >> 1], kk);
+                    }
+                unsigned j = jg[0] | jg[1] << 8 | jq[0] << 16 | jq[1] << 24;
+                j = __vminu4(j, __shfl_xor_sync(0xffffffffu, j, 1));
+                j = __vminu4(j, __shfl_xor_sync(0xffffffffu, j, 2));
+                // A row rises once iff its first key above m is at the maximum.
+                const bool once = (!rise0 || (j & 255) == ((j >> 16) & 255)) && (!rise1 || ((j >> 8) & 255) == j >> 24);
+                if (__all_sync(0xffffffffu, once)) {
+                    // Every rising row rises once, at key b: keys before b see m,
+                    // keys from b on see qm. Two products, keys before b and
+                    // keys from b on, with the rescale of the rising rows between.
+                    const int b[2] = {rise0 ? (int)((j >> 16) & 255) : BK, rise1 ? (int)(j >> 24) : BK};
+                    int lb[2] = {0, 0}, la[2] = {0, 0};
 #pragma unroll
                     for (int t = 0; t < NT; t++)
 #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int rr = c >> 1;
-                            Pk[t][c] = M[t][c] == cur[rr] ? P[t][c] : 0;
-                            ls[rr] += Pk[t][c];
-                            if (M[t][c] > cur[rr]) nxt[rr] = min(nxt[rr], M[t][c]);
+                            const bool before = 8 * t + 2 * tig + (c & 1) < b[rr];
+                            P[t][c] = (int)(lutl[F[t][c]] >> min((unsigned)(before ? m[rr] : qm[rr]) - (unsigned)E[t][c], 31u));
+                            if (before) lb[rr] += P[t][c];
+                            else la[rr] += P[t][c];
                         }
-                    pv<DP, BK, LD>(H, L, Pk, vs_, lane);
-                    unsigned dl[2];
+                    pv<DP, BK, LD, 1>(H, L, P, vs_, lane, b);
 #pragma unroll
                     for (int rr = 0; rr < 2; rr++) {
-                        lt[rr] += quad_sum((long long)ls[rr]);
-                        nxt[rr] = quad_min(nxt[rr]);
-                        dl[rr] = nxt[rr] == 0x7fffffff ? 0u : min((unsigned)nxt[rr] - (unsigned)cur[rr], 62u);
-                        if (dl[rr]) m[rr] = nxt[rr];
-                        cur[rr] = nxt[rr];
+                        const bool r = rr ? rise1 : rise0;
+                        // Only the half of the accumulators whose row rose somewhere in the warp.
+                        if (__any_sync(0xffffffffu, r)) {
+                            const long long lt = quad_sum(lpart[rr] + lb[rr]);
+                            if (r) {
+                                const unsigned dl = min((unsigned)qm[rr] - (unsigned)m[rr], 62u);
+                                lpart[rr] = (tig ? 0 : round_shift(lt, dl)) + la[rr];
+                                m[rr] = qm[rr];
+                                rescale_half<DP>(H, L, rr, dl);
+                            } else {
+                                lpart[rr] += lb[rr];
+                            }
+                        } else {
+                            lpart[rr] += lb[rr];
+                        }
                     }
-                    if (!__any_sync(0xffffffffu, dl[0] | dl[1])) break;
+                    // Keys from the first rise on only (b = BK for rows that do not rise).
+                    const int ks0 = (int)__reduce_min_sync(0xffffffffu, (unsigned)min(b[0], b[1])) / 32;
+                    pv<DP, BK, LD, 2>(H, L, P, vs_, lane, b, ks0);
+                } else {
+                    // Some row rises more than once: M, the running maximum at
+                    // each key, by a prefix max over the block (quad shuffles).
+                    int M[NT][4];
 #pragma unroll
-                    for (int rr = 0; rr < 2; rr++) lt[rr] = round_shift(lt[rr], dl[rr]);
+                    for (int rr = 0; rr < 2; rr++) {
+                        int carry = m[rr];
 #pragma unroll
-                    for (int G = 0; G < NG; G++)
+                        for (int t = 0; t < NT; t++) {
+                            const int e0 = E[t][2 * rr], e1 = E[t][2 * rr + 1];
+                            // Keys of tile t in order: tig 0's pair, tig 1's, ...
+                            int x = max(e0, e1);
+                            x = max(x, __shfl_up_sync(0xffffffffu, x, 1, 4));
+                            x = max(x, __shfl_up_sync(0xffffffffu, x, 2, 4));
+                            int before = __shfl_up_sync(0xffffffffu, x, 1, 4);
+                            before = tig ? max(before, carry) : carry;
+                            M[t][2 * rr] = max(before, e0);
+                            M[t][2 * rr + 1] = max(before, max(e0, e1));
+                            carry = max(carry, __shfl_sync(0xffffffffu, x, 3, 4));
+                        }
+                    }
 #pragma unroll
-                        for (int j = 0; j < 2; j++)
+                    for (int t = 0; t < NT; t++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++)
+                            P[t][c] = (int)(lutl[F[t][c]] >> min((unsigned)M[t][c] - (unsigned)E[t][c], 31u));
+                    // Segments of equal running maximum, in key order: keys with
+                    // M == cur, then the rescale that opens the next segment.
+                    long long lt[2] = {quad_sum(lpart[0]), quad_sum(lpart[1])};
+                    // cur: the segment's maximum; a row with no segment left gets
+                    // INT_MAX, which no M equals or exceeds.
+                    int cur[2] = {m[0], m[1]};
+                    while (true) {
+                        int Pk[NT][4];
+                        int ls[2] = {0, 0};
+                        int nxt[2] = {0x7fffffff, 0x7fffffff};
+#pragma unroll
+                        for (int t = 0; t < NT; t++)
 #pragma unroll
                             for (int c = 0; c < 4; c++) {
-                                const long long o =
-                                    round_shift((long long)H[G][j][c] * 256 + L[G][j][c], dl[c >> 1]);
-                                H[G][j][c] = (int)(o >> 8);
-                                L[G][j][c] = (int)(o & 255);
+                                const int rr = c >> 1;
+                                Pk[t][c] = M[t][c] == cur[rr] ? P[t][c] : 0;
+                                ls[rr] += Pk[t][c];
+                                if (M[t][c] > cur[rr]) nxt[rr] = min(nxt[rr], M[t][c]);
                             }
+                        pv<DP, BK, LD, 0>(H, L, Pk, vs_, lane);
+                        unsigned dl[2];
+#pragma unroll
+                        for (int rr = 0; rr < 2; rr++) {
+                            lt[rr] += quad_sum((long long)ls[rr]);
+                            nxt[rr] = quad_min(nxt[rr]);
+                            dl[rr] = nxt[rr] == 0x7fffffff ? 0u : min((unsigned)nxt[rr] - (unsigned)cur[rr], 62u);
+                            if (dl[rr]) m[rr] = nxt[rr];
+                            cur[rr] = nxt[rr];
+                        }
+                        if (!__any_sync(0xffffffffu, dl[0] | dl[1])) break;
+#pragma unroll
+                        for (int rr = 0; rr < 2; rr++) {
+                            lt[rr] = round_shift(lt[rr], dl[rr]);
+                            if (__any_sync(0xffffffffu, dl[rr])) rescale_half<DP>(H, L, rr, dl[rr]);
+                        }
+                    }
+                    lpart[0] = tig ? 0 : lt[0];
+                    lpart[1] = tig ? 0 : lt[1];
                 }
-                lpart[0] = tig ? 0 : lt[0];
-                lpart[1] = tig ? 0 : lt[1];
             }
         }
         if ((kb + BK) % FOLD_KEYS == 0) {
