@@ -15,9 +15,16 @@
 //     is a plain sum, o += Σ p·v. So the only thing tied to key order is where
 //     m rises: each key's p uses the running maximum *at that key* (a prefix
 //     max over the block, by quad shuffles), and o, l are rounded by 2^δ
-//     exactly there. A block where no row's maximum rises (the common case
-//     after the first blocks) is one P·V product; otherwise the block is cut
-//     per row into segments of equal running maximum, and each segment is
+//     exactly there. m starts at key 0's e (the model's first key sets m
+//     with δ = 0). A block where no row's maximum rises (the common case
+//     after the first blocks; no shuffle needed to tell) is one P·V product.
+//     Where rows rise once in the block (the first key above m is at the
+//     block's maximum, found by per-byte quad minima of key indices), keys
+//     before the rise see m and keys from it on the new maximum: two P·V
+//     products, keys before and keys from the rise on, with the rescale of
+//     the accumulator halves of rising rows only in between. Otherwise (the
+//     first block, mostly) the block is cut per row into segments of equal
+//     running maximum (a prefix max by quad shuffles), and each segment is
 //     one P·V product (P masked to it) after the rescale that opens it.
 //   * P·V exactly: p < 2^15, so P = 256·P_hi + P_lo with both in u8, and two
 //     mma.sync m16n8k32 u8·s8 products accumulate o/256 and o mod 256 in int32
@@ -311,17 +318,14 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                     F[t][c] = (tl & 255) << 5;
                     rmax[c >> 1] = max(rmax[c >> 1], e);
                 }
-            // Both shuffles on every lane (no short circuit: shuffles need the whole warp).
-            const int qm[2] = {quad_max(rmax[0]), quad_max(rmax[1])};
             if (blk == 0) {
                 // The model's first key sets m with δ = 0: start from key 0's e
                 // (valid for every row), so block 0 only rises past it.
                 m[0] = __shfl_sync(0xffffffffu, E[0][0], lane & ~3);
                 m[1] = __shfl_sync(0xffffffffu, E[0][2], lane & ~3);
             }
-            const bool rise0 = qm[0] > m[0], rise1 = qm[1] > m[1];
             int P[NT][4];
-            if (!__any_sync(0xffffffffu, rise0 || rise1)) {
+            if (!__any_sync(0xffffffffu, rmax[0] > m[0] || rmax[1] > m[1])) {
                 // No row's maximum rises (the common case): one P·V product.
                 int lsum[2] = {0, 0};
 #pragma unroll
@@ -335,6 +339,8 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                 lpart[0] += lsum[0];
                 lpart[1] += lsum[1];
             } else {
+                const int qm[2] = {quad_max(rmax[0]), quad_max(rmax[1])};
+                const bool rise0 = qm[0] > m[0], rise1 = qm[1] > m[1];
                 // Per row: the first key above m and the first key at the block's
                 // maximum, a byte each, reduced over the quad by per-byte minima.
                 unsigned jg[2] = {BK, BK}, jq[2] = {BK, BK};
