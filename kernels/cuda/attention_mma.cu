@@ -107,11 +107,20 @@ __device__ __forceinline__ long long quad_sum(long long x) {
 // row). Keys ≥ seq_kv are not loaded: they are masked, so their rows only ever
 // meet p = 0 or a masked score. Dims ≥ d stay unset: Q's are zero, and output
 // dims ≥ d are not stored.
-template <int BK, int LD>
+template <int DP, int BK, int LD>
 __device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* vh, int kb, int seq_kv, int d) {
     const int keys = min(BK, seq_kv - kb);
     const long long base = (long long)kb * d;
-    if ((d & 15) == 0) {
+    if (d == DP && keys == BK && (BK * DP / 16) % (32 * WARPS) == 0) {
+        // Whole block, d = DP: a compile-time split, no division.
+        constexpr int CPR = DP / 16;
+#pragma unroll
+        for (int i = 0; i < BK * CPR / (32 * WARPS); i++) {
+            const int c = threadIdx.x + i * 32 * WARPS, r = c / CPR, off = (c % CPR) << 4;
+            cp_async16(smem_addr(ks + r * LD + off), kh + base + r * DP + off);
+            cp_async16(smem_addr(vs + r * LD + off), vh + base + r * DP + off);
+        }
+    } else if ((d & 15) == 0) {
         const int cpr = d >> 4, total = keys * cpr;
         for (int c = threadIdx.x; c < total; c += 32 * WARPS) {
             const int r = c / cpr, off = (c - r * cpr) << 4;
@@ -130,11 +139,11 @@ __device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* 
 
 // o += P·V for one block: P (this thread's p of rows g and g+8, S layout) split
 // into u8 halves as mma A fragments, V's fragments by ldmatrix.trans.
-// MODE 0: all keys; 1: keys before b[row]; 2: keys from b[row] on (b in
-// block key indices), only the 32-key steps from ks0 on (warp-uniform).
-template <int DP, int BK, int LD, int MODE>
-__device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], const int (&P)[BK / 8][4],
-                                   const i8* vs, int lane, const int* b = nullptr, int ks0 = 0) {
+// p(t, c): this thread's p of element (t, c) (S layout), masked as the
+// caller needs; only the 32-key steps from ks0 on (warp-uniform).
+template <int DP, int BK, int LD, class Fp>
+__device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], Fp p, const i8* vs, int lane,
+                                   int ks0 = 0) {
 #pragma unroll
     for (int ks = 0; ks < BK / 32; ks++) {
         if (ks < ks0) continue;
@@ -143,18 +152,8 @@ __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2]
         for (int i = 0; i < 4; i++) {
             // a0: row g, tiles 4ks, 4ks+1; a1: row g+8; a2, a3: tiles 4ks+2, 4ks+3.
             const int t = 4 * ks + 2 * (i >> 1), c = 2 * (i & 1);
-            int p0 = P[t][c], p1 = P[t][c + 1], p2 = P[t + 1][c], p3 = P[t + 1][c + 1];
-            if (MODE) {
-                // This thread's keys: 8t + 2·tig + {0, 1} and the same in tile t + 1.
-                const int k0 = 8 * t + 2 * (lane & 3), br = b[i & 1];
-                const auto keep = [&](int k) { return MODE == 1 ? k < br : k >= br; };
-                p0 = keep(k0) ? p0 : 0;
-                p1 = keep(k0 + 1) ? p1 : 0;
-                p2 = keep(k0 + 8) ? p2 : 0;
-                p3 = keep(k0 + 9) ? p3 : 0;
-            }
-            unsigned x = __byte_perm(p0, p1, 0x5140);
-            unsigned y = __byte_perm(p2, p3, 0x5140);
+            unsigned x = __byte_perm(p(t, c), p(t, c + 1), 0x5140);
+            unsigned y = __byte_perm(p(t + 1, c), p(t + 1, c + 1), 0x5140);
             lo[i] = __byte_perm(x, y, 0x5410);
             hi[i] = __byte_perm(x, y, 0x7632);
         }
@@ -222,7 +221,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     const i8* vh = V + h * kv_stride;
 
     for (int i = tid; i < 256 * 32; i += 32 * WARPS) lut_s[i] = __ldg(lut + (i >> 5));
-    load_kv<BK, LD>(kv_s, kv_s + BK * LD, kh, vh, 0, seq_kv, d);
+    load_kv<DP, BK, LD>(kv_s, kv_s + BK * LD, kh, vh, 0, seq_kv, d);
 
     // Q as A fragments: a0 row g, a1 row g+8, a2/a3 the same 16 dims further.
     unsigned qa[DP / 32][4];
@@ -268,7 +267,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
         __syncthreads();
         // Every warp is past the previous block, so the other stage is free.
         if (blk + 1 < nblk)
-            load_kv<BK, LD>(kv_s + (st ^ 1) * 2 * BK * LD, kv_s + (st ^ 1) * 2 * BK * LD + BK * LD, kh, vh, kb + BK,
+            load_kv<DP, BK, LD>(kv_s + (st ^ 1) * 2 * BK * LD, kv_s + (st ^ 1) * 2 * BK * LD + BK * LD, kh, vh, kb + BK,
                             seq_kv, d);
         const i8* ks_ = kv_s + st * 2 * BK * LD;
         const i8* vs_ = ks_ + BK * LD;
@@ -313,11 +312,20 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                         tl = (int)__funnelshift_rc(xl, xh, ta) >> tb;
                         e = (int)__funnelshift_rc(xl, xh, ea) >> eb;
                     }
-                    if (need_mask && kb + 8 * t + 2 * tig + (c & 1) >= (c < 2 ? lim0 : lim1)) e = EMASK;
                     E[t][c] = e;
                     F[t][c] = (tl & 255) << 5;
-                    rmax[c >> 1] = max(rmax[c >> 1], e);
                 }
+            if (need_mask) {
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++)
+                        if (kb + 8 * t + 2 * tig + (c & 1) >= (c < 2 ? lim0 : lim1)) E[t][c] = EMASK;
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) rmax[c >> 1] = max(rmax[c >> 1], E[t][c]);
             if (blk == 0) {
                 // The model's first key sets m with δ = 0: start from key 0's e
                 // (valid for every row), so block 0 only rises past it.
@@ -335,7 +343,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                         P[t][c] = (int)(lutl[F[t][c]] >> min((unsigned)m[c >> 1] - (unsigned)E[t][c], 31u));
                         lsum[c >> 1] += P[t][c];
                     }
-                pv<DP, BK, LD, 0>(H, L, P, vs_, lane);
+                pv<DP, BK, LD>(H, L, [&](int t, int c) { return P[t][c]; }, vs_, lane);
                 lpart[0] += lsum[0];
                 lpart[1] += lsum[1];
             } else {
@@ -373,7 +381,10 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                             if (before) lb[rr] += P[t][c];
                             else la[rr] += P[t][c];
                         }
-                    pv<DP, BK, LD, 1>(H, L, P, vs_, lane, b);
+                    // This thread's keys: 8t + 2·tig + (c & 1).
+                    pv<DP, BK, LD>(
+                        H, L, [&](int t, int c) { return 8 * t + 2 * tig + (c & 1) < b[c >> 1] ? P[t][c] : 0; }, vs_,
+                        lane);
 #pragma unroll
                     for (int rr = 0; rr < 2; rr++) {
                         const bool r = rr ? rise1 : rise0;
@@ -394,7 +405,9 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                     }
                     // Keys from the first rise on only (b = BK for rows that do not rise).
                     const int ks0 = (int)__reduce_min_sync(0xffffffffu, (unsigned)min(b[0], b[1])) / 32;
-                    pv<DP, BK, LD, 2>(H, L, P, vs_, lane, b, ks0);
+                    pv<DP, BK, LD>(
+                        H, L, [&](int t, int c) { return 8 * t + 2 * tig + (c & 1) >= b[c >> 1] ? P[t][c] : 0; }, vs_,
+                        lane, ks0);
                 } else {
                     // Some row rises more than once: M, the running maximum at
                     // each key, by a prefix max over the block (quad shuffles).
@@ -428,7 +441,6 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                     // INT_MAX, which no M equals or exceeds.
                     int cur[2] = {m[0], m[1]};
                     while (true) {
-                        int Pk[NT][4];
                         int ls[2] = {0, 0};
                         int nxt[2] = {0x7fffffff, 0x7fffffff};
 #pragma unroll
@@ -436,11 +448,11 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
 #pragma unroll
                             for (int c = 0; c < 4; c++) {
                                 const int rr = c >> 1;
-                                Pk[t][c] = M[t][c] == cur[rr] ? P[t][c] : 0;
-                                ls[rr] += Pk[t][c];
+                                ls[rr] += M[t][c] == cur[rr] ? P[t][c] : 0;
                                 if (M[t][c] > cur[rr]) nxt[rr] = min(nxt[rr], M[t][c]);
                             }
-                        pv<DP, BK, LD, 0>(H, L, Pk, vs_, lane);
+                        pv<DP, BK, LD>(
+                            H, L, [&](int t, int c) { return M[t][c] == cur[c >> 1] ? P[t][c] : 0; }, vs_, lane);
                         unsigned dl[2];
 #pragma unroll
                         for (int rr = 0; rr < 2; rr++) {
