@@ -220,7 +220,15 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     const i8* kh = K + h * kv_stride;
     const i8* vh = V + h * kv_stride;
 
-    for (int i = tid; i < 256 * 32; i += 32 * WARPS) lut_s[i] = __ldg(lut + (i >> 5));
+    {
+        // Warp w copies entries 64w .. 64w + 63, lane l writes copy l: two
+        // loads a thread, conflict-free stores.
+        static_assert(WARPS * 64 == 256, "the LUT copy assumes four warps");
+        const unsigned v0 = __ldg(lut + 64 * warp + lane), v1 = __ldg(lut + 64 * warp + 32 + lane);
+#pragma unroll 8
+        for (int j = 0; j < 64; j++)
+            lut_s[(64 * warp + j) * 32 + lane] = __shfl_sync(0xffffffffu, j < 32 ? v0 : v1, j & 31);
+    }
     load_kv<DP, BK, LD>(kv_s, kv_s + BK * LD, kh, vh, 0, seq_kv, d);
 
     // Q as A fragments: a0 row g, a1 row g+8, a2/a3 the same 16 dims further.
