@@ -433,6 +433,40 @@ fn attention_twin_is_bit_exact() {
     assert!(matches!(dev.layout(&Problem::Attention(too_wide)), Err(DeviceError::TooBig { .. })));
 }
 
+/// The bench's data (Gaussian, σ = 32 LSB, scales 1/32) on long rows: most
+/// blocks keep every row's maximum, some raise it once (the two-product
+/// path), the first ones several times (the segmented path); all checked
+/// whole against the golden model, causal, padded and int8 out included.
+#[test]
+fn attention_twin_gaussian_rows_are_bit_exact() {
+    let Some(mut dev) = gpu("attention_twin_gaussian_rows_are_bit_exact") else {
+        return;
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(12);
+    let cases = [
+        attention_problem(64, 256, 2048, false, None, None),
+        attention_problem(64, 1024, 1024, true, None, None),
+        attention_problem(128, 256, 2048, false, Some(vec![2048, 1500]), Some(1.0 / 16.0)),
+        attention_problem(128, 1024, 1024, true, None, None),
+        attention_problem(100, 130, 999, true, Some(vec![999, 77]), None),
+    ];
+    for p in cases {
+        let mut gen = |n: usize| -> Vec<i8> {
+            (0..n)
+                .map(|_| {
+                    let (u1, u2): (f64, f64) = (rng.gen_range(f64::EPSILON..1.0), rng.gen());
+                    let g = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+                    (g * 32.0).round().clamp(-128.0, 127.0) as i8
+                })
+                .collect()
+        };
+        let hq = p.heads_total() * p.seq_q * p.dim;
+        let hkv = p.heads_total() * p.seq_kv * p.dim;
+        let (q, k, v) = (gen(hq), gen(hkv), gen(hkv));
+        check_attention(&mut dev, &p, &q, &k, &v).unwrap();
+    }
+}
+
 #[test]
 fn attention_launch_random_problems_are_bit_exact() {
     let Some(dev) = gpu("attention_launch_random_problems_are_bit_exact") else {

@@ -15,9 +15,16 @@
 //     is a plain sum, o += Σ p·v. So the only thing tied to key order is where
 //     m rises: each key's p uses the running maximum *at that key* (a prefix
 //     max over the block, by quad shuffles), and o, l are rounded by 2^δ
-//     exactly there. A block where no row's maximum rises (the common case
-//     after the first blocks) is one P·V product; otherwise the block is cut
-//     per row into segments of equal running maximum, and each segment is
+//     exactly there. m starts at key 0's e (the model's first key sets m
+//     with δ = 0). A block where no row's maximum rises (the common case
+//     after the first blocks; no shuffle needed to tell) is one P·V product.
+//     Where rows rise once in the block (the first key above m is at the
+//     block's maximum, found by per-byte quad minima of key indices), keys
+//     before the rise see m and keys from it on the new maximum: two P·V
+//     products, keys before and keys from the rise on, with the rescale of
+//     the accumulator halves of rising rows only in between. Otherwise (the
+//     first block, mostly) the block is cut per row into segments of equal
+//     running maximum (a prefix max by quad shuffles), and each segment is
 //     one P·V product (P masked to it) after the rescale that opens it.
 //   * P·V exactly: p < 2^15, so P = 256·P_hi + P_lo with both in u8, and two
 //     mma.sync m16n8k32 u8·s8 products accumulate o/256 and o mod 256 in int32
@@ -100,11 +107,20 @@ __device__ __forceinline__ long long quad_sum(long long x) {
 // row). Keys ≥ seq_kv are not loaded: they are masked, so their rows only ever
 // meet p = 0 or a masked score. Dims ≥ d stay unset: Q's are zero, and output
 // dims ≥ d are not stored.
-template <int BK, int LD>
+template <int DP, int BK, int LD>
 __device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* vh, int kb, int seq_kv, int d) {
     const int keys = min(BK, seq_kv - kb);
     const long long base = (long long)kb * d;
-    if ((d & 15) == 0) {
+    if (d == DP && keys == BK && (BK * DP / 16) % (32 * WARPS) == 0) {
+        // Whole block, d = DP: a compile-time split, no division.
+        constexpr int CPR = DP / 16;
+#pragma unroll
+        for (int i = 0; i < BK * CPR / (32 * WARPS); i++) {
+            const int c = threadIdx.x + i * 32 * WARPS, r = c / CPR, off = (c % CPR) << 4;
+            cp_async16(smem_addr(ks + r * LD + off), kh + base + r * DP + off);
+            cp_async16(smem_addr(vs + r * LD + off), vh + base + r * DP + off);
+        }
+    } else if ((d & 15) == 0) {
         const int cpr = d >> 4, total = keys * cpr;
         for (int c = threadIdx.x; c < total; c += 32 * WARPS) {
             const int r = c / cpr, off = (c - r * cpr) << 4;
@@ -123,18 +139,21 @@ __device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* 
 
 // o += P·V for one block: P (this thread's p of rows g and g+8, S layout) split
 // into u8 halves as mma A fragments, V's fragments by ldmatrix.trans.
-template <int DP, int BK, int LD>
-__device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], const int (&P)[BK / 8][4],
-                                   const i8* vs, int lane) {
+// p(t, c): this thread's p of element (t, c) (S layout), masked as the
+// caller needs; only the 32-key steps from ks0 on (warp-uniform).
+template <int DP, int BK, int LD, class Fp>
+__device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], Fp p, const i8* vs, int lane,
+                                   int ks0 = 0) {
 #pragma unroll
     for (int ks = 0; ks < BK / 32; ks++) {
+        if (ks < ks0) continue;
         unsigned hi[4], lo[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             // a0: row g, tiles 4ks, 4ks+1; a1: row g+8; a2, a3: tiles 4ks+2, 4ks+3.
             const int t = 4 * ks + 2 * (i >> 1), c = 2 * (i & 1);
-            unsigned x = __byte_perm(P[t][c], P[t][c + 1], 0x5140);
-            unsigned y = __byte_perm(P[t + 1][c], P[t + 1][c + 1], 0x5140);
+            unsigned x = __byte_perm(p(t, c), p(t, c + 1), 0x5140);
+            unsigned y = __byte_perm(p(t + 1, c), p(t + 1, c + 1), 0x5140);
             lo[i] = __byte_perm(x, y, 0x5410);
             hi[i] = __byte_perm(x, y, 0x7632);
         }
@@ -150,6 +169,23 @@ __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2]
             mma_u8s8(L[G][1], lo, bo0, bo1);
         }
     }
+}
+
+// o = round(o / 2^dl) (o = 256·H + L) for the accumulators of row g (rr = 0)
+// or g + 8 (rr = 1) of this thread.
+template <int DP>
+__device__ __forceinline__ void rescale_half(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], int rr, unsigned dl) {
+#pragma unroll
+    for (int G = 0; G < DP / 16; G++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) {
+                const int c = 2 * rr + cc;
+                const long long o = round_shift((long long)H[G][j][c] * 256 + L[G][j][c], dl);
+                H[G][j][c] = (int)(o >> 8);
+                L[G][j][c] = (int)(o & 255);
+            }
 }
 
 // DP: d rounded up to a multiple of 32 (the Q·Kᵀ k-step); BK keys a block.
@@ -184,8 +220,16 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     const i8* kh = K + h * kv_stride;
     const i8* vh = V + h * kv_stride;
 
-    for (int i = tid; i < 256 * 32; i += 32 * WARPS) lut_s[i] = __ldg(lut + (i >> 5));
-    load_kv<BK, LD>(kv_s, kv_s + BK * LD, kh, vh, 0, seq_kv, d);
+    {
+        // Warp w copies entries 64w .. 64w + 63, lane l writes copy l: two
+        // loads a thread, conflict-free stores.
+        static_assert(WARPS * 64 == 256, "the LUT copy assumes four warps");
+        const unsigned v0 = __ldg(lut + 64 * warp + lane), v1 = __ldg(lut + 64 * warp + 32 + lane);
+#pragma unroll 8
+        for (int j = 0; j < 64; j++)
+            lut_s[(64 * warp + j) * 32 + lane] = __shfl_sync(0xffffffffu, j < 32 ? v0 : v1, j & 31);
+    }
+    load_kv<DP, BK, LD>(kv_s, kv_s + BK * LD, kh, vh, 0, seq_kv, d);
 
     // Q as A fragments: a0 row g, a1 row g+8, a2/a3 the same 16 dims further.
     unsigned qa[DP / 32][4];
@@ -231,7 +275,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
         __syncthreads();
         // Every warp is past the previous block, so the other stage is free.
         if (blk + 1 < nblk)
-            load_kv<BK, LD>(kv_s + (st ^ 1) * 2 * BK * LD, kv_s + (st ^ 1) * 2 * BK * LD + BK * LD, kh, vh, kb + BK,
+            load_kv<DP, BK, LD>(kv_s + (st ^ 1) * 2 * BK * LD, kv_s + (st ^ 1) * 2 * BK * LD + BK * LD, kh, vh, kb + BK,
                             seq_kv, d);
         const i8* ks_ = kv_s + st * 2 * BK * LD;
         const i8* vs_ = ks_ + BK * LD;
@@ -276,100 +320,166 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                         tl = (int)__funnelshift_rc(xl, xh, ta) >> tb;
                         e = (int)__funnelshift_rc(xl, xh, ea) >> eb;
                     }
-                    if (need_mask && kb + 8 * t + 2 * tig + (c & 1) >= (c < 2 ? lim0 : lim1)) e = EMASK;
                     E[t][c] = e;
                     F[t][c] = (tl & 255) << 5;
-                    rmax[c >> 1] = max(rmax[c >> 1], e);
                 }
-            // Both shuffles on every lane (no short circuit: shuffles need the whole warp).
-            const int qm0 = quad_max(rmax[0]), qm1 = quad_max(rmax[1]);
-            const bool rises = qm0 > m[0] || qm1 > m[1];
-            // M: the running maximum at each key.
-            int M[NT][4];
-            if (!__any_sync(0xffffffffu, rises)) {
+            if (need_mask) {
 #pragma unroll
                 for (int t = 0; t < NT; t++)
 #pragma unroll
-                    for (int c = 0; c < 4; c++) M[t][c] = m[c >> 1];
-            } else {
-#pragma unroll
-                for (int rr = 0; rr < 2; rr++) {
-                    int carry = m[rr];
-#pragma unroll
-                    for (int t = 0; t < NT; t++) {
-                        const int e0 = E[t][2 * rr], e1 = E[t][2 * rr + 1];
-                        // Keys of tile t in order: tig 0's pair, tig 1's, ...
-                        int x = max(e0, e1);
-                        x = max(x, __shfl_up_sync(0xffffffffu, x, 1, 4));
-                        x = max(x, __shfl_up_sync(0xffffffffu, x, 2, 4));
-                        int before = __shfl_up_sync(0xffffffffu, x, 1, 4);
-                        before = tig ? max(before, carry) : carry;
-                        M[t][2 * rr] = max(before, e0);
-                        M[t][2 * rr + 1] = max(before, max(e0, e1));
-                        carry = max(carry, __shfl_sync(0xffffffffu, x, 3, 4));
-                    }
-                }
+                    for (int c = 0; c < 4; c++)
+                        if (kb + 8 * t + 2 * tig + (c & 1) >= (c < 2 ? lim0 : lim1)) E[t][c] = EMASK;
             }
-            int P[NT][4];
-            int lsum[2] = {0, 0};
 #pragma unroll
             for (int t = 0; t < NT; t++)
 #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    P[t][c] = (int)(lutl[F[t][c]] >> min((unsigned)M[t][c] - (unsigned)E[t][c], 31u));
-                    lsum[c >> 1] += P[t][c];
-                }
-            if (!__any_sync(0xffffffffu, rises)) {
-                pv<DP, BK, LD>(H, L, P, vs_, lane);
+                for (int c = 0; c < 4; c++) rmax[c >> 1] = max(rmax[c >> 1], E[t][c]);
+            if (blk == 0) {
+                // The model's first key sets m with δ = 0: start from key 0's e
+                // (valid for every row), so block 0 only rises past it.
+                m[0] = __shfl_sync(0xffffffffu, E[0][0], lane & ~3);
+                m[1] = __shfl_sync(0xffffffffu, E[0][2], lane & ~3);
+            }
+            int P[NT][4];
+            if (!__any_sync(0xffffffffu, rmax[0] > m[0] || rmax[1] > m[1])) {
+                // No row's maximum rises (the common case): one P·V product.
+                int lsum[2] = {0, 0};
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) {
+                        P[t][c] = (int)(lutl[F[t][c]] >> min((unsigned)m[c >> 1] - (unsigned)E[t][c], 31u));
+                        lsum[c >> 1] += P[t][c];
+                    }
+                pv<DP, BK, LD>(H, L, [&](int t, int c) { return P[t][c]; }, vs_, lane);
                 lpart[0] += lsum[0];
                 lpart[1] += lsum[1];
             } else {
-                // Segments of equal running maximum, in key order: keys with
-                // M == cur, then the rescale that opens the next segment.
-                long long lt[2] = {quad_sum(lpart[0]), quad_sum(lpart[1])};
-                // cur: the segment's maximum; a row with no segment left gets
-                // INT_MAX, which no M equals or exceeds.
-                int cur[2] = {m[0], m[1]};
-                while (true) {
-                    int Pk[NT][4];
-                    int ls[2] = {0, 0};
-                    int nxt[2] = {0x7fffffff, 0x7fffffff};
+                const int qm[2] = {quad_max(rmax[0]), quad_max(rmax[1])};
+                const bool rise0 = qm[0] > m[0], rise1 = qm[1] > m[1];
+                // Per row: the first key above m and the first key at the block's
+                // maximum, a byte each, reduced over the quad by per-byte minima.
+                unsigned jg[2] = {BK, BK}, jq[2] = {BK, BK};
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+#pragma unroll
+                    for (int c = 0; c < 4; c++) {
+                        const unsigned kk = 8 * t + 2 * tig + (c & 1);
+                        if (E[t][c] > m[c >> 1]) jg[c >> 1] = min(jg[c >> 1], kk);
+                        if (E[t][c] == qm[c >> 1]) jq[c >> 1] = min(jq[c >> 1], kk);
+                    }
+                unsigned j = jg[0] | jg[1] << 8 | jq[0] << 16 | jq[1] << 24;
+                j = __vminu4(j, __shfl_xor_sync(0xffffffffu, j, 1));
+                j = __vminu4(j, __shfl_xor_sync(0xffffffffu, j, 2));
+                // A row rises once iff its first key above m is at the maximum.
+                const bool once = (!rise0 || (j & 255) == ((j >> 16) & 255)) && (!rise1 || ((j >> 8) & 255) == j >> 24);
+                if (__all_sync(0xffffffffu, once)) {
+                    // Every rising row rises once, at key b: keys before b see m,
+                    // keys from b on see qm. Two products, keys before b and
+                    // keys from b on, with the rescale of the rising rows between.
+                    const int b[2] = {rise0 ? (int)((j >> 16) & 255) : BK, rise1 ? (int)(j >> 24) : BK};
+                    int lb[2] = {0, 0}, la[2] = {0, 0};
 #pragma unroll
                     for (int t = 0; t < NT; t++)
 #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             const int rr = c >> 1;
-                            Pk[t][c] = M[t][c] == cur[rr] ? P[t][c] : 0;
-                            ls[rr] += Pk[t][c];
-                            if (M[t][c] > cur[rr]) nxt[rr] = min(nxt[rr], M[t][c]);
+                            const bool before = 8 * t + 2 * tig + (c & 1) < b[rr];
+                            P[t][c] = (int)(lutl[F[t][c]] >> min((unsigned)(before ? m[rr] : qm[rr]) - (unsigned)E[t][c], 31u));
+                            if (before) lb[rr] += P[t][c];
+                            else la[rr] += P[t][c];
                         }
-                    pv<DP, BK, LD>(H, L, Pk, vs_, lane);
-                    unsigned dl[2];
+                    // This thread's keys: 8t + 2·tig + (c & 1).
+                    pv<DP, BK, LD>(
+                        H, L, [&](int t, int c) { return 8 * t + 2 * tig + (c & 1) < b[c >> 1] ? P[t][c] : 0; }, vs_,
+                        lane);
 #pragma unroll
                     for (int rr = 0; rr < 2; rr++) {
-                        lt[rr] += quad_sum((long long)ls[rr]);
-                        nxt[rr] = quad_min(nxt[rr]);
-                        dl[rr] = nxt[rr] == 0x7fffffff ? 0u : min((unsigned)nxt[rr] - (unsigned)cur[rr], 62u);
-                        if (dl[rr]) m[rr] = nxt[rr];
-                        cur[rr] = nxt[rr];
+                        const bool r = rr ? rise1 : rise0;
+                        // Only the half of the accumulators whose row rose somewhere in the warp.
+                        if (__any_sync(0xffffffffu, r)) {
+                            const long long lt = quad_sum(lpart[rr] + lb[rr]);
+                            if (r) {
+                                const unsigned dl = min((unsigned)qm[rr] - (unsigned)m[rr], 62u);
+                                lpart[rr] = (tig ? 0 : round_shift(lt, dl)) + la[rr];
+                                m[rr] = qm[rr];
+                                rescale_half<DP>(H, L, rr, dl);
+                            } else {
+                                lpart[rr] += lb[rr];
+                            }
+                        } else {
+                            lpart[rr] += lb[rr];
+                        }
                     }
-                    if (!__any_sync(0xffffffffu, dl[0] | dl[1])) break;
+                    // Keys from the first rise on only (b = BK for rows that do not rise).
+                    const int ks0 = (int)__reduce_min_sync(0xffffffffu, (unsigned)min(b[0], b[1])) / 32;
+                    pv<DP, BK, LD>(
+                        H, L, [&](int t, int c) { return 8 * t + 2 * tig + (c & 1) >= b[c >> 1] ? P[t][c] : 0; }, vs_,
+                        lane, ks0);
+                } else {
+                    // Some row rises more than once: M, the running maximum at
+                    // each key, by a prefix max over the block (quad shuffles).
+                    int M[NT][4];
 #pragma unroll
-                    for (int rr = 0; rr < 2; rr++) lt[rr] = round_shift(lt[rr], dl[rr]);
+                    for (int rr = 0; rr < 2; rr++) {
+                        int carry = m[rr];
 #pragma unroll
-                    for (int G = 0; G < NG; G++)
+                        for (int t = 0; t < NT; t++) {
+                            const int e0 = E[t][2 * rr], e1 = E[t][2 * rr + 1];
+                            // Keys of tile t in order: tig 0's pair, tig 1's, ...
+                            int x = max(e0, e1);
+                            x = max(x, __shfl_up_sync(0xffffffffu, x, 1, 4));
+                            x = max(x, __shfl_up_sync(0xffffffffu, x, 2, 4));
+                            int before = __shfl_up_sync(0xffffffffu, x, 1, 4);
+                            before = tig ? max(before, carry) : carry;
+                            M[t][2 * rr] = max(before, e0);
+                            M[t][2 * rr + 1] = max(before, max(e0, e1));
+                            carry = max(carry, __shfl_sync(0xffffffffu, x, 3, 4));
+                        }
+                    }
 #pragma unroll
-                        for (int j = 0; j < 2; j++)
+                    for (int t = 0; t < NT; t++)
+#pragma unroll
+                        for (int c = 0; c < 4; c++)
+                            P[t][c] = (int)(lutl[F[t][c]] >> min((unsigned)M[t][c] - (unsigned)E[t][c], 31u));
+                    // Segments of equal running maximum, in key order: keys with
+                    // M == cur, then the rescale that opens the next segment.
+                    long long lt[2] = {quad_sum(lpart[0]), quad_sum(lpart[1])};
+                    // cur: the segment's maximum; a row with no segment left gets
+                    // INT_MAX, which no M equals or exceeds.
+                    int cur[2] = {m[0], m[1]};
+                    while (true) {
+                        int ls[2] = {0, 0};
+                        int nxt[2] = {0x7fffffff, 0x7fffffff};
+#pragma unroll
+                        for (int t = 0; t < NT; t++)
 #pragma unroll
                             for (int c = 0; c < 4; c++) {
-                                const long long o =
-                                    round_shift((long long)H[G][j][c] * 256 + L[G][j][c], dl[c >> 1]);
-                                H[G][j][c] = (int)(o >> 8);
-                                L[G][j][c] = (int)(o & 255);
+                                const int rr = c >> 1;
+                                ls[rr] += M[t][c] == cur[rr] ? P[t][c] : 0;
+                                if (M[t][c] > cur[rr]) nxt[rr] = min(nxt[rr], M[t][c]);
                             }
+                        pv<DP, BK, LD>(
+                            H, L, [&](int t, int c) { return M[t][c] == cur[c >> 1] ? P[t][c] : 0; }, vs_, lane);
+                        unsigned dl[2];
+#pragma unroll
+                        for (int rr = 0; rr < 2; rr++) {
+                            lt[rr] += quad_sum((long long)ls[rr]);
+                            nxt[rr] = quad_min(nxt[rr]);
+                            dl[rr] = nxt[rr] == 0x7fffffff ? 0u : min((unsigned)nxt[rr] - (unsigned)cur[rr], 62u);
+                            if (dl[rr]) m[rr] = nxt[rr];
+                            cur[rr] = nxt[rr];
+                        }
+                        if (!__any_sync(0xffffffffu, dl[0] | dl[1])) break;
+#pragma unroll
+                        for (int rr = 0; rr < 2; rr++) {
+                            lt[rr] = round_shift(lt[rr], dl[rr]);
+                            if (__any_sync(0xffffffffu, dl[rr])) rescale_half<DP>(H, L, rr, dl[rr]);
+                        }
+                    }
+                    lpart[0] = tig ? 0 : lt[0];
+                    lpart[1] = tig ? 0 : lt[1];
                 }
-                lpart[0] = tig ? 0 : lt[0];
-                lpart[1] = tig ? 0 : lt[1];
             }
         }
         if ((kb + BK) % FOLD_KEYS == 0) {
