@@ -65,6 +65,8 @@ if want cli; then
   else
     echo "== ferrite run moe: not in this build"
   fi
+  step block.log "$here/ferrite" block --device cuda
+  step block-medium.log "$here/ferrite" block --device cuda --tokens 128 --hidden 256 --heads 4 --experts 8 --ffn 512
 fi
 # The demo also simulates the RTL; without Verilator there that is rust-hdl (slow), so keep it small.
 want demo && step demo.log timeout 120 "$here/ferrite" demo --size 32
