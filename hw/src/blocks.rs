@@ -258,6 +258,189 @@ end"
     }
 }
 
+/// The requantizer of [`Requantizer`] as a free-running pipeline of
+/// [`RequantPipe::LATENCY`] stages, so that no stage holds more than one carry
+/// chain or a few mux levels: the one-cycle 64-bit round/shift/saturate was the
+/// GEMM unit's critical path (docs/timing.md). `y` is
+/// `sat8(round_half_away(x · mult / 2^shift))` of the `x` held `LATENCY`
+/// cycles earlier; `mult` and `shift` must be steady for the run (they are
+/// latched registers): the rounding constants `2^(shift-1)` and `2^(shift-1) - 1`
+/// are decoded from a registered copy of `shift`, without a carry chain.
+#[derive(LogicBlock, Default)]
+pub struct RequantPipe {
+    pub clock: Signal<In, Clock>,
+    pub x: Signal<In, Bits<32>>,
+    pub mult: Signal<In, Bits<32>>,
+    pub shift: Signal<In, Bits<6>>,
+    pub y: Signal<Out, Bits<8>>,
+    _s: RequantStages,
+}
+
+/// The registers of [`RequantPipe`], named as in its Verilog.
+#[derive(Default, Clone, Copy)]
+struct RequantStages {
+    sr: u32,
+    hpos: i64,
+    hneg: i64,
+    hh: i64,
+    hl: i64,
+    lh: i64,
+    ll: i64,
+    neg1: bool,
+    mid: i64,
+    hilo: i64,
+    neg2: bool,
+    p: i64,
+    adj: i64,
+    sum: i64,
+    t: i64,
+    q: i64,
+}
+
+impl RequantPipe {
+    /// Cycles from `x` to `y`: partial products, their middle sum, the product,
+    /// the rounding add, the shift by `8·shift[5:3]`, by `shift[2:0]`, saturation.
+    pub const LATENCY: usize = 7;
+}
+
+impl Logic for RequantPipe {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let o = self._s;
+            let mut n = o;
+            self.y.next = ((o.q.clamp(-128, 127) as i8 as u8) as u64).to_bits();
+            n.q = o.t >> (o.sr & 7);
+            n.t = o.sum >> (o.sr & 0x38);
+            n.sum = o.p.wrapping_add(o.adj);
+            n.p = o.hilo.wrapping_add(o.mid << 16);
+            n.adj = if o.neg2 { o.hneg } else { o.hpos };
+            n.hilo = ((o.hh as u64) << 32 | o.ll as u64) as i64;
+            n.mid = o.hl + o.lh;
+            n.neg2 = o.neg1;
+            let x = to_u64(self.x.val()) as u32 as i32 as i64;
+            let m = to_u64(self.mult.val()) as u32 as i32 as i64;
+            let (xh, xl, mh, ml) = (x >> 16, x & 0xFFFF, m >> 16, m & 0xFFFF);
+            (n.hh, n.hl, n.lh, n.ll) = (xh * mh, xh * ml, xl * mh, xl * ml);
+            n.neg1 = (x < 0) != (m < 0) && x != 0 && m != 0;
+            let s = to_u64(self.shift.val()) as u32;
+            n.sr = s;
+            n.hpos = if o.sr == 0 { 0 } else { 1 << (o.sr - 1) };
+            n.hneg = if o.sr == 0 { 0 } else { (1 << (o.sr - 1)) - 1 };
+            self._s = n;
+        }
+    }
+    fn connect(&mut self) {
+        self.y.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        // Each product is a signed 17×17 multiply (one MULT18X18D): the high
+        // halves are signed 16-bit, the low halves unsigned.
+        Verilog::Custom(
+            "\
+reg [5:0] sr = 0;
+reg [63:0] hpos = 0;
+reg [63:0] hneg = 0;
+integer i;
+reg signed [31:0] hh = 0;
+reg signed [32:0] hl = 0;
+reg signed [32:0] lh = 0;
+reg [31:0] ll = 0;
+reg neg1 = 0;
+reg signed [33:0] mid = 0;
+reg [63:0] hilo = 0;
+reg neg2 = 0;
+reg signed [63:0] p = 0;
+reg [63:0] adj = 0;
+reg signed [63:0] sum = 0;
+reg signed [63:0] t = 0;
+reg signed [63:0] q = 0;
+wire signed [16:0] xh = {x[31], x[31:16]};
+wire signed [16:0] xl = {1'b0, x[15:0]};
+wire signed [16:0] mh = {mult[31], mult[31:16]};
+wire signed [16:0] ml = {1'b0, mult[15:0]};
+wire signed [33:0] phh = xh * mh;
+wire signed [33:0] phl = xh * ml;
+wire signed [33:0] plh = xl * mh;
+wire signed [33:0] pll = xl * ml;
+always @(posedge clock) begin
+   sr <= shift;
+   for (i = 0; i < 64; i = i + 1) begin
+      hpos[i] <= {26'd0, sr} == i + 1;
+      hneg[i] <= {26'd0, sr} > i + 1;
+   end
+   hh <= phh[31:0];
+   hl <= phl[32:0];
+   lh <= plh[32:0];
+   ll <= pll[31:0];
+   neg1 <= (x[31] != mult[31]) && (x != 32'd0) && (mult != 32'd0);
+   mid <= hl + lh;
+   hilo <= {hh, ll};
+   neg2 <= neg1;
+   p <= $signed(hilo) + ({{30{mid[33]}}, mid} <<< 16);
+   adj <= neg2 ? hneg : hpos;
+   sum <= p + $signed(adj);
+   t <= sum >>> {sr[5:3], 3'b000};
+   q <= t >>> sr[2:0];
+   // q fits int8 when q[63:7] is all sign: reductions, no comparator carry chains.
+   y <= ((&q[63:7]) | ~(|q[63:7])) ? q[7:0] : (q[63] ? 8'h80 : 8'h7f);
+end"
+            .into(),
+        )
+    }
+}
+
+/// Unsigned 32×32 → 64-bit multiply in three registered stages (partial
+/// products, their middle sum, the product), [`MulU32Pipe::LATENCY`] cycles
+/// from `a`, `b` to `p`: the GEMM writer's row address, off its critical path.
+#[derive(LogicBlock, Default)]
+pub struct MulU32Pipe {
+    pub clock: Signal<In, Clock>,
+    pub a: Signal<In, Bits<32>>,
+    pub b: Signal<In, Bits<32>>,
+    pub p: Signal<Out, Bits<64>>,
+    _s: [u64; 6],
+}
+
+impl MulU32Pipe {
+    pub const LATENCY: usize = 3;
+}
+
+impl Logic for MulU32Pipe {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let [hh, hl, lh, ll, mid, hilo] = self._s;
+            self.p.next = hilo.wrapping_add(mid << 16).to_bits();
+            let (a, b) = (to_u64(self.a.val()), to_u64(self.b.val()));
+            let (ah, al, bh, bl) = (a >> 16 & 0xFFFF, a & 0xFFFF, b >> 16 & 0xFFFF, b & 0xFFFF);
+            self._s = [ah * bh, ah * bl, al * bh, al * bl, hl + lh, hh << 32 | ll];
+        }
+    }
+    fn connect(&mut self) {
+        self.p.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(
+            "\
+reg [31:0] hh = 0;
+reg [31:0] hl = 0;
+reg [31:0] lh = 0;
+reg [31:0] ll = 0;
+reg [32:0] mid = 0;
+reg [63:0] hilo = 0;
+always @(posedge clock) begin
+   hh <= a[31:16] * b[31:16];
+   hl <= a[31:16] * b[15:0];
+   lh <= a[15:0] * b[31:16];
+   ll <= a[15:0] * b[15:0];
+   mid <= hl + lh;
+   hilo <= {hh, ll};
+   p <= hilo + {15'd0, mid, 16'd0};
+end"
+            .into(),
+        )
+    }
+}
+
 /// Unsigned 32×32 → 64-bit multiply (combinational; maps to DSPs). Used for
 /// row address arithmetic.
 #[derive(LogicBlock, Default)]
@@ -370,6 +553,73 @@ mod tests {
             }
             let want = requantize(x, Requant { multiplier: m, shift: s });
             assert_eq!(r.y.val().to_u8() as i8, want, "{x}·{m}>>{s}");
+        }
+    }
+
+    /// Clock `n` edges, settling after each change as rust-hdl's simulator does.
+    fn clock<B: Block>(b: &mut B, clk: impl Fn(&mut B, bool), n: usize) {
+        let settle = |b: &mut B| loop {
+            b.update_all();
+            if !b.has_changed() {
+                break;
+            }
+        };
+        for _ in 0..n {
+            clk(b, false);
+            settle(b);
+            clk(b, true);
+            settle(b);
+        }
+    }
+
+    #[test]
+    fn requant_pipe_model_matches_numerics_after_its_latency() {
+        let cases = [
+            (1000, 1 << 30, 33),
+            (-7, 3, 1),
+            (i32::MIN, i32::MIN, 62),
+            (i32::MAX, i32::MIN, 62),
+            (5, -9, 0),
+            (-300, 1 << 20, 20),
+            (-65536, 65535, 9),
+            (123_456_789, -987_654_321, 40),
+            (0, -5, 3),
+            (-1, 1 << 30, 31),
+        ];
+        let mut r = RequantPipe::default();
+        r.connect_all();
+        for &(x, m, s) in &cases {
+            r.x.next = (x as u32 as u64).to_bits();
+            r.mult.next = (m as u32 as u64).to_bits();
+            r.shift.next = (s as u64).to_bits();
+            clock(&mut r, |r, c| r.clock.next = Clock::from(c), RequantPipe::LATENCY);
+            assert_eq!(r.y.val().to_u8() as i8, requantize(x, Requant { multiplier: m, shift: s }), "{x}·{m}>>{s}");
+        }
+        // Streaming, one x per cycle at a steady mult and shift: y follows x by LATENCY.
+        let xs: Vec<i32> = cases.iter().map(|c| c.0).collect();
+        for &(_, m, s) in &cases {
+            r.mult.next = (m as u32 as u64).to_bits();
+            r.shift.next = (s as u64).to_bits();
+            for j in 0..xs.len() + RequantPipe::LATENCY {
+                r.x.next = (xs[j.min(xs.len() - 1)] as u32 as u64).to_bits();
+                clock(&mut r, |r, c| r.clock.next = Clock::from(c), 1);
+                if let Some(&x) = (j + 1).checked_sub(RequantPipe::LATENCY).and_then(|i| xs.get(i)) {
+                    let want = requantize(x, Requant { multiplier: m, shift: s });
+                    assert_eq!(r.y.val().to_u8() as i8, want, "streamed {x}·{m}>>{s}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mul_u32_pipe_model_multiplies_after_its_latency() {
+        let mut m = MulU32Pipe::default();
+        m.connect_all();
+        for (a, b) in [(0u64, 0u64), (u32::MAX as u64, u32::MAX as u64), (123_456, 789_012), (1 << 31, 3)] {
+            m.a.next = a.to_bits();
+            m.b.next = b.to_bits();
+            clock(&mut m, |m, c| m.clock.next = Clock::from(c), MulU32Pipe::LATENCY);
+            assert_eq!(m.p.val().to_u64(), a * b, "{a}·{b}");
         }
     }
 }

@@ -1,10 +1,10 @@
 //! One output lane of the fused epilogue: bias add, ReLU, requantize.
-use crate::blocks::Requantizer;
+use crate::blocks::RequantPipe;
 use rust_hdl::prelude::*;
 
-/// Lane `c` of the epilogue. The writer steps it through three enables
-/// (add, multiply, round), then reads both the int32 and the int8 result,
-/// each already placed at lane `c` of a W-bit beat.
+/// Lane `c` of the epilogue. The writer enables the add, then reads the int32
+/// result a cycle later and the int8 one [`RequantPipe::LATENCY`] cycles
+/// later, each already placed at lane `c` of a W-bit beat.
 #[derive(LogicBlock)]
 pub struct EpilogueLane<const W: usize> {
     pub clock: Signal<In, Clock>,
@@ -13,15 +13,13 @@ pub struct EpilogueLane<const W: usize> {
     pub use_bias: Signal<In, Bit>,
     pub relu: Signal<In, Bit>,
     pub en_add: Signal<In, Bit>,
-    pub en_mul: Signal<In, Bit>,
-    pub en_round: Signal<In, Bit>,
     pub mult: Signal<In, Bits<32>>,
     pub shift: Signal<In, Bits<6>>,
     pub out32: Signal<Out, Bits<W>>,
     pub out8: Signal<Out, Bits<W>>,
     value: DFF<Bits<32>>,
     sum: Signal<Local, Signed<32>>,
-    rq: Requantizer,
+    rq: RequantPipe,
     s32: Constant<Bits<16>>,
     s8: Constant<Bits<16>>,
 }
@@ -35,8 +33,6 @@ impl<const W: usize> EpilogueLane<W> {
             use_bias: Default::default(),
             relu: Default::default(),
             en_add: Default::default(),
-            en_mul: Default::default(),
-            en_round: Default::default(),
             mult: Default::default(),
             shift: Default::default(),
             out32: Default::default(),
@@ -69,8 +65,6 @@ impl<const W: usize> Logic for EpilogueLane<W> {
         self.rq.x.next = self.value.q.val();
         self.rq.mult.next = self.mult.val();
         self.rq.shift.next = self.shift.val();
-        self.rq.en_mul.next = self.en_mul.val();
-        self.rq.en_round.next = self.en_round.val();
         self.out32.next = bit_cast::<W, 32>(self.value.q.val()) << self.s32.val();
         self.out8.next = bit_cast::<W, 8>(self.rq.y.val()) << self.s8.val();
     }

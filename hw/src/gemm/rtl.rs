@@ -16,7 +16,7 @@ use super::array::{ColFeed, PeRow, RowFeed};
 use super::epilogue::EpilogueLane;
 use super::regs::{Args, TABLE};
 use super::GemmConfig;
-use crate::blocks::{Fifo, MulU32, SyncRam};
+use crate::blocks::{Fifo, MulU32Pipe, RequantPipe, SyncRam};
 use crate::shell::{AxiLiteSlave, AxiMaster, Shell};
 use crate::HwError;
 use rust_hdl::prelude::*;
@@ -44,7 +44,7 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     ofifo: Fifo<W>,
     ometa: Fifo<64>,
     tiles: Fifo<64>,
-    row_mul: MulU32,
+    row_mul: MulU32Pipe,
 
     // Derived from the arguments at ap_start.
     row_beats: DFF<Bits<16>>,
@@ -89,6 +89,10 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     w_i: DFF<Bits<32>>,
     w_j0: DFF<Bits<32>>,
     w_addr: DFF<Bits<64>>,
+    /// The row's address less `w_i · LDC`, which `row_mul` computes meanwhile.
+    w_base: DFF<Bits<64>>,
+    /// Cycles spent in `Wait`.
+    w_wait: DFF<Bits<4>>,
     w_cols: DFF<Bits<16>>,
     w_beat: DFF<Bits<W>>,
     w_strb: DFF<Bits<S>>,
@@ -111,6 +115,7 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     c_nmax: Constant<Bits<32>>,
     c_lanes: Constant<Bits<16>>,
     c_ones: Constant<Bits<S>>,
+    c_wait: Constant<Bits<4>>,
     _rows: usize,
     _cols: usize,
 }
@@ -132,8 +137,8 @@ enum Phase {
 enum WriterState {
     Idle,
     Bias,
-    Mul,
-    Round,
+    /// The requantizer pipeline (and the row address multiply) run.
+    Wait,
     Pack,
     Send,
 }
@@ -204,6 +209,8 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             w_i: Default::default(),
             w_j0: Default::default(),
             w_addr: Default::default(),
+            w_base: Default::default(),
+            w_wait: Default::default(),
             w_cols: Default::default(),
             w_beat: Default::default(),
             w_strb: Default::default(),
@@ -225,6 +232,8 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             c_nmax: Constant::new(k(cfg.n_max as u64)),
             c_lanes: Constant::new(k(S as u64)),
             c_ones: Constant::new(Bits::<S>::mask()),
+            // `Wait` lasts until the int8 results are out; the row product is ready before.
+            c_wait: Constant::new(k(RequantPipe::LATENCY.max(MulU32Pipe::LATENCY) as u64 - 1)),
             _rows: r,
             _cols: c,
         })
@@ -237,7 +246,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         dff_setup!(
             self, ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, recv_cnt, recv_row, fk, fj0,
             feed_done, since_last, promised, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data, w_i, w_j0, w_addr,
-            w_cols, w_beat, w_strb
+            w_base, w_wait, w_cols, w_beat, w_strb
         );
         // ---------------- Shell ----------------
         AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
@@ -557,6 +566,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
 
         // ---------------- Writer: epilogue and one beat per output row ----------------
+        self.row_mul.clock.next = self.ap_clk.val();
         self.row_mul.a.next = self.w_i.q.val();
         self.row_mul.b.next = self.run.ldc.val();
         self.ofifo.pop.next = false;
@@ -578,8 +588,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.lanes[c].mult.next = self.run.qmult.val();
             self.lanes[c].shift.next = self.run.qshift.val();
             self.lanes[c].en_add.next = self.wstate.q.val() == WriterState::Bias;
-            self.lanes[c].en_mul.next = self.wstate.q.val() == WriterState::Mul;
-            self.lanes[c].en_round.next = self.wstate.q.val() == WriterState::Round;
         }
         self.p32[0].next = self.lanes[0].out32.val();
         self.p8[0].next = self.lanes[0].out8.val();
@@ -605,23 +613,23 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             WriterState::Bias => {
-                // Lanes add bias / apply ReLU this cycle; compute the row address.
-                self.w_addr.d.next = self.run.c.val()
-                    + self.row_mul.p.val()
-                    + (bit_cast::<64, 32>(self.w_j0.q.val() << 2) & !self.c_pmask.val());
+                // Lanes add bias / apply ReLU this cycle; the row address less w_i · LDC.
+                self.w_base.d.next =
+                    self.run.c.val() + (bit_cast::<64, 32>(self.w_j0.q.val() << 2) & !self.c_pmask.val());
                 if self.run.requant.val() {
-                    self.w_addr.d.next = self.run.c.val()
-                        + self.row_mul.p.val()
-                        + (bit_cast::<64, 32>(self.w_j0.q.val()) & !self.c_pmask.val());
+                    self.w_base.d.next =
+                        self.run.c.val() + (bit_cast::<64, 32>(self.w_j0.q.val()) & !self.c_pmask.val());
                 }
                 self.w_cols.d.next = bit_cast::<16, 32>(self.w_col_cnt.val());
-                self.wstate.d.next = WriterState::Mul;
+                self.w_wait.d.next = 0.into();
+                self.wstate.d.next = WriterState::Wait;
             }
-            WriterState::Mul => {
-                self.wstate.d.next = WriterState::Round;
-            }
-            WriterState::Round => {
-                self.wstate.d.next = WriterState::Pack;
+            WriterState::Wait => {
+                self.w_wait.d.next = self.w_wait.q.val() + 1;
+                if self.w_wait.q.val() == self.c_wait.val() {
+                    self.w_addr.d.next = self.w_base.q.val() + self.row_mul.p.val();
+                    self.wstate.d.next = WriterState::Pack;
+                }
             }
             WriterState::Pack => {
                 for l in (self._cols - 1)..self._cols {
