@@ -6,21 +6,15 @@
 use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::block::{block, random_input, BlockShape, BlockWeights, Scales};
 use ferrite_hw::gemm::GemmConfig;
-use ferrite_hw::moe::{CapacityFactor, GateMode, MoeConfig};
+use ferrite_hw::moe::MoeConfig;
 use ferrite_runtime::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_runtime::backend::sim::{Engine, SimDevice};
 use ferrite_runtime::block::{run_block, BlockDevices, OneDevice, PerUnit};
 use ferrite_sim::MemoryConfig;
 
-/// The CI block and a variant with tight capacity (choices dropped) and Softmax-then-top-k.
+/// The CI block and the tight variant (choices dropped, softmax then top-k).
 fn shapes() -> [BlockShape; 2] {
-    let tight = BlockShape {
-        tokens: 13,
-        capacity: Some(CapacityFactor::from_f64(0.5).unwrap()),
-        mode: GateMode::SoftmaxTopk,
-        ..BlockShape::small()
-    };
-    [BlockShape::small(), tight]
+    [BlockShape::small(), BlockShape::tight()]
 }
 
 fn check(devs: &mut dyn BlockDevices, name: &str) {

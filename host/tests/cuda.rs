@@ -2,6 +2,7 @@
 //! why it skipped and passes; on the GPU machine they run for real
 //! (`scripts/gpu-bundle.sh` builds this binary for it).
 #![cfg(feature = "cuda")]
+mod common;
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::backend::cuda::float::{flash_attention, from_bf16, gemm_bf16, moe_gate, to_bf16};
 use ferrite_host::backend::cuda::{CudaDevice, GemmKernel};
@@ -837,24 +838,10 @@ fn attention_twin_long_rows_are_bit_exact() {
     assert!(matches!(dev.layout(&Problem::Attention(over)), Err(DeviceError::TooBig { .. })));
 }
 
-/// The int8 MoE decoder block (issue 17) on the GPU, bit for bit against its golden
-/// model: the CI block and a tight-capacity variant that drops choices.
+/// The int8 MoE decoder block (issue 17) on the GPU, bit for bit against its golden model.
 #[test]
 fn block_is_bit_exact() {
-    use ferrite_host::block::{run_block, OneDevice};
-    use ferrite_hw::block::{block, random_input, BlockShape, BlockWeights, Scales};
-    let Some(mut dev) = gpu("block_is_bit_exact") else {
-        return;
-    };
-    let tight = BlockShape {
-        tokens: 13,
-        capacity: Some(CapacityFactor::from_f64(0.5).unwrap()),
-        mode: GateMode::SoftmaxTopk,
-        ..BlockShape::small()
-    };
-    for (i, s) in [BlockShape::small(), tight].iter().enumerate() {
-        let (w, x, sc) = (BlockWeights::random(s, 60 + i as u64), random_input(s, 70 + i as u64), Scales::default());
-        let got = run_block(&mut OneDevice(&mut dev), s, &w, &sc, &x).unwrap();
-        assert_eq!(got.output, block(s, &w, &sc, &x).unwrap(), "{s:?}");
+    if let Some(mut dev) = gpu("block_is_bit_exact") {
+        common::block_is_bit_exact_on(&mut dev);
     }
 }

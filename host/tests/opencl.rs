@@ -4,6 +4,7 @@
 //! before every run (by `ops`, or by `run_raw` for byte-level comparisons with
 //! the CPU device under pitched layouts).
 #![cfg(feature = "opencl")]
+mod common;
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::backend::opencl::{list, OpenClDevice};
 use ferrite_host::device::{AttentionArgs, MoeArgs};
@@ -488,24 +489,10 @@ fn run_cli_on_opencl_is_bit_exact_with_npy_in_and_out() {
     assert_eq!(experts.dim(), (20, 2));
 }
 
-/// The int8 MoE decoder block (issue 17) on the OpenCL device, bit for bit against its golden
-/// model: the CI block and a tight-capacity variant that drops choices.
+/// The int8 MoE decoder block (issue 17) on the OpenCL device, bit for bit against its golden model.
 #[test]
 fn block_is_bit_exact() {
-    use ferrite_host::block::{run_block, OneDevice};
-    use ferrite_hw::block::{block, random_input, BlockShape, BlockWeights, Scales};
-    let Some(mut dev) = device() else {
-        return;
-    };
-    let tight = BlockShape {
-        tokens: 13,
-        capacity: Some(CapacityFactor::from_f64(0.5).unwrap()),
-        mode: GateMode::SoftmaxTopk,
-        ..BlockShape::small()
-    };
-    for (i, s) in [BlockShape::small(), tight].iter().enumerate() {
-        let (w, x, sc) = (BlockWeights::random(s, 60 + i as u64), random_input(s, 70 + i as u64), Scales::default());
-        let got = run_block(&mut OneDevice(&mut dev), s, &w, &sc, &x).unwrap();
-        assert_eq!(got.output, block(s, &w, &sc, &x).unwrap(), "{s:?}");
+    if let Some(mut dev) = device() {
+        common::block_is_bit_exact_on(&mut dev);
     }
 }

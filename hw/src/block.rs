@@ -58,6 +58,17 @@ impl BlockShape {
         }
     }
 
+    /// A 13-token variant of [`small`](Self::small) with capacity factor 0.5 and
+    /// softmax-then-top-k: it drops choices and routes several tokens to one expert.
+    pub fn tight() -> Self {
+        Self {
+            tokens: 13,
+            capacity: Some(CapacityFactor::from_f64(0.5).expect("0.5 is a valid capacity factor")),
+            mode: GateMode::SoftmaxTopk,
+            ..Self::small()
+        }
+    }
+
     pub fn validate(&self) -> Result<(), HwError> {
         let p = |m: String| Err(HwError::Problem(m));
         if [self.tokens, self.hidden, self.heads, self.head_dim, self.experts, self.top_k, self.ffn].contains(&0) {

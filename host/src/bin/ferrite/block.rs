@@ -70,7 +70,10 @@ pub(super) struct BlockArgs {
 
 impl BlockArgs {
     fn shape(&self) -> Result<BlockShape> {
-        anyhow::ensure!(self.heads > 0 && self.hidden.is_multiple_of(self.heads), "--hidden must be a multiple of --heads");
+        anyhow::ensure!(
+            self.heads > 0 && self.hidden.is_multiple_of(self.heads),
+            "--hidden must be a multiple of --heads"
+        );
         let capacity = match self.capacity_factor {
             0.0 => None,
             c => Some(CapacityFactor::from_f64(c)?),
