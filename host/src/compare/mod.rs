@@ -37,7 +37,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use report::{
-    Accuracy, BoardRun, Case, DeviceId, Energy, Figure, FpgaProjection, HostInfo, Report, Resources, Row, Skip, Workload,
+    Accuracy, BoardRun, Case, DeviceId, Energy, Figure, FpgaProjection, HostInfo, Report, Resources, Row, Skip,
+    Workload,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -496,7 +497,12 @@ fn open_board(id: DeviceId, image: &LoadedManifest, where_: &BoardImage) -> Resu
     let m = &image.manifest;
     let theirs = if m.board.is_alveo() { DeviceId::Xrt } else { DeviceId::Pynq };
     if id != theirs {
-        return Ok(Err(format!("the image {} is for the {}, which {} does not drive", where_.manifest.display(), m.board, id.id())));
+        return Ok(Err(format!(
+            "the image {} is for the {}, which {} does not drive",
+            where_.manifest.display(),
+            m.board,
+            id.id()
+        )));
     }
     let opened = match id {
         DeviceId::Xrt => open_xrt(image, where_.card.as_deref()),
@@ -509,7 +515,8 @@ fn open_board(id: DeviceId, image: &LoadedManifest, where_: &BoardImage) -> Resu
 #[cfg(feature = "xrt")]
 fn open_xrt(image: &LoadedManifest, card: Option<&str>) -> Result<Box<dyn Device>, DeviceError> {
     use crate::backend::xrt::{XrtDevice, XrtTarget};
-    let target: XrtTarget = card.unwrap_or("0").parse().map_err(|e: String| DeviceError::Config(format!("--card {e}")))?;
+    let target: XrtTarget =
+        card.unwrap_or("0").parse().map_err(|e: String| DeviceError::Config(format!("--card {e}")))?;
     Ok(Box::new(XrtDevice::open(&target, image)?))
 }
 
@@ -530,7 +537,9 @@ fn open_pynq(image: &LoadedManifest, root: &std::path::Path) -> Result<Box<dyn D
 
 #[cfg(not(target_os = "linux"))]
 fn open_pynq(_image: &LoadedManifest, _root: &std::path::Path) -> Result<Box<dyn Device>, DeviceError> {
-    Err(DeviceError::Config("the PYNQ backend loads images through the Linux FPGA manager: run ferrite on the board".into()))
+    Err(DeviceError::Config(
+        "the PYNQ backend loads images through the Linux FPGA manager: run ferrite on the board".into(),
+    ))
 }
 
 /// The first device of the first OpenCL platform (PoCL's CPU device here).
@@ -680,7 +689,9 @@ fn run_one(
         return Ok(Err("cpu-fast has a GEMM path only; other units run the same golden model as cpu".into()));
     }
     let is_board = matches!(id, DeviceId::Xrt | DeviceId::Pynq);
-    if let Some(unit) = pool.image.as_ref().map(|m| m.manifest.unit.name()).filter(|u| is_board && *u != inputs.workload().id()) {
+    if let Some(unit) =
+        pool.image.as_ref().map(|m| m.manifest.unit.name()).filter(|u| is_board && *u != inputs.workload().id())
+    {
         return Ok(Err(format!("the image holds the {unit} unit")));
     }
     let clock = if id == DeviceId::Sim { Some(projection_clock(opts, pool, inputs)?) } else { None };
@@ -769,7 +780,13 @@ fn run_one(
             let clock = Clock::of_image(m);
             let manifest = opts.image.as_ref().map_or_else(String::new, |i| i.manifest.display().to_string());
             let cycles = first.cycles.context("the board reported no cycle count")?.cycles;
-            Some(BoardRun { kernel: m.kernel.clone(), manifest, clock_mhz: clock.mhz, clock_source: clock.source, cycles })
+            Some(BoardRun {
+                kernel: m.kernel.clone(),
+                manifest,
+                clock_mhz: clock.mhz,
+                clock_source: clock.source,
+                cycles,
+            })
         }
         None => None,
     };
