@@ -19,7 +19,7 @@ use crate::bitstream::board::Board;
 use crate::checks::{self, FULL_CHECK_MACS};
 use crate::clock::Clock;
 use crate::device::{Device, DeviceError, DeviceKind, RunStats};
-use crate::manifest::UnitConfig;
+use crate::manifest::{LoadedManifest, Manifest, UnitConfig};
 use crate::ops;
 use anyhow::{bail, ensure, Context, Result};
 use energy::Meter;
@@ -37,7 +37,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use report::{
-    Accuracy, Case, DeviceId, Energy, Figure, FpgaProjection, HostInfo, Report, Resources, Row, Skip, Workload,
+    Accuracy, BoardRun, Case, DeviceId, Energy, Figure, FpgaProjection, HostInfo, Report, Resources, Row, Skip,
+    Workload,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -135,6 +136,21 @@ pub struct Options {
     pub min_time: Duration,
     /// Show progress bars on stderr.
     pub progress: bool,
+    /// A built image for the board devices (xrt, pynq): their rows are
+    /// measured on the board, and the sim rows of its workload simulate the
+    /// image's own unit at the image's clock.
+    pub image: Option<BoardImage>,
+}
+
+/// Where `ferrite compare` finds a board and the image loaded on it.
+#[derive(Debug, Clone)]
+pub struct BoardImage {
+    /// manifest.json of the built image.
+    pub manifest: std::path::PathBuf,
+    /// XRT card: index or PCIe BDF (default 0).
+    pub card: Option<String>,
+    /// Root of a PYNQ board's filesystem: `/` on a board, a fake tree in tests.
+    pub pynq_root: std::path::PathBuf,
 }
 
 impl Default for Options {
@@ -148,6 +164,7 @@ impl Default for Options {
             resources: false,
             min_time: Duration::from_millis(200),
             progress: false,
+            image: None,
         }
     }
 }
@@ -361,8 +378,21 @@ impl Inputs {
         })
     }
 
-    /// The unit the simulator builds for this problem, projected at `clock_mhz`.
-    fn sim_unit(&self, clock_mhz: f64) -> UnitConfig {
+    fn workload(&self) -> Workload {
+        match self {
+            Self::Gemm { .. } => Workload::Gemm,
+            Self::Attention { .. } => Workload::Attention,
+            Self::Moe { .. } => Workload::Moe,
+        }
+    }
+
+    /// The unit the simulator builds for this problem, projected at
+    /// `clock_mhz`: the board image's own unit when `image` holds this
+    /// workload, so that projection and board run the same configuration.
+    fn sim_unit(&self, clock_mhz: f64, image: Option<&LoadedManifest>) -> UnitConfig {
+        if let Some(unit) = image.map(|m| &m.manifest.unit).filter(|u| u.name() == self.workload().id()) {
+            return with_clock(unit, clock_mhz);
+        }
         match self {
             Self::Gemm { .. } => UnitConfig::Gemm(GemmConfig { clock_mhz, ..GemmConfig::default() }),
             Self::Attention { p, .. } => {
@@ -386,9 +416,15 @@ impl Inputs {
     }
 }
 
-/// Expert-set agreement with the float router over all tokens, and the
-/// weight error over the tokens that agree (weights of different experts are
-/// not comparable).
+/// `unit` projected at `clock_mhz`.
+fn with_clock(unit: &UnitConfig, clock_mhz: f64) -> UnitConfig {
+    match unit {
+        UnitConfig::Gemm(c) => UnitConfig::Gemm(GemmConfig { clock_mhz, ..c.clone() }),
+        UnitConfig::Attention(c) => UnitConfig::Attention(AttentionConfig { clock_mhz, ..c.clone() }),
+        UnitConfig::Moe(c) => UnitConfig::Moe(MoeConfig { clock_mhz, ..c.clone() }),
+    }
+}
+
 /// Rows `rows` of an M×`n` GEMM output, in that order.
 fn gemm_output_rows(o: &GemmOutput, n: usize, rows: &[usize]) -> GemmOutput {
     match o {
@@ -407,6 +443,9 @@ fn attention_output_rows(o: &AttentionOutput, p: &AttentionProblem, rows: &[(usi
     }
 }
 
+/// Expert-set agreement with the float router over all tokens, and the
+/// weight error over the tokens that agree (weights of different experts are
+/// not comparable).
 fn moe_accuracy(p: &MoeProblem, o: &MoeOutput, r: &RouterF64) -> Accuracy {
     let k = p.top_k;
     let (mut agree, mut max_abs, mut num, mut den) = (0usize, 0f64, 0f64, 0f64);
@@ -444,7 +483,63 @@ pub fn open_device(id: DeviceId) -> Result<Box<dyn Device>, String> {
         DeviceId::Opencl => open_opencl().map_err(|e| e.to_string()),
         DeviceId::Cuda => crate::backend::open_cuda().map_err(|e| e.to_string()),
         DeviceId::Sim => Err("the simulator is built per unit: use open_sim".into()),
+        DeviceId::Xrt | DeviceId::Pynq => {
+            Err(format!("{} runs a built image: pass --manifest DIR/manifest.json", id.id()))
+        }
     }
+}
+
+/// The board device `id` (xrt or pynq) with `image`, or why it cannot run it.
+/// `Ok(Err(reason))`: the image is for the other kind of board, so this one
+/// is skipped; `Err`: the image's own board could not be opened, which fails
+/// the comparison (the user asked for measured rows of that board).
+fn open_board(id: DeviceId, image: &LoadedManifest, where_: &BoardImage) -> Result<Result<Box<dyn Device>, String>> {
+    let m = &image.manifest;
+    let theirs = if m.board.is_alveo() { DeviceId::Xrt } else { DeviceId::Pynq };
+    if id != theirs {
+        return Ok(Err(format!(
+            "the image {} is for the {}, which {} does not drive",
+            where_.manifest.display(),
+            m.board,
+            id.id()
+        )));
+    }
+    let opened = match id {
+        DeviceId::Xrt => open_xrt(image, where_.card.as_deref()),
+        _ => open_pynq(image, &where_.pynq_root),
+    };
+    // One line: DeviceError::Backend's source repeats its text in an error chain.
+    opened.map(Ok).map_err(|e| anyhow::anyhow!("--devices {}: {} on the {}: {e}", id.id(), m.kernel, m.board))
+}
+
+#[cfg(feature = "xrt")]
+fn open_xrt(image: &LoadedManifest, card: Option<&str>) -> Result<Box<dyn Device>, DeviceError> {
+    use crate::backend::xrt::{XrtDevice, XrtTarget};
+    let target: XrtTarget =
+        card.unwrap_or("0").parse().map_err(|e: String| DeviceError::Config(format!("--card {e}")))?;
+    Ok(Box::new(XrtDevice::open(&target, image)?))
+}
+
+#[cfg(not(feature = "xrt"))]
+fn open_xrt(_image: &LoadedManifest, _card: Option<&str>) -> Result<Box<dyn Device>, DeviceError> {
+    Err(DeviceError::MissingTool {
+        tool: "XRT support",
+        hint: "this ferrite was built without the `xrt` feature (cargo build -p ferrite-host --features xrt)".into(),
+    })
+}
+
+#[cfg(target_os = "linux")]
+fn open_pynq(image: &LoadedManifest, root: &std::path::Path) -> Result<Box<dyn Device>, DeviceError> {
+    use crate::backend::pynq::{PynqDevice, PynqOptions, PynqPaths};
+    let options = PynqOptions { paths: PynqPaths::under(root), ..PynqOptions::default() };
+    Ok(Box::new(PynqDevice::open(image, &options)?))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_pynq(_image: &LoadedManifest, _root: &std::path::Path) -> Result<Box<dyn Device>, DeviceError> {
+    Err(DeviceError::Config(
+        "the PYNQ backend loads images through the Linux FPGA manager: run ferrite on the board".into(),
+    ))
 }
 
 /// The first device of the first OpenCL platform (PoCL's CPU device here).
@@ -487,7 +582,7 @@ fn meter_for(id: DeviceId, name: &str) -> Result<Box<dyn Meter>, String> {
             let n = name.to_lowercase();
             n.contains("cpu") || n.contains("pthread")
         }
-        DeviceId::Cuda | DeviceId::Sim => false,
+        DeviceId::Cuda | DeviceId::Sim | DeviceId::Xrt | DeviceId::Pynq => false,
     };
     if on_cpu {
         energy::Rapl::open(std::path::Path::new(energy::RAPL_DIR))
@@ -495,6 +590,8 @@ fn meter_for(id: DeviceId, name: &str) -> Result<Box<dyn Meter>, String> {
             .map_err(|e| format!("{e:#}"))
     } else if id == DeviceId::Cuda {
         energy::NvmlMeter::open(0).map(|m| Box::new(m) as Box<dyn Meter>).map_err(|e| format!("{e:#}"))
+    } else if matches!(id, DeviceId::Xrt | DeviceId::Pynq) {
+        Err("no power meter on the board".into())
     } else {
         Err("no power meter for this OpenCL device".into())
     }
@@ -520,6 +617,8 @@ struct Pool {
     sims: HashMap<String, Result<SimDevice, String>>,
     resources: HashMap<String, (Option<Resources>, String)>,
     clocks: HashMap<String, Clock>,
+    /// The image of `--manifest`, loaded once.
+    image: Option<LoadedManifest>,
 }
 
 /// Run the comparison `opts` describes.
@@ -529,8 +628,17 @@ pub fn run(opts: &Options) -> Result<Report> {
     }
     ensure!(!opts.sizes.is_empty(), "nothing to compare: no sizes");
     ensure!(!opts.devices.is_empty(), "nothing to compare: no devices");
-    let bar = progress_bar(opts.progress, (opts.sizes.len() * opts.devices.len()) as u64);
     let mut pool = Pool::default();
+    if let Some(where_) = &opts.image {
+        let path = &where_.manifest;
+        let image = Manifest::load(path).with_context(|| format!("loading {}", path.display()))?;
+        // Open the boards first: a board that is not there fails before minutes of simulation.
+        for &id in opts.devices.iter().filter(|id| matches!(id, DeviceId::Xrt | DeviceId::Pynq)) {
+            pool.shared.insert(id, open_board(id, &image, where_)?);
+        }
+        pool.image = Some(image);
+    }
+    let bar = progress_bar(opts.progress, (opts.sizes.len() * opts.devices.len()) as u64);
     let mut cases = Vec::new();
     for size in &opts.sizes {
         bar.set_message(format!("{} {size}: preparing inputs and the float64 reference", size.workload().id()));
@@ -580,9 +688,15 @@ fn run_one(
     if id == DeviceId::CpuFast && !matches!(inputs, Inputs::Gemm { .. }) {
         return Ok(Err("cpu-fast has a GEMM path only; other units run the same golden model as cpu".into()));
     }
+    let is_board = matches!(id, DeviceId::Xrt | DeviceId::Pynq);
+    if let Some(unit) =
+        pool.image.as_ref().map(|m| m.manifest.unit.name()).filter(|u| is_board && *u != inputs.workload().id())
+    {
+        return Ok(Err(format!("the image holds the {unit} unit")));
+    }
     let clock = if id == DeviceId::Sim { Some(projection_clock(opts, pool, inputs)?) } else { None };
     let dev: &mut dyn Device = if let Some(clock) = &clock {
-        let unit = inputs.sim_unit(clock.mhz);
+        let unit = inputs.sim_unit(clock.mhz, pool.image.as_ref());
         let kernel = unit.kernel_name();
         if !pool.sims.contains_key(&kernel) {
             bar.set_message(format!("building {kernel} with Verilator (minutes the first time, cached after)"));
@@ -610,7 +724,7 @@ fn run_one(
     if let (DeviceKind::Simulator, Some(clock)) = (info.kind, clock) {
         let cycles = first.cycles.context("the simulator reported no cycle count")?;
         let latency = first.projected().context("the simulator reported no projected time")?.as_secs_f64();
-        let kernel = inputs.sim_unit(clock.mhz);
+        let kernel = inputs.sim_unit(clock.mhz, pool.image.as_ref());
         if opts.resources {
             bar.set_message(format!(
                 "yosys synth_xilinx of {} (minutes the first time, cached after)",
@@ -657,8 +771,25 @@ fn run_one(
                 resources_note,
                 sim_wall_s: first.wall.as_secs_f64(),
             }),
+            board: None,
         }));
     }
+    let board = match pool.image.as_ref().filter(|_| is_board) {
+        Some(image) => {
+            let m = &image.manifest;
+            let clock = Clock::of_image(m);
+            let manifest = opts.image.as_ref().map_or_else(String::new, |i| i.manifest.display().to_string());
+            let cycles = first.cycles.context("the board reported no cycle count")?.cycles;
+            Some(BoardRun {
+                kernel: m.kernel.clone(),
+                manifest,
+                clock_mhz: clock.mhz,
+                clock_source: clock.source,
+                cycles,
+            })
+        }
+        None => None,
+    };
     let (median, runs, energy) = measure(dev, inputs, id, &info.name, opts.min_time, ops)?;
     Ok(Ok(Row {
         device: id,
@@ -670,6 +801,7 @@ fn run_one(
         bit_exact,
         accuracy,
         fpga: None,
+        board,
     }))
 }
 
@@ -710,22 +842,30 @@ fn measure(
     Ok((times[calls / 2], calls as u32, energy))
 }
 
-/// Resource counts of a simulated unit on the board, or why there are none.
 /// The clock of the simulated unit's projections, once per kernel: the
-/// user's, else a measured Fmax of this exact Verilog, else the board's nominal.
+/// user's, else the board image's clock for its unit, else a measured Fmax of
+/// this exact Verilog, else the board's nominal.
 fn projection_clock(opts: &Options, pool: &mut Pool, inputs: &Inputs) -> Result<Clock> {
     let spec = opts.board.spec();
-    let unit = inputs.sim_unit(spec.default_clock_mhz);
+    let unit = inputs.sim_unit(spec.default_clock_mhz, pool.image.as_ref());
     let kernel = unit.kernel_name();
     if let Some(c) = pool.clocks.get(&kernel) {
         return Ok(c.clone());
     }
-    let nominal = format!("{} nominal kernel clock", spec.name);
-    let clock = Clock::for_unit(&unit, opts.clock_mhz, (spec.default_clock_mhz, &nominal))?;
+    let image = pool.image.as_ref().map(|m| &m.manifest).filter(|m| m.unit.name() == inputs.workload().id());
+    let clock = match (image, opts.clock_mhz) {
+        // The image's unit is projected at the clock the image runs at, as its board row is.
+        (Some(m), None) => Clock::of_image(m),
+        _ => {
+            let nominal = format!("{} nominal kernel clock", spec.name);
+            Clock::for_unit(&unit, opts.clock_mhz, (spec.default_clock_mhz, &nominal))?
+        }
+    };
     pool.clocks.insert(kernel, clock.clone());
     Ok(clock)
 }
 
+/// Resource counts of a simulated unit on the board, or why there are none.
 fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &UnitConfig) -> (Option<Resources>, String) {
     let kernel = unit.kernel_name();
     pool.resources

@@ -102,9 +102,14 @@ pub enum DeviceId {
     Opencl,
     /// The first CUDA GPU: the bit-exact twins.
     Cuda,
+    /// An Alveo card through XRT, with the image of `--manifest` (not in [`DeviceId::ALL`]).
+    Xrt,
+    /// A PYNQ board's programmable logic, with the image of `--manifest` (not in [`DeviceId::ALL`]).
+    Pynq,
 }
 
 impl DeviceId {
+    /// The devices of a plain `ferrite compare`; the boards need an image and are asked for by name.
     pub const ALL: [DeviceId; 5] = [DeviceId::Cpu, DeviceId::CpuFast, DeviceId::Sim, DeviceId::Opencl, DeviceId::Cuda];
 
     pub fn id(self) -> &'static str {
@@ -114,6 +119,8 @@ impl DeviceId {
             Self::Sim => "sim",
             Self::Opencl => "opencl",
             Self::Cuda => "cuda",
+            Self::Xrt => "xrt",
+            Self::Pynq => "pynq",
         }
     }
 }
@@ -182,9 +189,29 @@ impl FpgaProjection {
     /// `300 MHz assumed` or `37.2 MHz measured`: the clock and the first word
     /// of its source, for a table cell or a chart label (the notes carry the rest).
     pub fn clock_short(&self) -> String {
-        let kind = self.clock_source.split_whitespace().next().unwrap_or("unlabelled");
-        format!("{} MHz {kind}", round_mhz(self.clock_mhz))
+        clock_short(self.clock_mhz, &self.clock_source)
     }
+}
+
+/// `300 MHz assumed`: a clock and the first word of its source.
+fn clock_short(mhz: f64, source: &str) -> String {
+    let kind = source.split_whitespace().next().unwrap_or("unlabelled");
+    format!("{} MHz {kind}", round_mhz(mhz))
+}
+
+/// The board side of a board row: the cycles the unit's own counter gave on
+/// the first launch, and the clock the image runs at, so the row can be read
+/// against the simulated projection of the same unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BoardRun {
+    pub kernel: String,
+    /// The image's manifest.
+    pub manifest: String,
+    pub clock_mhz: f64,
+    /// Where the clock comes from (see [`crate::clock::Clock::of_image`]).
+    pub clock_source: String,
+    /// The unit's CYCLES register after the first launch.
+    pub cycles: u64,
 }
 
 /// One device on one problem.
@@ -204,6 +231,9 @@ pub struct Row {
     pub bit_exact: bool,
     pub accuracy: Accuracy,
     pub fpga: Option<FpgaProjection>,
+    /// Board rows (xrt, pynq) only.
+    #[serde(default)]
+    pub board: Option<BoardRun>,
 }
 
 /// A device left out of a problem, and why.
@@ -362,7 +392,7 @@ const HEADER: [&str; 7] = ["device", "latency", "throughput", "energy/op", "max 
 
 /// How the markers read, printed under every table.
 pub const LEGEND: &str = "[M] measured on this machine · [P] projected from simulated cycles at the clock named in \
-the row, measured post-route or assumed (no FPGA was run) · [E] estimated from the FPGA power model · simulator wall time is not a device latency and is listed separately";
+the row, measured post-route or assumed (no FPGA was run; a board row beside it is measured on the board) · [E] estimated from the FPGA power model · simulator wall time is not a device latency and is listed separately";
 
 fn cells(row: &Row) -> [String; 7] {
     let err = match row.accuracy.expert_agreement {
@@ -375,9 +405,10 @@ fn cells(row: &Row) -> [String; 7] {
         Some(e) => format!("{}{}", si(e.value, "J"), e.label.marker()),
         None => "—".into(),
     };
-    let device = match &row.fpga {
-        Some(f) => format!("{} → {} @ {}", row.name, f.board, f.clock_short()),
-        None => row.name.clone(),
+    let device = match (&row.fpga, &row.board) {
+        (Some(f), _) => format!("{} → {} @ {}", row.name, f.board, f.clock_short()),
+        (None, Some(b)) => format!("{} @ {}", row.name, clock_short(b.clock_mhz, &b.clock_source)),
+        (None, None) => row.name.clone(),
     };
     [
         device,
@@ -398,6 +429,19 @@ fn notes(case: &Case, s: &mut String, bullet: &str) {
     }
     for row in &case.rows {
         let _ = writeln!(s, "{bullet}{} energy: {}", row.device.id(), row.energy.source);
+        if let Some(b) = &row.board {
+            let _ = writeln!(
+                s,
+                "{bullet}{} board: {} cycles counted by {} of {} at {} MHz ({}) = {}; the measured latency adds the host's copies and driver calls",
+                row.device.id(),
+                b.cycles,
+                b.kernel,
+                b.manifest,
+                round_mhz(b.clock_mhz),
+                b.clock_source,
+                si(b.cycles as f64 / (b.clock_mhz * 1e6), "s")
+            );
+        }
         if let Some(f) = &row.fpga {
             let _ = writeln!(
                 s,

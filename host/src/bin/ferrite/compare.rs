@@ -5,7 +5,7 @@ use clap::{Args, ValueEnum};
 use ferrite_host::bitstream::board::Board;
 use ferrite_host::compare::baseline::{self, Baseline, Severity, Thresholds};
 use ferrite_host::compare::report::{DeviceId, Workload};
-use ferrite_host::compare::{self, Options, Size};
+use ferrite_host::compare::{self, BoardImage, Options, Size};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -27,7 +27,8 @@ pub(super) struct CompareArgs {
     /// `TOKENSxHIDDENxEXPERTSxK`. With --workload all, prefix each with its
     /// workload (`gemm=256`). Workloads without sizes use their defaults.
     sizes: Vec<String>,
-    /// Devices to try (default: all); unavailable ones are skipped with the reason.
+    /// Devices to try (default: all but the boards); unavailable ones are skipped with the reason.
+    /// xrt and pynq need --manifest, and the image's own board must open.
     #[arg(long, value_enum, value_delimiter = ',')]
     devices: Option<Vec<DeviceId>>,
     /// Seed of the inputs (and of the simulated memory's stalls).
@@ -60,6 +61,16 @@ pub(super) struct CompareArgs {
     /// No progress bars.
     #[arg(long)]
     quiet: bool,
+    /// manifest.json of a built image: `--devices xrt` or `pynq` measure it on the board, beside
+    /// the simulated projection of the same unit.
+    #[arg(long)]
+    manifest: Option<PathBuf>,
+    /// XRT card: index in `xbutil examine` or PCIe BDF such as 0000:65:00.1 (default 0).
+    #[arg(long, requires = "manifest")]
+    card: Option<String>,
+    /// Root of the PYNQ board's filesystem (sysfs, /dev, /lib/firmware): `/` on a board.
+    #[arg(long, default_value = "/", hide = true)]
+    pynq_root: PathBuf,
 }
 
 /// The sizes to run, in workload order: the given ones, defaults for the rest.
@@ -119,6 +130,11 @@ pub(super) fn run(args: &CompareArgs) -> Result<()> {
         resources: args.resources,
         min_time: Duration::from_millis(args.min_time_ms),
         progress: !args.quiet,
+        image: args.manifest.clone().map(|manifest| BoardImage {
+            manifest,
+            card: args.card.clone(),
+            pynq_root: args.pynq_root.clone(),
+        }),
     };
     let report = compare::run(&opts)?;
     print!("{}", report.to_terminal());
