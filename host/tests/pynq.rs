@@ -9,6 +9,7 @@
 use ferrite_host::backend::pynq::{find_uio, program_fpga, PynqDevice, PynqOptions, PynqPaths, Registers, UdmaBuf};
 use ferrite_host::bitstream::board::Board;
 use ferrite_host::bitstream::{build, on_path, BuildRequest, Outcome};
+use ferrite_host::compare::report::DeviceId;
 use ferrite_host::deploy::{deploy_pynq, gemm_problems, self_test_dma_bytes};
 use ferrite_host::driver::ControlPort;
 use ferrite_host::manifest::{Manifest, UnitConfig};
@@ -829,6 +830,79 @@ fn run_cli_pynq_errors_are_one_line() {
         }),
     ) {
         let out = assert_cmd::Command::cargo_bin("ferrite").unwrap().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+/// `compare --devices sim,pynq --manifest`: the board row is measured on the
+/// (fake) board, bit-exact, at the image's clock and labelled with it; the sim
+/// row beside it projects the image's own unit on the image's board at that
+/// clock, so projection and board describe the same configuration.
+#[test]
+fn compare_measures_the_board_beside_the_projection_of_its_unit() {
+    let image = tempfile::tempdir().unwrap();
+    let manifest = built_image(image.path());
+    let board = FakeBoard::new(1 << 20);
+    let out = tempfile::tempdir().unwrap();
+    let (res, log) = with_unit(&board, || {
+        assert_cmd::Command::cargo_bin("ferrite")
+            .unwrap()
+            .args(["compare", "--workload", "gemm", "20x12x36", "--devices", "sim,pynq", "--quiet"])
+            .args(["--min-time-ms", "1", "--manifest"])
+            .arg(&manifest)
+            .arg("--pynq-root")
+            .arg(board._root.path())
+            .arg("--out")
+            .arg(out.path())
+            .output()
+            .unwrap()
+    });
+    let (stdout, stderr) = (String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
+    assert!(res.status.success(), "{stdout}\n{stderr}");
+    assert!(log.errors.is_empty(), "{:?}", log.errors);
+    let report: ferrite_host::compare::report::Report =
+        serde_json::from_str(&fs::read_to_string(out.path().join("report.json")).unwrap()).unwrap();
+    let case = &report.cases[0];
+    let row = |id| case.rows.iter().find(|r| r.device == id);
+    let pynq = row(DeviceId::Pynq).unwrap_or_else(|| panic!("no pynq row: {:?}", case.skipped));
+    let b = pynq.board.as_ref().expect("the pynq row carries its board run");
+    assert!(pynq.bit_exact, "{pynq:?}");
+    assert_eq!(log.launches as u32, pynq.runs + 1, "one checked launch, then the timed ones");
+    assert_eq!((b.kernel.as_str(), b.clock_mhz, b.cycles), (cfg().kernel_name().as_str(), 100.0, 20 * 12 * 36));
+    assert!(b.clock_source.starts_with("assumed"), "{}", b.clock_source);
+    assert!(stdout.contains("@ 100 MHz assumed"), "{stdout}");
+    match row(DeviceId::Sim) {
+        Some(sim) => {
+            let f = sim.fpga.as_ref().expect("the sim row is a projection");
+            assert_eq!((f.kernel.as_str(), f.board.as_str(), f.clock_mhz), (b.kernel.as_str(), "PYNQ-Z2", 100.0));
+            assert!(sim.bit_exact);
+        }
+        None => eprintln!("sim row skipped ({:?}): the projection side needs Verilator", case.skipped),
+    }
+}
+
+/// Board devices in `compare` need an image, and an image's board that is not
+/// there fails up front: one line each.
+#[test]
+fn compare_board_errors_are_one_line() {
+    let image = tempfile::tempdir().unwrap();
+    let manifest = built_image(image.path());
+    let m = manifest.to_str().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    for (args, want) in [
+        (vec!["--devices", "cpu,pynq"], "--devices pynq measures a built image on the board: pass --manifest"),
+        (vec!["--devices", "pynq", "--manifest", m, "--pynq-root", empty.path().to_str().unwrap()], "FPGA manager"),
+    ] {
+        let out = assert_cmd::Command::cargo_bin("ferrite")
+            .unwrap()
+            .args(["compare", "--workload", "gemm", "8", "--quiet", "--out"])
+            .arg(empty.path().join("report"))
+            .args(&args)
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");

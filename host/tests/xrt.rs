@@ -125,3 +125,30 @@ fn run_cli_on_xrt_without_a_card_is_a_clear_error() {
     let err = run(&["gemm", "--m", "4", "--n", "4", "--k", "4", "--card", "0000:65:00.1"], Some(root.path()));
     assert!(err.contains("no XRT device 0000:65:00.1"), "{err}");
 }
+
+/// `ferrite compare --devices xrt --manifest …` on this machine (no card):
+/// the board is opened before any simulation, and its absence is one line;
+/// an image for a PYNQ board is not driven by XRT (its row is skipped, said why).
+#[test]
+fn compare_on_xrt_without_a_card_is_a_clear_error() {
+    if !sysfs_cards().is_empty() {
+        eprintln!("skipped: a card is present; compare's board rows are tested by running it there");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = image_with_xclbin(dir.path(), UnitConfig::Gemm(ferrite_hw::gemm::GemmConfig::small(2, 2)));
+    let out = assert_cmd::Command::cargo_bin("ferrite")
+        .unwrap()
+        .args(["compare", "--workload", "gemm", "8", "--devices", "cpu,xrt", "--quiet", "--manifest"])
+        .arg(&manifest)
+        .arg("--out")
+        .arg(dir.path().join("report"))
+        .env_remove("XILINX_XRT")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--devices xrt") && err.contains("XILINX_XRT is not set"), "{err}");
+    assert!(!dir.path().join("report").exists(), "nothing written before the board opened");
+}

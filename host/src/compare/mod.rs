@@ -628,6 +628,10 @@ pub fn run(opts: &Options) -> Result<Report> {
     }
     ensure!(!opts.sizes.is_empty(), "nothing to compare: no sizes");
     ensure!(!opts.devices.is_empty(), "nothing to compare: no devices");
+    if let (Some(id), None) = (opts.devices.iter().find(|id| matches!(id, DeviceId::Xrt | DeviceId::Pynq)), &opts.image)
+    {
+        bail!("--devices {} measures a built image on the board: pass --manifest DIR/manifest.json", id.id());
+    }
     let mut pool = Pool::default();
     if let Some(where_) = &opts.image {
         let path = &where_.manifest;

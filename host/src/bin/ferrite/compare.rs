@@ -6,6 +6,7 @@ use ferrite_host::bitstream::board::Board;
 use ferrite_host::compare::baseline::{self, Baseline, Severity, Thresholds};
 use ferrite_host::compare::report::{DeviceId, Workload};
 use ferrite_host::compare::{self, BoardImage, Options, Size};
+use ferrite_host::manifest::Manifest;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -40,9 +41,10 @@ pub(super) struct CompareArgs {
     /// Clock of the simulated units for projected FPGA figures (default: each unit's, 300 MHz).
     #[arg(long)]
     clock_mhz: Option<f64>,
-    /// Board of the FPGA projection: resource family and static power.
-    #[arg(long, value_parser = ferrite_host::board_cli::board_arg(), default_value_t = Board::U55c)]
-    board: Board,
+    /// Board of the FPGA projection: resource family and static power (default: the board of
+    /// --manifest's image, else u55c).
+    #[arg(long, value_parser = ferrite_host::board_cli::board_arg())]
+    board: Option<Board>,
     /// Estimate FPGA resources with yosys (slow the first time, cached by configuration).
     #[arg(long)]
     resources: bool,
@@ -121,12 +123,20 @@ pub(super) fn run(args: &CompareArgs) -> Result<()> {
         }
         None => None,
     };
+    // The projection sits beside the board rows, so by default it is of the image's board.
+    let board = match (args.board, &args.manifest) {
+        (Some(board), _) => board,
+        (None, Some(path)) => {
+            Manifest::load(path).with_context(|| format!("loading {}", path.display()))?.manifest.board
+        }
+        (None, None) => Board::U55c,
+    };
     let opts = Options {
         sizes: sizes(args)?,
         devices: args.devices.clone().unwrap_or_else(|| DeviceId::ALL.to_vec()),
         seed: args.seed,
         clock_mhz: args.clock_mhz,
-        board: args.board,
+        board,
         resources: args.resources,
         min_time: Duration::from_millis(args.min_time_ms),
         progress: !args.quiet,
