@@ -6,7 +6,7 @@ use ferrite_hw::numerics::Requant;
 use ferrite_runtime::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_runtime::backend::sim::{Engine, SimDevice};
 use ferrite_runtime::device::{RegValue, RegisterArgs, UnitRef};
-use ferrite_runtime::{Device, DeviceError, Launch};
+use ferrite_runtime::{Device, DeviceError, Launch, RunStats};
 use ferrite_sim::MemoryConfig;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -51,7 +51,7 @@ impl Case {
 }
 
 /// Launch `case` register by register on `dev`; returns the result and C's whole pitched buffer.
-fn run(dev: &mut dyn Device, cfg: &GemmConfig, c: &Case, seed: u64) -> (Result<(), DeviceError>, Vec<u8>) {
+fn run(dev: &mut dyn Device, cfg: &GemmConfig, c: &Case, seed: u64) -> (Result<RunStats, DeviceError>, Vec<u8>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let p = &c.p;
     let as_u8 = |v: &[i8]| v.iter().map(|&x| x as u8).collect::<Vec<_>>();
@@ -84,7 +84,7 @@ fn run(dev: &mut dyn Device, cfg: &GemmConfig, c: &Case, seed: u64) -> (Result<(
     // The unit reads BIAS only with FLAGS.bias; any buffer stands in otherwise.
     values.push(buffer("BIAS", bias.unwrap_or(a)));
     let unit = UnitRef(Arc::new(cfg.clone()));
-    let result = dev.launch(&Launch::Registers(RegisterArgs { unit, values, useful_macs: p.macs() })).map(drop);
+    let result = dev.launch(&Launch::Registers(RegisterArgs { unit, values, useful_macs: p.macs() }));
     let mut bytes = vec![0; p.m * c.pitch[2] as usize];
     dev.download(out, 0, &mut bytes).unwrap();
     (result, bytes)
@@ -146,5 +146,28 @@ fn refused_register_launches_leave_memory_untouched_on_cpu_and_in_simulation() {
         let (result, got) = run(dev.as_mut(), &cfg, &ok, 2);
         result.unwrap();
         assert_eq!(got, expected(&ok), "{}", dev.info().name);
+    }
+}
+
+/// A simulator publishes its cycle count as it runs (for progress bars): after
+/// a launch the counter has moved by at least the unit's own CYCLES; devices
+/// that do not simulate report none.
+#[test]
+fn simulated_cycles_are_published_while_a_launch_runs() {
+    assert!(CpuDevice::new(CpuMode::Golden).cycles_done().is_none());
+    if !ferrite_sim::verilator_or_skip() {
+        return;
+    }
+    let cfg = GemmConfig::small(2, 2);
+    let mut dev = SimDevice::new(cfg.clone(), MemoryConfig::default(), Engine::Verilator, None).unwrap();
+    let counter = dev.cycles_done().expect("a simulator counts cycles");
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    for i in 0..3 {
+        let before = counter.load(std::sync::atomic::Ordering::Relaxed);
+        let case = Case::random(&mut rng, cfg.port_bytes() as u64);
+        let stats = run(&mut dev, &cfg, &case, i).0.unwrap();
+        let unit_cycles = stats.cycles.expect("the simulator reports cycles").cycles;
+        let moved = counter.load(std::sync::atomic::Ordering::Relaxed) - before;
+        assert!(moved >= unit_cycles && unit_cycles > 0, "counter moved {moved}, the unit counted {unit_cycles}");
     }
 }

@@ -13,6 +13,7 @@ use ferrite_hw::moe::{MoeLayout, MoeProblem};
 use ferrite_hw::unit::Unit;
 use ferrite_hw::HwError;
 use std::fmt;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -394,6 +395,14 @@ pub trait Device {
 
     /// Run one unit to completion.
     fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError>;
+
+    /// For simulators: the clock cycles simulated since reset, updated while a
+    /// launch runs, so another thread can show progress of a long simulation
+    /// (a launch reports its cycles only at the end). `None` for devices that
+    /// do not count cycles as they go.
+    fn cycles_done(&self) -> Option<Arc<AtomicU64>> {
+        None
+    }
 }
 
 /// Check a GEMM launch's buffers are big enough for its layout, so backends

@@ -537,7 +537,8 @@ fn run_gemm(args: &RunGemm) -> Result<()> {
         DeviceArg::Pynq => boards::open_pynq(&args.board, "gemm")?,
     };
     let name = dev.info().name;
-    let result = est.progress(format!("running {}×{}×{} on {name}", p.m, p.n, p.k), || {
+    let counters: Vec<_> = dev.cycles_done().into_iter().collect();
+    let result = est.progress(&counters, format!("running {}×{}×{} on {name}", p.m, p.n, p.k), || {
         ops::gemm(dev.as_mut(), p, &ops.a, &ops.b, ops.bias.as_deref())
     });
     let (out, stats) = result.with_context(|| format!("GEMM on {name}"))?;

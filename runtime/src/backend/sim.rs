@@ -16,6 +16,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -126,6 +127,8 @@ pub struct SimDevice {
     buffers: HashMap<u64, u64>,
     /// Fills input padding before each typed launch (seeded from the memory's seed).
     padding: ChaCha8Rng,
+    /// Cycles simulated since reset, as of the last poll ([`Device::cycles_done`]).
+    cycles_done: Arc<AtomicU64>,
 }
 
 impl SimDevice {
@@ -203,7 +206,8 @@ impl SimDevice {
         let padding = ChaCha8Rng::seed_from_u64(mem.seed ^ 0x9add_1e55);
         let mut sim = Simulation::new(dut, mem).map_err(sim_error)?;
         sim.reset(RESET_CYCLES).map_err(sim_error)?;
-        Ok(Self { map: unit.register_map(), unit, config, engine, sim, buffers: HashMap::new(), padding })
+        let cycles_done = Arc::new(AtomicU64::new(sim.cycle()));
+        Ok(Self { map: unit.register_map(), unit, config, engine, sim, buffers: HashMap::new(), padding, cycles_done })
     }
 
     /// The typed configuration (`None` for a [`generic`](Self::generic) unit).
@@ -291,6 +295,10 @@ impl Device for SimDevice {
         }
     }
 
+    fn cycles_done(&self) -> Option<Arc<AtomicU64>> {
+        Some(self.cycles_done.clone())
+    }
+
     /// Beat-aligned row pitches, as the unit's bursts require.
     fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError> {
         self.typed(problem.unit())?.layout(&self.unit.kernel_name(), problem)
@@ -357,7 +365,7 @@ impl SimDevice {
                 self.sim.mem_mut().write(input.buf.id() + offset, &junk).map_err(sim_error)?;
             }
         }
-        let cycles = driver::launch(&mut SimPort(&mut self.sim), &self.map, &args, poll)?;
+        let cycles = driver::launch(&mut SimPort(&mut self.sim, &self.cycles_done), &self.map, &args, poll)?;
         Ok(RunStats {
             wall: start.elapsed(),
             useful_macs: launch.useful_macs(),
@@ -366,8 +374,9 @@ impl SimDevice {
     }
 }
 
-/// The simulation's AXI4-Lite master as a [`ControlPort`]; ticks are clock cycles.
-struct SimPort<'a>(&'a mut Simulation<Dut>);
+/// The simulation's AXI4-Lite master as a [`ControlPort`]; ticks are clock
+/// cycles. Every wait publishes the cycle count for [`Device::cycles_done`].
+struct SimPort<'a>(&'a mut Simulation<Dut>, &'a AtomicU64);
 
 impl ControlPort for SimPort<'_> {
     fn read32(&mut self, offset: u32) -> Result<u32, DeviceError> {
@@ -379,7 +388,9 @@ impl ControlPort for SimPort<'_> {
     }
 
     fn wait(&mut self, ticks: u64) -> Result<(), DeviceError> {
-        self.0.step(ticks).map_err(sim_error)
+        self.0.step(ticks).map_err(sim_error)?;
+        self.1.store(self.0.cycle(), Ordering::Relaxed);
+        Ok(())
     }
 
     fn now(&self) -> u64 {

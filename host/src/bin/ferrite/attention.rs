@@ -363,7 +363,8 @@ pub(super) fn run(args: &RunAttention) -> Result<()> {
         AttentionDevice::Pynq => super::boards::open_pynq(&args.board, "attention")?,
     };
     let name = dev.info().name;
-    let result = est.progress(format!("running {} on {name}", describe(p)), || {
+    let counters: Vec<_> = dev.cycles_done().into_iter().collect();
+    let result = est.progress(&counters, format!("running {} on {name}", describe(p)), || {
         ops::attention(dev.as_mut(), p, &ops.q, &ops.k, &ops.v)
     });
     let (out, stats) = result.with_context(|| format!("attention on {name}"))?;

@@ -169,8 +169,13 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
                 attention: Box::new(sim_device(a, &args.sim, engine, args.seed + 1, None)?),
                 moe: Box::new(sim_device(m, &args.sim, engine, args.seed + 2, None)?),
             };
-            guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S)
-                .progress("simulating the block".into(), || timed(&mut devs, &s, &w, &sc, &x))?
+            let counters: Vec<_> =
+                [&devs.gemm, &devs.attention, &devs.moe].iter().filter_map(|d| d.cycles_done()).collect();
+            guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S).progress(
+                &counters,
+                "simulating the block".into(),
+                || timed(&mut devs, &s, &w, &sc, &x),
+            )?
         }
     };
     report(&s, &sc, &w, &x, &run, &clocks)

@@ -7,7 +7,8 @@ use anyhow::{bail, Context, Result};
 use ferrite_host::memory;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Runs estimated to take longer than this need `--yes`.
@@ -84,29 +85,47 @@ impl Estimate {
         Ok(())
     }
 
-    /// Run `f` with a spinner, or for a long run a bar of elapsed against
-    /// estimated time (the simulator reports cycles only at the end, so the
-    /// bar shows time, not cycles simulated).
-    pub fn progress<T>(&self, msg: String, f: impl FnOnce() -> T) -> T {
+    /// Run `f` with a spinner, or for a long run a progress bar: of cycles
+    /// simulated against the estimate when `counters` (the simulators'
+    /// [`Device::cycles_done`](ferrite_host::Device::cycles_done), summed)
+    /// report them as they go, else of elapsed against estimated time.
+    pub fn progress<T>(&self, counters: &[Arc<AtomicU64>], msg: String, f: impl FnOnce() -> T) -> T {
         if self.wall <= SHOW_ESTIMATE {
             let bar = super::spinner(msg);
             let out = f();
             bar.finish_and_clear();
             return out;
         }
-        let total_ms = self.wall.as_millis().max(1) as u64;
-        let bar = ProgressBar::new(total_ms).with_message(msg);
-        let template = format!("{{msg}} [{{elapsed}} of ~{}] {{wide_bar}} {{percent}}%", human_duration(self.wall));
-        if let Ok(style) = ProgressStyle::with_template(&template) {
-            bar.set_style(style);
-        }
+        let simulated = || counters.iter().map(|c| c.load(Ordering::Relaxed)).sum::<u64>();
+        let (bar, position): (ProgressBar, Box<dyn Fn() -> (u64, u64) + Sync>) = match self.cycles {
+            Some(expected) if !counters.is_empty() => {
+                let bar = ProgressBar::new(expected).with_message(msg);
+                let style = "{msg} [{elapsed}, ~{eta} left] {human_pos}/{human_len} cycles {wide_bar}";
+                if let Ok(style) = ProgressStyle::with_template(style) {
+                    bar.set_style(style);
+                }
+                let start = simulated();
+                (bar, Box::new(move || cycle_bar(simulated().saturating_sub(start), expected)))
+            }
+            _ => {
+                let total_ms = self.wall.as_millis().max(1) as u64;
+                let bar = ProgressBar::new(total_ms).with_message(msg);
+                let template =
+                    format!("{{msg}} [{{elapsed}} of ~{}] {{wide_bar}} {{percent}}%", human_duration(self.wall));
+                if let Ok(style) = ProgressStyle::with_template(&template) {
+                    bar.set_style(style);
+                }
+                let start = Instant::now();
+                (bar, Box::new(move || cycle_bar(start.elapsed().as_millis() as u64, total_ms)))
+            }
+        };
         let done = AtomicBool::new(false);
-        let start = Instant::now();
         let out = std::thread::scope(|s| {
             s.spawn(|| {
                 while !done.load(Ordering::Relaxed) {
-                    // Past the estimate, the bar holds just short of the end.
-                    bar.set_position((start.elapsed().as_millis() as u64).min(total_ms.saturating_sub(1)));
+                    let (pos, len) = position();
+                    bar.set_length(len);
+                    bar.set_position(pos);
                     std::thread::sleep(Duration::from_millis(200));
                 }
             });
@@ -116,6 +135,19 @@ impl Estimate {
         });
         bar.finish_and_clear();
         out
+    }
+}
+
+/// Position and length of a progress bar at `done` of an `expected` amount
+/// that is only an estimate (a lower bound for cycles): past it the bar's
+/// length grows ahead of the position, so a run that is still going never
+/// shows as finished.
+fn cycle_bar(done: u64, expected: u64) -> (u64, u64) {
+    let expected = expected.max(1);
+    if done < expected {
+        (done, expected)
+    } else {
+        (done, done + done / 8 + 1)
     }
 }
 
@@ -157,4 +189,21 @@ pub(super) fn check_out_dir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("--out {}: cannot create the directory", dir.display()))?;
     tempfile::tempfile_in(dir).with_context(|| format!("--out {} cannot be written", dir.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bar_follows_the_count_and_never_ends_while_running() {
+        assert_eq!(cycle_bar(0, 1000), (0, 1000));
+        assert_eq!(cycle_bar(400, 1000), (400, 1000));
+        assert_eq!(cycle_bar(0, 0), (0, 1));
+        for done in [1000, 1001, 5000, u64::MAX / 2] {
+            let (pos, len) = cycle_bar(done, 1000);
+            assert_eq!(pos, done);
+            assert!(len > pos, "{done}: at {pos} of {len}");
+        }
+    }
 }

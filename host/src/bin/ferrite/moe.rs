@@ -325,7 +325,8 @@ pub(super) fn run(args: &RunMoe) -> Result<()> {
     est.confirm(args.yes)?;
     let mut dev = open(args, p, engine)?;
     let name = dev.info().name;
-    let result = est.progress(format!("routing {} on {name}", describe(p)), || {
+    let counters: Vec<_> = dev.cycles_done().into_iter().collect();
+    let result = est.progress(&counters, format!("routing {} on {name}", describe(p)), || {
         ops::moe(dev.as_mut(), p, &ops.x, &ops.w, ops.bias.as_deref())
     });
     let (out, stats) = result.with_context(|| format!("MoE routing on {name}"))?;
