@@ -17,5 +17,5 @@ pub mod resources;
 pub mod routing;
 pub mod timing;
 
-pub use ferrite_runtime::{backend, block, device, driver, manifest, memory, npy, ops};
+pub use ferrite_runtime::{backend, block, device, driver, manifest, memory, npy, ops, weights};
 pub use ferrite_runtime::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats};

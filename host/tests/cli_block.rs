@@ -18,7 +18,7 @@ fn block_on_cpu_is_bit_exact_and_reports_accuracy_and_units() {
 #[test]
 fn bad_blocks_are_one_line_errors() {
     for (args, says) in [
-        (&["--heads", "3"][..], "--hidden must be a multiple of --heads"),
+        (&["--heads", "3"][..], "H = 64 must be a multiple of the 3 heads"),
         (&["--top-k", "5"], "top-k = 5 exceeds the 4 experts"),
         (&["--tokens", "0"], "every block size must be ≥ 1"),
         (&["--capacity-factor=-1"], "must be > 0"),
@@ -28,4 +28,46 @@ fn bad_blocks_are_one_line_errors() {
         assert!(err.contains(says), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
     }
+}
+
+/// `--save-weights` writes the layer as `--weights` reads it: the same block
+/// loaded back gives the same result; a bad file is one line naming it.
+#[test]
+fn weights_round_trip_through_files_and_bad_files_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = dir.path().join("layer");
+    let run = |args: &[&str]| {
+        let out =
+            ferrite().args(["block", "--device", "cpu-fast", "--tokens", "11", "--seed", "5"]).args(args).assert();
+        stdout(&out.success())
+    };
+    let seeded = run(&[
+        "--hidden",
+        "32",
+        "--heads",
+        "4",
+        "--experts",
+        "6",
+        "--top-k",
+        "3",
+        "--ffn",
+        "48",
+        "--save-weights",
+        w.to_str().unwrap(),
+    ]);
+    let loaded = run(&["--weights", w.to_str().unwrap()]);
+    let accuracy = |text: &str| text.lines().find(|l| l.starts_with("accuracy")).map(str::to_owned);
+    assert!(loaded.contains("T=11 H=32 heads=4×8 E=6 k=3 F=48"), "{loaded}");
+    assert!(loaded.contains("bit-exact vs the golden block"), "{loaded}");
+    assert_eq!(accuracy(&seeded), accuracy(&loaded));
+    assert!(accuracy(&loaded).is_some(), "{loaded}");
+
+    let gate = w.join("gate.npy");
+    ndarray_npy::write_npy(&gate, &ndarray::Array2::<i8>::zeros((6, 33))).unwrap();
+    let out = ferrite().args(["block", "--weights", w.to_str().unwrap()]).assert().failure();
+    let err = stderr(&out);
+    assert!(err.contains("gate.npy: shape [6, 33], expected [E, H] = [6, 32]"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let out = ferrite().args(["block", "--weights", w.to_str().unwrap(), "--hidden", "32"]).assert().code(2);
+    assert!(stderr(&out).contains("cannot be used with"));
 }

@@ -15,5 +15,6 @@ pub mod manifest;
 pub mod memory;
 pub mod npy;
 pub mod ops;
+pub mod weights;
 
 pub use device::{Buffer, Device, DeviceError, DeviceInfo, DeviceKind, Launch, Layout, Problem, RunStats};

@@ -159,6 +159,22 @@ pub fn read_i8_matrix(path: &Path) -> Result<Array2<i8>, NpyError> {
     read(path, "int8 ('|i1')", 2)
 }
 
+/// An int8 array of any rank; the caller checks the rank.
+pub fn read_i8_array(path: &Path) -> Result<ArrayD<i8>, NpyError> {
+    read(path, "int8 ('|i1')", 0)
+}
+
+/// Write `data` as an int8 array of `shape`.
+pub fn write_i8_array(path: &Path, shape: &[usize], data: Vec<i8>) -> Result<(), NpyError> {
+    let len = data.len();
+    let array = ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|_| NpyError::TensorShape {
+        path: path.into(),
+        len,
+        shape: shape.to_vec(),
+    })?;
+    write_npy(path, &array).map_err(|source| NpyError::Write { path: path.into(), source })
+}
+
 /// An int32 vector (`numpy.int32`, 1-D), e.g. a bias.
 pub fn read_i32_vector(path: &Path) -> Result<Array1<i32>, NpyError> {
     read(path, "int32 ('<i4')", 1)

@@ -9,12 +9,14 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::block::{run_block, BlockDevices, BlockRun, OneDevice, PerUnit};
 use ferrite_host::clock::Clock;
+use ferrite_host::weights;
 use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::block::{
     block, block_f64, expert_agreement, random_input, relative_error, BlockShape, BlockWeights, Scales,
 };
 use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::moe::{CapacityFactor, GateMode, MoeConfig};
+use std::path::PathBuf;
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(super) enum BlockDevice {
@@ -58,6 +60,13 @@ pub(super) struct BlockArgs {
     /// Seed of the weights and the input tokens.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// A layer's weights and scales: int8 `.npy` tensors and block.json (docs/block.md). H, the
+    /// heads, E, k, F and the gate mode come from the files.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["hidden", "heads", "experts", "top_k", "ffn", "mode"])]
+    weights: Option<PathBuf>,
+    /// Write the block's weights and scales (seeded, or those of --weights) to DIR in that layout.
+    #[arg(long, value_name = "DIR")]
+    save_weights: Option<PathBuf>,
     /// Answer yes to a long simulation.
     #[arg(long)]
     yes: bool,
@@ -69,28 +78,49 @@ pub(super) struct BlockArgs {
 }
 
 impl BlockArgs {
-    fn shape(&self) -> Result<BlockShape> {
-        anyhow::ensure!(
-            self.heads > 0 && self.hidden.is_multiple_of(self.heads),
-            "--hidden must be a multiple of --heads"
-        );
+    /// The block's shape, weights and scales: from --weights, else the flags and seeded weights.
+    fn layer(&self) -> Result<(BlockShape, BlockWeights, Scales)> {
         let capacity = match self.capacity_factor {
             0.0 => None,
             c => Some(CapacityFactor::from_f64(c)?),
         };
+        let loaded = match &self.weights {
+            Some(dir) => Some(weights::load(dir).with_context(|| format!("--weights {}", dir.display()))?),
+            None => None,
+        };
+        let (hidden, heads, experts, top_k, ffn, mode) = match &loaded {
+            Some(l) => (l.hidden, l.config.heads, l.experts, l.config.top_k, l.ffn, l.config.mode),
+            None => (self.hidden, self.heads, self.experts, self.top_k, self.ffn, self.mode),
+        };
+        anyhow::ensure!(
+            heads > 0 && hidden.is_multiple_of(heads),
+            "H = {hidden} must be a multiple of the {heads} heads"
+        );
         let s = BlockShape {
             tokens: self.tokens,
-            hidden: self.hidden,
-            heads: self.heads,
-            head_dim: self.hidden / self.heads,
-            experts: self.experts,
-            top_k: self.top_k,
-            ffn: self.ffn,
-            mode: self.mode,
+            hidden,
+            heads,
+            head_dim: hidden / heads,
+            experts,
+            top_k,
+            ffn,
+            mode,
             capacity,
         };
         s.validate()?;
-        Ok(s)
+        Ok(match loaded {
+            Some(l) => {
+                let sc = l.scales();
+                l.weights.check(&s).with_context(|| {
+                    format!("--weights {}", self.weights.as_ref().map_or(String::new(), |d| d.display().to_string()))
+                })?;
+                (s, l.weights, sc)
+            }
+            None => {
+                let w = BlockWeights::random(&s, self.seed);
+                (s, w, Scales::default())
+            }
+        })
     }
 }
 
@@ -123,8 +153,12 @@ fn sim_units(s: &BlockShape) -> Result<(GemmConfig, AttentionConfig, MoeConfig)>
 }
 
 pub(super) fn run(args: &BlockArgs) -> Result<()> {
-    let s = args.shape()?;
-    let (sc, w, x) = (Scales::default(), BlockWeights::random(&s, args.seed), random_input(&s, args.seed ^ 0xb10c));
+    let (s, w, sc) = args.layer()?;
+    let x = random_input(&s, args.seed ^ 0xb10c);
+    if let Some(dir) = &args.save_weights {
+        let files = weights::save(dir, &s, &w, &sc)?;
+        println!("weights      wrote {} files to {}", files.len(), dir.display());
+    }
     println!(
         "block        T={} H={} heads={}×{} E={} k={} F={} capacity factor {} ({:?})",
         s.tokens,
