@@ -55,10 +55,8 @@ fn block_on_simulated_units_matches_the_golden_model() {
     let mem = |seed| MemoryConfig { ready_stall_prob: 0.1, valid_stall_prob: 0.1, seed, ..Default::default() };
     let attention =
         AttentionConfig { head_dim: 32, lanes: 2, dot_par: 32, port_bits: 256, read_fifo_depth: 32, clock_mhz: 300.0 };
-    let mut devs = PerUnit {
-        gemm: Box::new(SimDevice::new(GemmConfig::small(4, 4), mem(1), Engine::Verilator, None).unwrap()),
-        attention: Box::new(SimDevice::new(attention, mem(2), Engine::Verilator, None).unwrap()),
-        moe: Box::new(SimDevice::new(MoeConfig::small(), mem(3), Engine::Verilator, None).unwrap()),
-    };
-    check(&mut devs, "sim");
+    let mut gemm = SimDevice::new(GemmConfig::small(4, 4), mem(1), Engine::Verilator, None).unwrap();
+    let mut attention = SimDevice::new(attention, mem(2), Engine::Verilator, None).unwrap();
+    let mut moe = SimDevice::new(MoeConfig::small(), mem(3), Engine::Verilator, None).unwrap();
+    check(&mut PerUnit { gemm: &mut gemm, attention: &mut attention, moe: &mut moe }, "sim");
 }

@@ -73,6 +73,28 @@ impl Clock {
     }
 }
 
+impl Clock {
+    /// The clock of units that share one clock domain (the block's): the
+    /// slowest, measured only when every unit's clock is.
+    pub fn slowest(units: &[(&str, Clock)]) -> Clock {
+        match units {
+            [] => Self::assumed(0.0, "no units"),
+            [(_, one)] => one.clone(),
+            _ => {
+                let mhz = units.iter().map(|(_, c)| c.mhz).fold(f64::INFINITY, f64::min);
+                let each: Vec<String> =
+                    units.iter().map(|(u, c)| format!("{u} {} MHz {}", round_mhz(c.mhz), c.kind())).collect();
+                let why = format!("the slowest of one clock domain: {}", each.join(", "));
+                if units.iter().all(|(_, c)| c.measured) {
+                    Self::measured(mhz, format!("measured post-route, {why}"))
+                } else {
+                    Self::assumed(mhz, &why)
+                }
+            }
+        }
+    }
+}
+
 impl fmt::Display for Clock {
     /// `37.2 MHz (measured post-route, nextpnr-ecp5 ...)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -102,5 +124,13 @@ mod tests {
         let m = Clock::measured(37.24, "measured post-route, nextpnr-ecp5 0.11 LFE5U-85F-6 CABGA381".into());
         assert_eq!(m.to_string(), "37.2 MHz (measured post-route, nextpnr-ecp5 0.11 LFE5U-85F-6 CABGA381)");
         assert!(m.measured);
+        let both = Clock::slowest(&[("gemm", m.clone()), ("attention", a.clone())]);
+        assert_eq!((both.mhz, both.measured), (37.24, false));
+        assert_eq!(
+            both.source,
+            "assumed (the slowest of one clock domain: gemm 37.2 MHz measured, attention 300 MHz assumed), not timing-checked"
+        );
+        let measured = Clock::slowest(&[("gemm", m.clone()), ("moe", Clock::measured(20.0, "x".into()))]);
+        assert!(measured.measured && measured.mhz == 20.0 && measured.source.starts_with("measured"), "{measured:?}");
     }
 }

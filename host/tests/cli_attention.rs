@@ -165,8 +165,10 @@ fn demo_without_verilator_skips_sim_rows_or_fails_under_ci() {
     let empty = tempfile::tempdir().unwrap();
     let out = ferrite().args(["demo", "--size", "16"]).env("PATH", empty.path()).env_remove("CI").assert().success();
     let text = stdout(&out);
-    // GEMM, attention and MoE tables each skip their sim row.
-    assert_eq!(text.matches("sim: skipped (verilator not found").count(), 3, "{text}");
+    // GEMM, attention, MoE and block tables each skip their sim row.
+    assert_eq!(text.matches("sim: skipped (verilator not found").count(), 4, "{text}");
+    assert!(text.contains("int8 MoE decoder block T=32 H=64"), "{text}");
+    assert!(text.contains("cpu-fast (matrixmultiply)"), "{text}");
     assert!(text.contains("attention batch=1 heads=2 seq=64"), "{text}");
     assert!(text.contains("MoE router T=256 H=64 E=12 k=2"), "{text}");
     assert!(text.contains("cpu (golden model)"), "{text}");

@@ -71,3 +71,19 @@ fn weights_round_trip_through_files_and_bad_files_are_named() {
     let out = ferrite().args(["block", "--weights", w.to_str().unwrap(), "--hidden", "32"]).assert().code(2);
     assert!(stderr(&out).contains("cannot be used with"));
 }
+
+/// The demo ends with the block on every device it has, each bit-exact, the
+/// simulated units projected at their common clock with its source.
+#[test]
+fn demo_has_a_block_table() {
+    if !ferrite_sim::verilator_or_skip() {
+        return;
+    }
+    let out = ferrite().args(["demo", "--size", "16"]).assert().success();
+    let text = stdout(&out);
+    let table = &text[text.find("int8 MoE decoder block").expect("a block table")..];
+    let sim = table.lines().find(|l| l.contains("sim (verilator, 3 units)")).unwrap_or_else(|| panic!("{table}"));
+    assert!(sim.contains("yes") && (sim.contains("assumed") || sim.contains("measured")), "{sim}");
+    assert!(table.contains("projected at ") && table.contains("the slowest of one clock domain"), "{table}");
+    assert!(!table.contains("NO"), "{table}");
+}

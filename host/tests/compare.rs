@@ -256,3 +256,55 @@ fn cli_exit_status_follows_the_worst_row() {
     let mixed = ferrite().args(["compare", "64", "--quiet"]).assert().code(1);
     assert!(String::from_utf8_lossy(&mixed.get_output().stderr).contains("prefix each size"));
 }
+
+/// The decoder block as a workload: every device bit-exact with the golden
+/// block, accuracy against float64 with the router's agreement, tokens/s and
+/// the per-unit breakdown; the three simulated units projected together at
+/// one clock whose source is named.
+#[test]
+fn the_block_runs_as_a_workload_with_per_unit_shares() {
+    let mut devices = vec![DeviceId::Cpu, DeviceId::CpuFast, DeviceId::Opencl];
+    if verilator_or_skip() {
+        devices.push(DeviceId::Sim);
+    }
+    let opts = Options {
+        sizes: vec![
+            Size::parse(Workload::Block, "9x32x2x6x3x48").unwrap(),
+            // Heads of 8: no attention unit for that head dim, so no sim row.
+            Size::parse(Workload::Block, "5x32x4x4x2x32").unwrap(),
+        ],
+        devices,
+        seed: 5,
+        min_time: Duration::ZERO,
+        ..Options::default()
+    };
+    let report = compare::run(&opts).unwrap();
+    let case = &report.cases[0];
+    assert_eq!((case.workload, case.tokens, case.size.as_str()), (Workload::Block, Some(9), "9x32x2x6x3x48"));
+    assert!(case.rows.len() >= 2, "{:?}", case.skipped);
+    for row in &case.rows {
+        assert!(row.bit_exact, "{}", row.name);
+        assert!(row.accuracy.expert_agreement.is_some_and(|a| a > 0.5), "{:?}", row.accuracy);
+        assert!(row.accuracy.rel_fro > 0.0 && row.accuracy.rel_fro < 0.5, "{:?}", row.accuracy);
+        let units: Vec<&str> = row.units.iter().map(|u| u.unit.as_str()).collect();
+        assert_eq!(units, ["gemm", "attention", "moe"], "{}", row.name);
+        let total: f64 = row.units.iter().map(|u| u.share).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{}: shares sum to {total}", row.name);
+        // q, k, v, o and two projections per expert that got tokens.
+        assert!(row.units[0].launches >= 6, "{:?}", row.units);
+    }
+    if let Some(sim) = case.rows.iter().find(|r| r.device == DeviceId::Sim) {
+        let f = sim.fpga.as_ref().expect("a projection");
+        assert_eq!(f.kernel.matches(" + ").count(), 2, "{}", f.kernel);
+        assert!(f.clock_source.contains("the slowest of one clock domain: gemm"), "{}", f.clock_source);
+        assert_eq!(sim.latency_s.label, Provenance::Projected);
+    }
+    if opts.devices.contains(&DeviceId::Sim) {
+        let skip = report.cases[1].skipped.iter().find(|s| s.device == DeviceId::Sim).expect("no sim row for d = 8");
+        assert!(skip.reason.contains("head_dim = 8"), "{}", skip.reason);
+    }
+    let text = report.to_terminal();
+    assert!(text.contains("cpu per token: ") && text.contains("tokens/s [M]"), "{text}");
+    assert!(text.contains("cpu units (launch wall time): gemm"), "{text}");
+    assert_eq!(Report::from_json(&report.to_json().unwrap()).unwrap(), report);
+}

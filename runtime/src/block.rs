@@ -5,14 +5,15 @@
 //! expert's up and down projections chain on the device without a host round
 //! trip ([`ops::gemm_pair`]). The result must equal [`ferrite_hw::block::block`]
 //! bit for bit on every device.
-use crate::device::{Device, DeviceError, RunStats};
+use crate::device::{CycleStats, Device, DeviceError, RunStats};
 use crate::ops;
-use ferrite_hw::attention::AttentionOutput;
+use ferrite_hw::attention::{AttentionConfig, AttentionOutput};
 use ferrite_hw::block::{
     combine, gather, merge_heads, residual, rmsnorm, split_heads, BlockOutput, BlockPlan, BlockShape, BlockWeights,
     Scales,
 };
-use ferrite_hw::gemm::GemmOutput;
+use ferrite_hw::gemm::{GemmConfig, GemmOutput};
+use ferrite_hw::moe::MoeConfig;
 
 /// Which device runs each unit: one device for all (cpu, cuda, opencl), or
 /// one per unit (a simulator holds one unit).
@@ -30,20 +31,50 @@ impl BlockDevices for OneDevice<'_> {
 }
 
 /// A device per unit, e.g. three simulated units.
-pub struct PerUnit {
-    pub gemm: Box<dyn Device>,
-    pub attention: Box<dyn Device>,
-    pub moe: Box<dyn Device>,
+pub struct PerUnit<'a> {
+    pub gemm: &'a mut dyn Device,
+    pub attention: &'a mut dyn Device,
+    pub moe: &'a mut dyn Device,
 }
 
-impl BlockDevices for PerUnit {
+impl BlockDevices for PerUnit<'_> {
     fn device(&mut self, unit: &'static str) -> &mut dyn Device {
         match unit {
-            "attention" => self.attention.as_mut(),
-            "moe" => self.moe.as_mut(),
-            _ => self.gemm.as_mut(),
+            "attention" => self.attention,
+            "moe" => self.moe,
+            _ => self.gemm,
         }
     }
+}
+
+/// Small units that run the block `s` in simulation: the 4×4 GEMM array whose
+/// clock `ferrite timing` measures in CI (K, N ≤ 256, more when the block
+/// needs it), a 2-lane attention unit for its head dim, a 2-lane router, all
+/// at `clock_mhz` (one kernel clock domain).
+pub fn sim_units(s: &BlockShape, clock_mhz: f64) -> Result<(GemmConfig, AttentionConfig, MoeConfig), DeviceError> {
+    let k_max = s.hidden.max(s.ffn).next_power_of_two().max(256);
+    let gemm = GemmConfig { k_max, n_max: k_max, read_fifo_depth: 64, clock_mhz, ..GemmConfig::small(4, 4) };
+    let d = s.head_dim;
+    let attention = AttentionConfig {
+        head_dim: d,
+        lanes: 2,
+        dot_par: d,
+        port_bits: (8 * d).max(128),
+        read_fifo_depth: 32,
+        clock_mhz,
+    };
+    let moe = MoeConfig {
+        e_max: s.experts,
+        k_max: s.top_k,
+        h_max: s.hidden.next_power_of_two().max(16),
+        lanes: 2,
+        port_bits: 128,
+        clock_mhz,
+    };
+    gemm.validate()?;
+    attention.validate().map_err(|e| DeviceError::Config(format!("the attention unit for head dim {d}: {e}")))?;
+    moe.validate()?;
+    Ok((gemm, attention, moe))
 }
 
 /// One unit launch of the block and what it cost.
@@ -63,6 +94,29 @@ pub struct BlockRun {
 }
 
 impl BlockRun {
+    /// The whole block as one run: launch wall times and useful MACs summed,
+    /// and, where every launch counted cycles, the units' cycles in sequence
+    /// with all their multipliers (the units share one clock domain; only one
+    /// works at a time, so utilization is of the whole design).
+    pub fn total(&self) -> RunStats {
+        let cycles: Option<u64> = self.steps.iter().map(|s| s.stats.cycles.map(|c| c.cycles)).sum();
+        let mut units: Vec<(&str, CycleStats)> = Vec::new();
+        for s in &self.steps {
+            if let (Some(c), false) = (s.stats.cycles, units.iter().any(|(u, _)| *u == s.unit)) {
+                units.push((s.unit, c));
+            }
+        }
+        RunStats {
+            wall: self.steps.iter().map(|s| s.stats.wall).sum(),
+            useful_macs: self.steps.iter().map(|s| s.stats.useful_macs).sum(),
+            cycles: cycles.zip(units.first()).map(|(cycles, (_, first))| CycleStats {
+                cycles,
+                clock_mhz: first.clock_mhz,
+                multipliers: units.iter().map(|(_, c)| c.multipliers).sum(),
+            }),
+        }
+    }
+
     /// Total launch wall time and, where every step counted cycles, total cycles, per unit.
     pub fn by_unit(&self) -> Vec<(&'static str, std::time::Duration, Option<u64>, u64)> {
         let mut out: Vec<(&'static str, std::time::Duration, Option<u64>, u64)> = Vec::new();

@@ -643,7 +643,8 @@ fn demo(args: &DemoArgs) -> Result<()> {
     println!("{table}");
     let attention_exact = attention::demo(&args.sim, engine)?;
     let moe_exact = moe::demo(&args.sim, engine)?;
-    ensure!(all_exact && attention_exact && moe_exact, "a device disagrees with the golden model");
+    let block_exact = block::demo(&args.sim, engine)?;
+    ensure!(all_exact && attention_exact && moe_exact && block_exact, "a device disagrees with the golden model");
     Ok(())
 }
 

@@ -16,6 +16,7 @@ pub mod report;
 use crate::backend::cpu::{CpuDevice, CpuMode};
 use crate::backend::sim::{Engine, SimDevice};
 use crate::bitstream::board::Board;
+use crate::block::{run_block, BlockDevices, BlockRun, OneDevice, PerUnit};
 use crate::checks::{self, FULL_CHECK_MACS};
 use crate::clock::Clock;
 use crate::device::{Device, DeviceError, DeviceKind, RunStats};
@@ -28,6 +29,10 @@ use ferrite_hw::attention::model::{attention_f64_rows, attention_rows};
 use ferrite_hw::attention::{
     attention, attention_f64, AttentionConfig, AttentionOutput, AttentionParams, AttentionProblem,
 };
+use ferrite_hw::block::{
+    block, block_f64, expert_agreement, random_input, relative_error, BlockOutput, BlockShape, BlockWeights,
+    FloatBlock, Scales,
+};
 use ferrite_hw::gemm::model::{error_vs_f64, gemm_rows};
 use ferrite_hw::gemm::{gemm, gemm_f64, GemmConfig, GemmOutput, GemmProblem};
 use ferrite_hw::moe::{route, route_f64, CapacityFactor, GateMode, MoeConfig, MoeOutput, MoeProblem, RouterF64};
@@ -38,7 +43,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use report::{
     Accuracy, BoardRun, Case, DeviceId, Energy, Figure, FpgaProjection, HostInfo, Report, Resources, Row, Skip,
-    Workload,
+    UnitShare, Workload,
 };
 use std::collections::HashMap;
 use std::fmt;
@@ -53,6 +58,9 @@ pub enum Size {
     Attention { heads: usize, seq: usize, dim: usize },
     /// `TOKENS×HIDDEN×EXPERTS×K`.
     Moe { tokens: usize, hidden: usize, experts: usize, top_k: usize },
+    /// `TOKENSxHIDDENxHEADSxEXPERTSxKxFFN`: the decoder block, top-k then
+    /// softmax, capacity factor 1.25 (`ferrite block`'s defaults).
+    Block { tokens: usize, hidden: usize, heads: usize, experts: usize, top_k: usize, ffn: usize },
 }
 
 impl fmt::Display for Size {
@@ -61,6 +69,9 @@ impl fmt::Display for Size {
             Self::Gemm { m, n, k } => write!(f, "{m}x{n}x{k}"),
             Self::Attention { heads, seq, dim } => write!(f, "{heads}x{seq}x{dim}"),
             Self::Moe { tokens, hidden, experts, top_k } => write!(f, "{tokens}x{hidden}x{experts}x{top_k}"),
+            Self::Block { tokens, hidden, heads, experts, top_k, ffn } => {
+                write!(f, "{tokens}x{hidden}x{heads}x{experts}x{top_k}x{ffn}")
+            }
         }
     }
 }
@@ -71,6 +82,7 @@ impl Size {
             Self::Gemm { .. } => Workload::Gemm,
             Self::Attention { .. } => Workload::Attention,
             Self::Moe { .. } => Workload::Moe,
+            Self::Block { .. } => Workload::Block,
         }
     }
 
@@ -92,6 +104,9 @@ impl Size {
             (Workload::Gemm, &[m, n, k]) => Self::Gemm { m, n, k },
             (Workload::Attention, &[heads, seq, dim]) => Self::Attention { heads, seq, dim },
             (Workload::Moe, &[tokens, hidden, experts, top_k]) => Self::Moe { tokens, hidden, experts, top_k },
+            (Workload::Block, &[tokens, hidden, heads, experts, top_k, ffn]) => {
+                Self::Block { tokens, hidden, heads, experts, top_k, ffn }
+            }
             (w, _) => bail!("size `{s}` for {}: expected {}", w.id(), Self::syntax(w)),
         })
     }
@@ -101,6 +116,7 @@ impl Size {
             Workload::Gemm => "S or MxNxK",
             Workload::Attention => "HEADSxSEQxDIM",
             Workload::Moe => "TOKENSxHIDDENxEXPERTSxK",
+            Workload::Block => "TOKENSxHIDDENxHEADSxEXPERTSxKxFFN",
         }
     }
 
@@ -113,6 +129,17 @@ impl Size {
                 vec![Self::Attention { heads: 2, seq: 64, dim: 16 }, Self::Attention { heads: 2, seq: 128, dim: 16 }]
             }
             Workload::Moe => vec![Self::Moe { tokens: 256, hidden: 64, experts: 12, top_k: 2 }],
+            Workload::Block => {
+                let s = BlockShape::small();
+                vec![Self::Block {
+                    tokens: s.tokens,
+                    hidden: s.hidden,
+                    heads: s.heads,
+                    experts: s.experts,
+                    top_k: s.top_k,
+                    ffn: s.ffn,
+                }]
+            }
         }
     }
 }
@@ -207,6 +234,14 @@ enum Inputs {
         golden: MoeOutput,
         reference: RouterF64,
     },
+    Block {
+        s: BlockShape,
+        w: Box<BlockWeights>,
+        sc: Scales,
+        x: Vec<i8>,
+        golden: BlockOutput,
+        reference: FloatBlock,
+    },
 }
 
 /// A device's output of one launch.
@@ -214,6 +249,7 @@ enum Output {
     Gemm(GemmOutput),
     Attention(AttentionOutput),
     Moe(MoeOutput),
+    Block(BlockRun),
 }
 
 /// Int8 values of a Gaussian with σ = 32 LSB (Box–Muller), clamped: the
@@ -283,6 +319,24 @@ impl Inputs {
                 let reference = route_f64(&p, &x, &w, Some(&bias))?;
                 Self::Moe { p, x, w, bias, golden, reference }
             }
+            Size::Block { tokens, hidden, heads, experts, top_k, ffn } => {
+                ensure!(hidden.is_multiple_of(heads), "H = {hidden} must be a multiple of the {heads} heads");
+                let s = BlockShape {
+                    tokens,
+                    hidden,
+                    heads,
+                    head_dim: hidden / heads,
+                    experts,
+                    top_k,
+                    ffn,
+                    ..BlockShape::small()
+                };
+                s.validate()?;
+                let (w, x, sc) = (BlockWeights::random(&s, seed), random_input(&s, seed ^ 0xb10c), Scales::default());
+                let golden = block(&s, &w, &sc, &x)?;
+                let reference = block_f64(&s, &w, &sc, &x);
+                Self::Block { s, w: Box::new(w), sc, x, golden, reference }
+            }
         })
     }
 
@@ -291,7 +345,7 @@ impl Inputs {
         let sampled = match self {
             Self::Gemm { rows, .. } => rows.as_ref().map(Vec::len),
             Self::Attention { rows, .. } => rows.as_ref().map(Vec::len),
-            Self::Moe { .. } => None,
+            Self::Moe { .. } | Self::Block { .. } => None,
         };
         sampled.map_or_else(|| "full".into(), |n| format!("{n} sampled rows"))
     }
@@ -309,6 +363,10 @@ impl Inputs {
                 "MoE router T={} H={} E={} top-{}, softmax-top-k, bias, capacity factor 1",
                 p.tokens, p.hidden, p.experts, p.top_k
             ),
+            Self::Block { s, .. } => format!(
+                "int8 MoE decoder block T={} H={} ({} heads of {}) E={} top-{} FFN {}, top-k-softmax, capacity factor 1.25",
+                s.tokens, s.hidden, s.heads, s.head_dim, s.experts, s.top_k, s.ffn
+            ),
         }
     }
 
@@ -318,22 +376,38 @@ impl Inputs {
             Self::Gemm { p, .. } => p.macs(),
             Self::Attention { p, .. } => p.macs(),
             Self::Moe { p, .. } => p.macs(),
+            // The experts' MACs count the choices the router kept.
+            Self::Block { s, golden, .. } => s.macs(s.tokens * s.top_k - golden.route.dropped as usize),
         }
     }
 
-    fn run(&self, dev: &mut dyn Device) -> Result<(Output, RunStats), DeviceError> {
+    /// Tokens a run processes, for per-token figures.
+    fn tokens(&self) -> Option<u64> {
+        match self {
+            Self::Block { s, .. } => Some(s.tokens as u64),
+            _ => None,
+        }
+    }
+
+    /// One run on `devs` (one device, or the block's simulated units).
+    fn run(&self, devs: &mut dyn BlockDevices) -> Result<(Output, RunStats), DeviceError> {
         Ok(match self {
             Self::Gemm { p, a, b, bias, .. } => {
-                let (o, s) = ops::gemm(dev, p, a, b, Some(bias))?;
+                let (o, s) = ops::gemm(devs.device("gemm"), p, a, b, Some(bias))?;
                 (Output::Gemm(o), s)
             }
             Self::Attention { p, q, k, v, .. } => {
-                let (o, s) = ops::attention(dev, p, q, k, v)?;
+                let (o, s) = ops::attention(devs.device("attention"), p, q, k, v)?;
                 (Output::Attention(o), s)
             }
             Self::Moe { p, x, w, bias, .. } => {
-                let (o, s) = ops::moe(dev, p, x, w, Some(bias))?;
+                let (o, s) = ops::moe(devs.device("moe"), p, x, w, Some(bias))?;
                 (Output::Moe(o), s)
+            }
+            Self::Block { s, w, sc, x, .. } => {
+                let run = run_block(devs, s, w, sc, x)?;
+                let stats = run.total();
+                (Output::Block(run), stats)
             }
         })
     }
@@ -374,6 +448,21 @@ impl Inputs {
                 (o == golden, accuracy)
             }
             (Self::Moe { p, golden, reference, .. }, Output::Moe(o)) => (o == golden, moe_accuracy(p, o, reference)),
+            (Self::Block { s, sc, golden, reference, .. }, Output::Block(run)) => {
+                let out = &run.output;
+                let max_abs = out
+                    .out
+                    .iter()
+                    .zip(&reference.out)
+                    .fold(0f64, |m, (&v, &r)| m.max((v as f64 - r / sc.residual).abs()));
+                let accuracy = Accuracy {
+                    max_abs,
+                    rel_fro: relative_error(&out.out, sc.residual, &reference.out),
+                    expert_agreement: Some(expert_agreement(&out.route, s.top_k, &reference.experts)),
+                    unit: "LSB of the residual stream".into(),
+                };
+                (out == golden, accuracy)
+            }
             _ => bail!("a device answered with the output of another unit"),
         })
     }
@@ -383,36 +472,42 @@ impl Inputs {
             Self::Gemm { .. } => Workload::Gemm,
             Self::Attention { .. } => Workload::Attention,
             Self::Moe { .. } => Workload::Moe,
+            Self::Block { .. } => Workload::Block,
         }
     }
 
-    /// The unit the simulator builds for this problem, projected at
+    /// The units the simulator builds for this problem, projected at
     /// `clock_mhz`: the board image's own unit when `image` holds this
-    /// workload, so that projection and board run the same configuration.
-    fn sim_unit(&self, clock_mhz: f64, image: Option<&LoadedManifest>) -> UnitConfig {
+    /// workload, so that projection and board run the same configuration;
+    /// the block's three units for a block.
+    fn sim_units(&self, clock_mhz: f64, image: Option<&LoadedManifest>) -> Result<Vec<UnitConfig>> {
         if let Some(unit) = image.map(|m| &m.manifest.unit).filter(|u| u.name() == self.workload().id()) {
-            return with_clock(unit, clock_mhz);
+            return Ok(vec![with_clock(unit, clock_mhz)]);
         }
-        match self {
-            Self::Gemm { .. } => UnitConfig::Gemm(GemmConfig { clock_mhz, ..GemmConfig::default() }),
+        Ok(match self {
+            Self::Gemm { .. } => vec![UnitConfig::Gemm(GemmConfig { clock_mhz, ..GemmConfig::default() })],
             Self::Attention { p, .. } => {
                 // Four lanes and the narrowest port that carries a K/V row: quick Verilator builds.
-                UnitConfig::Attention(AttentionConfig {
+                vec![UnitConfig::Attention(AttentionConfig {
                     head_dim: p.dim,
                     lanes: 4,
                     dot_par: p.dim,
                     port_bits: (8 * p.dim).max(128),
                     read_fifo_depth: 32,
                     clock_mhz,
-                })
+                })]
             }
             Self::Moe { p, .. } => {
                 let small = MoeConfig::small();
                 let fits = p.validate_for(&small).is_ok();
                 let cfg = if fits { small } else { MoeConfig::default() };
-                UnitConfig::Moe(MoeConfig { clock_mhz, ..cfg })
+                vec![UnitConfig::Moe(MoeConfig { clock_mhz, ..cfg })]
             }
-        }
+            Self::Block { s, .. } => {
+                let (g, a, m) = crate::block::sim_units(s, clock_mhz)?;
+                vec![g.into(), a.into(), m.into()]
+            }
+        })
     }
 }
 
@@ -655,6 +750,7 @@ pub fn run(opts: &Options) -> Result<Report> {
             rows: Vec::new(),
             skipped: Vec::new(),
             verified: inputs.verified(),
+            tokens: inputs.tokens(),
         };
         for &id in &opts.devices {
             bar.set_message(format!("{} {size} on {}", case.workload.id(), id.id()));
@@ -689,7 +785,7 @@ fn run_one(
     id: DeviceId,
     bar: &ProgressBar,
 ) -> Result<Result<Row, String>> {
-    if id == DeviceId::CpuFast && !matches!(inputs, Inputs::Gemm { .. }) {
+    if id == DeviceId::CpuFast && !matches!(inputs, Inputs::Gemm { .. } | Inputs::Block { .. }) {
         return Ok(Err("cpu-fast has a GEMM path only; other units run the same golden model as cpu".into()));
     }
     let is_board = matches!(id, DeviceId::Xrt | DeviceId::Pynq);
@@ -698,27 +794,57 @@ fn run_one(
     {
         return Ok(Err(format!("the image holds the {unit} unit")));
     }
+    if id == DeviceId::Sim {
+        // A problem no simulated unit is built for (e.g. a head dim the attention unit lacks) is skipped.
+        if let Err(e) = inputs.sim_units(opts.board.spec().default_clock_mhz, pool.image.as_ref()) {
+            return Ok(Err(format!("{e:#}")));
+        }
+    }
     let clock = if id == DeviceId::Sim { Some(projection_clock(opts, pool, inputs)?) } else { None };
-    let dev: &mut dyn Device = if let Some(clock) = &clock {
-        let unit = inputs.sim_unit(clock.mhz, pool.image.as_ref());
-        let kernel = unit.kernel_name();
-        if !pool.sims.contains_key(&kernel) {
-            bar.set_message(format!("building {kernel} with Verilator (minutes the first time, cached after)"));
-            pool.sims.insert(kernel.clone(), open_sim(unit, opts.seed)?);
-        }
-        match pool.sims.get_mut(&kernel) {
-            Some(Ok(d)) => d,
-            Some(Err(reason)) => return Ok(Err(reason.clone())),
-            None => bail!("simulator {kernel} vanished from the pool"),
-        }
-    } else {
-        match pool.shared.entry(id).or_insert_with(|| open_device(id)) {
-            Ok(d) => d.as_mut(),
-            Err(reason) => return Ok(Err(reason.clone())),
-        }
+    let units = match &clock {
+        Some(c) => inputs.sim_units(c.mhz, pool.image.as_ref())?,
+        None => Vec::new(),
     };
-    let info = dev.info();
-    let (out, first) = match inputs.run(dev) {
+    let kernels: Vec<String> = units.iter().map(UnitConfig::kernel_name).collect();
+    for (unit, kernel) in units.iter().zip(&kernels) {
+        if !pool.sims.contains_key(kernel) {
+            bar.set_message(format!("building {kernel} with Verilator (minutes the first time, cached after)"));
+            pool.sims.insert(kernel.clone(), open_sim(unit.clone(), opts.seed)?);
+        }
+        if let Some(Err(reason)) = pool.sims.get(kernel) {
+            return Ok(Err(reason.clone()));
+        }
+    }
+    let (mut one, mut per);
+    let devs: &mut dyn BlockDevices = match kernels.as_slice() {
+        [] => match pool.shared.entry(id).or_insert_with(|| open_device(id)) {
+            Ok(d) => {
+                one = OneDevice(d.as_mut());
+                &mut one
+            }
+            Err(reason) => return Ok(Err(reason.clone())),
+        },
+        [k] => match pool.sims.get_mut(k) {
+            Some(Ok(d)) => {
+                one = OneDevice(d);
+                &mut one
+            }
+            _ => bail!("simulator {k} vanished from the pool"),
+        },
+        [g, a, m] => match pool.sims.get_disjoint_mut([g, a, m]) {
+            [Some(Ok(gemm)), Some(Ok(attention)), Some(Ok(moe))] => {
+                per = PerUnit { gemm, attention, moe };
+                &mut per
+            }
+            _ => bail!("the block's simulators vanished from the pool"),
+        },
+        _ => bail!("{} simulated units for one problem", kernels.len()),
+    };
+    let mut info = devs.device("gemm").info();
+    if kernels.len() > 1 {
+        info.name = format!("sim (verilator, {})", kernels.join(" + "));
+    }
+    let (out, first) = match inputs.run(devs) {
         Ok(r) => r,
         Err(e @ (DeviceError::Unsupported { .. } | DeviceError::TooBig { .. })) => return Ok(Err(e.to_string())),
         Err(e) => return Err(e).context(format!("running on {}", info.name)),
@@ -728,14 +854,23 @@ fn run_one(
     if let (DeviceKind::Simulator, Some(clock)) = (info.kind, clock) {
         let cycles = first.cycles.context("the simulator reported no cycle count")?;
         let latency = first.projected().context("the simulator reported no projected time")?.as_secs_f64();
-        let kernel = inputs.sim_unit(clock.mhz, pool.image.as_ref());
-        if opts.resources {
-            bar.set_message(format!(
-                "yosys synth_xilinx of {} (minutes the first time, cached after)",
-                kernel.kernel_name()
-            ));
-        }
-        let (resources, resources_note) = fpga_resources(opts, pool, &kernel);
+        let (resources, resources_note) = match units.as_slice() {
+            [unit] => {
+                if opts.resources {
+                    bar.set_message(format!(
+                        "yosys synth_xilinx of {} (minutes the first time, cached after)",
+                        kernels[0]
+                    ));
+                }
+                fpga_resources(opts, pool, unit)
+            }
+            _ => (
+                None,
+                "not estimated for the block: estimate its units one at a time (--workload gemm, attention, moe \
+                 --resources); the MoE router does not synthesize yet (docs/timing.md)"
+                    .into(),
+            ),
+        };
         let energy = match &resources {
             Some(r) => {
                 let watts = energy::fpga_watts(opts.board, r, cycles.clock_mhz);
@@ -763,8 +898,9 @@ fn run_one(
             energy,
             bit_exact,
             accuracy,
+            units: unit_shares(&out, Some(clock.mhz)),
             fpga: Some(FpgaProjection {
-                kernel: kernel.kernel_name(),
+                kernel: kernels.join(" + "),
                 board: opts.board.spec().name.into(),
                 clock_mhz: cycles.clock_mhz,
                 clock_source: clock.source.clone(),
@@ -794,7 +930,9 @@ fn run_one(
         }
         None => None,
     };
-    let (median, runs, energy) = measure(dev, inputs, id, &info.name, opts.min_time, ops)?;
+    let (median, runs, energy, last) = measure(devs, inputs, id, &info.name, opts.min_time, ops)?;
+    // From a timed run: the first one may include one-time work (program builds, uploads).
+    let units = unit_shares(&last, None);
     Ok(Ok(Row {
         device: id,
         name: info.name,
@@ -806,29 +944,31 @@ fn run_one(
         accuracy,
         fpga: None,
         board,
+        units,
     }))
 }
 
 /// Timed launches until `min_time` has passed (at least [`MIN_RUNS`], at most
 /// [`MAX_RUNS`]) under the device's energy meter: the median launch time, the
-/// launches, and the energy of one call.
+/// launches, the energy of one call, and the last call's output.
 fn measure(
-    dev: &mut dyn Device,
+    devs: &mut dyn BlockDevices,
     inputs: &Inputs,
     id: DeviceId,
     name: &str,
     min_time: Duration,
     ops: f64,
-) -> Result<(f64, u32, Energy)> {
+) -> Result<(f64, u32, Energy, Output)> {
     let mut meter = meter_for(id, name);
     if let Ok(m) = &mut meter {
         m.start()?;
     }
     let start = Instant::now();
-    let mut times = Vec::new();
+    let (mut times, mut last) = (Vec::new(), None);
     while times.len() < MIN_RUNS || (start.elapsed() < min_time && times.len() < MAX_RUNS) {
-        let (_, stats) = inputs.run(dev).with_context(|| format!("timed run on {name}"))?;
+        let (out, stats) = inputs.run(devs).with_context(|| format!("timed run on {name}"))?;
         times.push(stats.wall.as_secs_f64());
+        last = Some(out);
     }
     let calls = times.len();
     let energy = match &mut meter {
@@ -843,7 +983,7 @@ fn measure(
         Err(reason) => Energy { joules: None, per_op: None, source: format!("not measured: {reason}") },
     };
     times.sort_by(f64::total_cmp);
-    Ok((times[calls / 2], calls as u32, energy))
+    Ok((times[calls / 2], calls as u32, energy, last.context("no timed run")?))
 }
 
 /// The clock of the simulated unit's projections, once per kernel: the
@@ -851,9 +991,9 @@ fn measure(
 /// this exact Verilog, else the board's nominal.
 fn projection_clock(opts: &Options, pool: &mut Pool, inputs: &Inputs) -> Result<Clock> {
     let spec = opts.board.spec();
-    let unit = inputs.sim_unit(spec.default_clock_mhz, pool.image.as_ref());
-    let kernel = unit.kernel_name();
-    if let Some(c) = pool.clocks.get(&kernel) {
+    let units = inputs.sim_units(spec.default_clock_mhz, pool.image.as_ref())?;
+    let key = units.iter().map(UnitConfig::kernel_name).collect::<Vec<_>>().join(" + ");
+    if let Some(c) = pool.clocks.get(&key) {
         return Ok(c.clone());
     }
     let image = pool.image.as_ref().map(|m| &m.manifest).filter(|m| m.unit.name() == inputs.workload().id());
@@ -862,11 +1002,37 @@ fn projection_clock(opts: &Options, pool: &mut Pool, inputs: &Inputs) -> Result<
         (Some(m), None) => Clock::of_image(m),
         _ => {
             let nominal = format!("{} nominal kernel clock", spec.name);
-            Clock::for_unit(&unit, opts.clock_mhz, (spec.default_clock_mhz, &nominal))?
+            let clocks = units
+                .iter()
+                .map(|u| Ok((u.name(), Clock::for_unit(u, opts.clock_mhz, (spec.default_clock_mhz, &nominal))?)))
+                .collect::<Result<Vec<_>>>()?;
+            Clock::slowest(&clocks)
         }
     };
-    pool.clocks.insert(kernel, clock.clone());
+    pool.clocks.insert(key, clock.clone());
     Ok(clock)
+}
+
+/// Where a block's time went, per unit: launch wall time on a measured
+/// device, projected time from cycles at `clock_mhz` on a simulator. Empty
+/// for single-unit workloads.
+fn unit_shares(out: &Output, clock_mhz: Option<f64>) -> Vec<UnitShare> {
+    let Output::Block(run) = out else { return Vec::new() };
+    let units = run.by_unit();
+    let seconds = |(_, wall, cycles, _): &(&str, Duration, Option<u64>, u64)| match (clock_mhz, cycles) {
+        (Some(mhz), Some(c)) => *c as f64 / (mhz * 1e6),
+        _ => wall.as_secs_f64(),
+    };
+    let total: f64 = units.iter().map(seconds).sum();
+    units
+        .iter()
+        .map(|u| UnitShare {
+            unit: u.0.into(),
+            launches: run.steps.iter().filter(|s| s.unit == u.0).count() as u32,
+            seconds: seconds(u),
+            share: seconds(u) / total.max(f64::MIN_POSITIVE),
+        })
+        .collect()
 }
 
 /// Resource counts of a simulated unit on the board, or why there are none.

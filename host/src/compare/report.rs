@@ -74,16 +74,19 @@ pub enum Workload {
     Gemm,
     Attention,
     Moe,
+    /// The int8 MoE decoder block (docs/block.md): all three units and the glue.
+    Block,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 3] = [Workload::Gemm, Workload::Attention, Workload::Moe];
+    pub const ALL: [Workload; 4] = [Workload::Gemm, Workload::Attention, Workload::Moe, Workload::Block];
 
     pub fn id(self) -> &'static str {
         match self {
             Self::Gemm => "gemm",
             Self::Attention => "attention",
             Self::Moe => "moe",
+            Self::Block => "block",
         }
     }
 }
@@ -234,6 +237,20 @@ pub struct Row {
     /// Board rows (xrt, pynq) only.
     #[serde(default)]
     pub board: Option<BoardRun>,
+    /// Block rows only: where the block's time went, per unit.
+    #[serde(default)]
+    pub units: Vec<UnitShare>,
+}
+
+/// One unit's part of a block run: launch wall time on a measured device,
+/// time projected from its cycles on a simulator.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnitShare {
+    pub unit: String,
+    pub launches: u32,
+    pub seconds: f64,
+    /// Fraction of the block's time.
+    pub share: f64,
 }
 
 /// A device left out of a problem, and why.
@@ -259,6 +276,9 @@ pub struct Case {
     /// problems too large for the golden model to run whole.
     #[serde(default = "full_check")]
     pub verified: String,
+    /// Tokens of one run (the block), for tokens/s and energy per token.
+    #[serde(default)]
+    pub tokens: Option<u64>,
 }
 
 fn full_check() -> String {
@@ -429,6 +449,29 @@ fn notes(case: &Case, s: &mut String, bullet: &str) {
     }
     for row in &case.rows {
         let _ = writeln!(s, "{bullet}{} energy: {}", row.device.id(), row.energy.source);
+        if let Some(tokens) = case.tokens {
+            let per_token = row.energy.joules.map_or("— (no energy figure)".into(), |j| {
+                format!("{}{}", si(j.value / tokens as f64, "J"), j.label.marker())
+            });
+            let _ = writeln!(
+                s,
+                "{bullet}{} per token: {} tokens/s{}, {per_token} a token",
+                row.device.id(),
+                si(tokens as f64 / row.latency_s.value, ""),
+                row.latency_s.label.marker()
+            );
+        }
+        if !row.units.is_empty() {
+            let shares: Vec<String> = row
+                .units
+                .iter()
+                .map(|u| {
+                    format!("{} {:.1} % ({} launches, {})", u.unit, 100.0 * u.share, u.launches, si(u.seconds, "s"))
+                })
+                .collect();
+            let basis = if row.fpga.is_some() { "projected from cycles" } else { "launch wall time" };
+            let _ = writeln!(s, "{bullet}{} units ({basis}): {}", row.device.id(), shares.join(", "));
+        }
         if let Some(b) = &row.board {
             let _ = writeln!(
                 s,

@@ -7,15 +7,16 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
-use ferrite_host::block::{run_block, BlockDevices, BlockRun, OneDevice, PerUnit};
+use ferrite_host::backend::sim::Engine;
+use ferrite_host::block::{run_block, sim_units, BlockDevices, BlockRun, OneDevice, PerUnit};
+use ferrite_host::clock::round_mhz;
 use ferrite_host::clock::Clock;
 use ferrite_host::weights;
-use ferrite_hw::attention::AttentionConfig;
+use ferrite_host::Device;
 use ferrite_hw::block::{
     block, block_f64, expert_agreement, random_input, relative_error, BlockShape, BlockWeights, Scales,
 };
-use ferrite_hw::gemm::GemmConfig;
-use ferrite_hw::moe::{CapacityFactor, GateMode, MoeConfig};
+use ferrite_hw::moe::{CapacityFactor, GateMode};
 use std::path::PathBuf;
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -124,34 +125,6 @@ impl BlockArgs {
     }
 }
 
-/// Small units that run `s`: the 4×4 GEMM array whose clock `ferrite timing` measures in CI
-/// (K, N ≤ 256, more when the block needs it), a 2-lane attention unit, a 2-lane router.
-fn sim_units(s: &BlockShape) -> Result<(GemmConfig, AttentionConfig, MoeConfig)> {
-    let k_max = s.hidden.max(s.ffn).next_power_of_two().max(256);
-    let gemm = GemmConfig { k_max, n_max: k_max, ..GemmConfig::small(4, 4) };
-    let d = s.head_dim;
-    let attention = AttentionConfig {
-        head_dim: d,
-        lanes: 2,
-        dot_par: d,
-        port_bits: (8 * d).max(128),
-        read_fifo_depth: 32,
-        clock_mhz: 300.0,
-    };
-    let moe = MoeConfig {
-        e_max: s.experts,
-        k_max: s.top_k,
-        h_max: s.hidden.next_power_of_two().max(16),
-        lanes: 2,
-        port_bits: 128,
-        clock_mhz: 300.0,
-    };
-    gemm.validate()?;
-    attention.validate().context("the attention unit for this head dim")?;
-    moe.validate()?;
-    Ok((gemm, attention, moe))
-}
-
 pub(super) fn run(args: &BlockArgs) -> Result<()> {
     let (s, w, sc) = args.layer()?;
     let x = random_input(&s, args.seed ^ 0xb10c);
@@ -189,7 +162,7 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
             timed(&mut OneDevice(dev.as_mut()), &s, &w, &sc, &x)?
         }
         BlockDevice::Sim => {
-            let (g, a, m) = sim_units(&s)?;
+            let (g, a, m) = sim_units(&s, 300.0)?;
             // Every multiplier of the 4×4 array busy every cycle: a lower bound.
             let cycles = macs / g.macs() as u64;
             guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S).confirm(args.yes)?;
@@ -198,13 +171,14 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
             {
                 clocks.push((unit, sim_clock(cfg, None)?));
             }
-            let mut devs = PerUnit {
-                gemm: Box::new(sim_device(g, &args.sim, engine, args.seed, None)?),
-                attention: Box::new(sim_device(a, &args.sim, engine, args.seed + 1, None)?),
-                moe: Box::new(sim_device(m, &args.sim, engine, args.seed + 2, None)?),
-            };
-            let counters: Vec<_> =
-                [&devs.gemm, &devs.attention, &devs.moe].iter().filter_map(|d| d.cycles_done()).collect();
+            // The three units share one clock domain: all run at the slowest unit's clock.
+            let common = Clock::slowest(&clocks);
+            clocks.iter_mut().for_each(|(_, c)| *c = common.clone());
+            let mut gemm = sim_device(g, &args.sim, engine, args.seed, None)?;
+            let mut attention = sim_device(a, &args.sim, engine, args.seed + 1, None)?;
+            let mut moe = sim_device(m, &args.sim, engine, args.seed + 2, None)?;
+            let counters: Vec<_> = [&gemm, &attention, &moe].iter().filter_map(|d| d.cycles_done()).collect();
+            let mut devs = PerUnit { gemm: &mut gemm, attention: &mut attention, moe: &mut moe };
             guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S).progress(
                 &counters,
                 "simulating the block".into(),
@@ -268,12 +242,15 @@ fn report(
             format!("{:.1} %", 100.0 * wall.as_secs_f64() / total_wall.max(f64::MIN_POSITIVE)),
             cycles.map_or("n/a".into(), |c| c.to_string()),
             match (projected, clock) {
-                (Some(t), Some(clk)) => format!("{:.1} µs at {clk}", t * 1e6),
+                (Some(t), Some(_)) => format!("{:.1} µs", t * 1e6),
                 _ => "n/a".into(),
             },
         ]);
     }
     println!("{table}");
+    if let Some((_, clock)) = clocks.first() {
+        println!("clock        {clock}");
+    }
     println!(
         "throughput   {:.0} tokens/s by launch wall time ({:.3} ms a block; glue on the host not counted)",
         s.tokens as f64 / total_wall.max(f64::MIN_POSITIVE),
@@ -281,10 +258,104 @@ fn report(
     );
     if let (Some(t), false) = (projected_total, clocks.is_empty()) {
         println!(
-            "projected    {:.0} tokens/s on the units in sequence ({:.1} µs a block at the clocks above)",
+            "projected    {:.0} tokens/s on the units in sequence ({:.1} µs a block at that clock)",
             s.tokens as f64 / t,
             t * 1e6
         );
     }
     Ok(())
+}
+
+/// The demo's block table: the CI block on the golden models, the fast CPU
+/// paths, the three simulated units (projected at their common clock) and the
+/// first CUDA GPU where there is one; returns whether every device was bit-exact.
+pub(super) fn demo(sim: &SimArgs, engine: Option<Engine>) -> Result<bool> {
+    let s = BlockShape::small();
+    let (w, sc, x) = (BlockWeights::random(&s, 1), Scales::default(), random_input(&s, 1 ^ 0xb10c));
+    let golden = block(&s, &w, &sc, &x)?;
+    println!();
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED);
+    table.set_header([
+        "device",
+        "wall a block",
+        "tokens/s",
+        "cycles",
+        "projected tokens/s",
+        "dominant unit",
+        "bit-exact",
+    ]);
+    let mut all_exact = true;
+    let mut add = |name: String, run: BlockRun, clock: Option<&Clock>| {
+        let exact = run.output == golden;
+        all_exact &= exact;
+        let total = run.total();
+        let units = run.by_unit();
+        // On a simulator the cycles say where the time goes; elsewhere the launch wall time.
+        let weight = |u: &(&str, std::time::Duration, Option<u64>, u64)| u.2.map_or(u.1.as_secs_f64(), |c| c as f64);
+        let sum: f64 = units.iter().map(weight).sum();
+        let top = units.iter().max_by(|a, b| weight(a).total_cmp(&weight(b)));
+        let na = || "—".to_string();
+        table.add_row([
+            name,
+            format!("{:.3?}", total.wall),
+            format!("{:.0}", s.tokens as f64 / total.wall.as_secs_f64().max(f64::MIN_POSITIVE)),
+            total.cycles.map_or_else(na, |c| c.cycles.to_string()),
+            match (total.cycles, clock) {
+                (Some(c), Some(clk)) => format!(
+                    "{:.0} at {} MHz {}",
+                    s.tokens as f64 * clk.mhz * 1e6 / c.cycles as f64,
+                    round_mhz(clk.mhz),
+                    clk.kind()
+                ),
+                _ => na(),
+            },
+            top.map_or_else(na, |u| format!("{} {:.0} %", u.0, 100.0 * weight(u) / sum.max(f64::MIN_POSITIVE))),
+            if exact { "yes" } else { "NO" }.to_string(),
+        ]);
+    };
+    for mode in [CpuMode::Golden, CpuMode::Fast] {
+        let mut dev = CpuDevice::new(mode);
+        let name = dev.info().name;
+        add(name, run_block(&mut OneDevice(&mut dev), &s, &w, &sc, &x)?, None);
+    }
+    let mut clock = None;
+    match engine {
+        Some(engine) => {
+            let mut clocks = Vec::new();
+            let (g, a, m) = sim_units(&s, 300.0)?;
+            for (unit, cfg) in [("gemm", g.clone().into()), ("attention", a.clone().into()), ("moe", m.clone().into())]
+            {
+                clocks.push((unit, sim_clock(cfg, None)?));
+            }
+            let common = Clock::slowest(&clocks);
+            let (mut g, mut a, mut m) = (
+                sim_device(g, sim, engine, 0, None)?,
+                sim_device(a, sim, engine, 1, None)?,
+                sim_device(m, sim, engine, 2, None)?,
+            );
+            let bar = super::spinner("simulating the block".into());
+            let run = run_block(&mut PerUnit { gemm: &mut g, attention: &mut a, moe: &mut m }, &s, &w, &sc, &x);
+            bar.finish_and_clear();
+            add(format!("sim ({engine}, 3 units)"), run?, Some(&common));
+            clock = Some(common);
+        }
+        None => println!("sim: skipped ({})", super::NO_VERILATOR),
+    }
+    match ferrite_host::backend::open_cuda() {
+        Ok(mut dev) => {
+            let name = dev.info().name;
+            add(name, run_block(&mut OneDevice(dev.as_mut()), &s, &w, &sc, &x)?, None);
+        }
+        Err(e) => println!("cuda: skipped ({e})"),
+    }
+    println!(
+        "int8 MoE decoder block T={} H={} ({} heads of {}) E={} top-{} F={} (docs/block.md), glue on the host",
+        s.tokens, s.hidden, s.heads, s.head_dim, s.experts, s.top_k, s.ffn
+    );
+    println!("{table}");
+    if let Some(clock) = clock {
+        println!("projected at {clock}");
+    }
+    Ok(all_exact)
 }

@@ -15,6 +15,8 @@ pub(super) enum WorkloadArg {
     Gemm,
     Attention,
     Moe,
+    /// The int8 MoE decoder block: all three units and the glue (docs/block.md).
+    Block,
     /// Every workload.
     All,
 }
@@ -25,7 +27,7 @@ pub(super) struct CompareArgs {
     #[arg(long, value_enum, default_value_t = WorkloadArg::All)]
     workload: WorkloadArg,
     /// Problem sizes: gemm `S` or `MxNxK`, attention `HEADSxSEQxDIM`, moe
-    /// `TOKENSxHIDDENxEXPERTSxK`. With --workload all, prefix each with its
+    /// `TOKENSxHIDDENxEXPERTSxK`, block `TOKENSxHIDDENxHEADSxEXPERTSxKxFFN`. With --workload all, prefix each with its
     /// workload (`gemm=256`). Workloads without sizes use their defaults.
     sizes: Vec<String>,
     /// Devices to try (default: all but the boards); unavailable ones are skipped with the reason.
@@ -81,6 +83,7 @@ fn sizes(args: &CompareArgs) -> Result<Vec<Size>> {
         WorkloadArg::Gemm => vec![Workload::Gemm],
         WorkloadArg::Attention => vec![Workload::Attention],
         WorkloadArg::Moe => vec![Workload::Moe],
+        WorkloadArg::Block => vec![Workload::Block],
         WorkloadArg::All => Workload::ALL.to_vec(),
     };
     let mut given = Vec::new();
