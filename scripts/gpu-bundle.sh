@@ -7,7 +7,8 @@
 #
 #   scripts/gpu-bundle.sh            # build
 #   (on the GPU machine) gpu-bundle/run.sh [OUTDIR] [STEPS]
-#   STEPS: comma-separated subset of tests,cli,demo,bench (default: all)
+#   STEPS: comma-separated subset of tests,cli,demo,bench,block (default: tests,cli,demo,bench;
+#   block runs the realistic decoder block and its PyTorch float reference, minutes of CPU golden model)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=gpu-bundle
@@ -27,7 +28,7 @@ for line in sys.stdin:
         print(m["executable"])')
 cp "$tests" "$out/test-cuda"
 strip "$out/ferrite" "$out/test-cuda"
-cp scripts/torch_reference.py "$out/"
+cp scripts/torch_reference.py scripts/block_reference.py "$out/"
 
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
@@ -71,6 +72,15 @@ fi
 # The demo also simulates the RTL; without Verilator there that is rust-hdl (slow), so keep it small.
 want demo && step demo.log timeout 120 "$here/ferrite" demo --size 32
 want bench && step bench.log timeout 300 "$here/ferrite" bench gpu --script "$here/torch_reference.py" --json "$outdir/bench.json"
+if want block; then
+  # The realistic block of issue 17 (docs/block.md): checked against the golden block, timed with
+  # NVML energy, then the same layer as a PyTorch float block (float64 cross-check, fp32/bf16 times).
+  step block-realistic.log timeout 400 "$here/ferrite" block --device cuda --tokens 512 --hidden 1024 --heads 16 \
+    --experts 64 --top-k 8 --ffn 2816 --min-time-ms 2000 --save-weights "$outdir/block-layer"
+  step block-reference.log timeout 120 python3 "$here/block_reference.py" "$outdir/block-layer" --json "$outdir/block-reference.json"
+  step block-compare.log timeout 200 "$here/ferrite" compare --workload block 32x64x2x4x2x128 128x256x4x8x2x512 \
+    --devices cpu-fast,cuda --min-time-ms 1000 --out "$outdir/block-compare"
+fi
 exit $status
 RUN
 chmod +x "$out/run.sh"

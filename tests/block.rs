@@ -9,7 +9,9 @@ use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::moe::MoeConfig;
 use ferrite_runtime::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_runtime::backend::sim::{Engine, SimDevice};
-use ferrite_runtime::block::{run_block, BlockDevices, OneDevice, PerUnit};
+use ferrite_runtime::block::{run_block, run_block_resident, BlockDevices, OneDevice, PerUnit, Resident};
+use ferrite_runtime::device::{Buffer, DeviceInfo, Layout, Problem};
+use ferrite_runtime::{Device, DeviceError, Launch, RunStats};
 use ferrite_sim::MemoryConfig;
 
 /// The CI block and the tight variant (choices dropped, softmax then top-k).
@@ -59,4 +61,71 @@ fn block_on_simulated_units_matches_the_golden_model() {
     let mut attention = SimDevice::new(attention, mem(2), Engine::Verilator, None).unwrap();
     let mut moe = SimDevice::new(MoeConfig::small(), mem(3), Engine::Verilator, None).unwrap();
     check(&mut PerUnit { gemm: &mut gemm, attention: &mut attention, moe: &mut moe }, "sim");
+}
+
+/// A device that counts the bytes uploaded to it.
+struct Counting {
+    inner: CpuDevice,
+    uploaded: u64,
+}
+
+impl Device for Counting {
+    fn info(&self) -> DeviceInfo {
+        self.inner.info()
+    }
+    fn layout(&self, problem: &Problem) -> Result<Layout, DeviceError> {
+        self.inner.layout(problem)
+    }
+    fn alloc(&mut self, bytes: u64) -> Result<Buffer, DeviceError> {
+        self.inner.alloc(bytes)
+    }
+    fn upload(&mut self, buf: Buffer, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.uploaded += data.len() as u64;
+        self.inner.upload(buf, offset, data)
+    }
+    fn download(&mut self, buf: Buffer, offset: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        self.inner.download(buf, offset, out)
+    }
+    fn free(&mut self, buf: Buffer) -> Result<(), DeviceError> {
+        self.inner.free(buf)
+    }
+    fn launch(&mut self, launch: &Launch) -> Result<RunStats, DeviceError> {
+        self.inner.launch(launch)
+    }
+}
+
+/// With the weights resident, a second run of the block uploads none of them
+/// (only activations and poisoned outputs) and is still bit-exact; a packed
+/// operand of the wrong shape is refused with the shapes named.
+#[test]
+fn resident_weights_are_uploaded_once() {
+    let s = BlockShape::small();
+    let (w, x, sc) = (BlockWeights::random(&s, 60), random_input(&s, 61), Scales::default());
+    let want = block(&s, &w, &sc, &x).unwrap();
+    let mut dev = Counting { inner: CpuDevice::new(CpuMode::Fast), uploaded: 0 };
+    let mut resident = Resident::default();
+    let mut uploads = Vec::new();
+    for _ in 0..2 {
+        dev.uploaded = 0;
+        let got = run_block_resident(&mut OneDevice(&mut dev), &mut resident, &s, &w, &sc, &x).unwrap();
+        assert_eq!(got.output, want);
+        uploads.push(dev.uploaded);
+    }
+    let weights: u64 = [&w.wq, &w.wk, &w.wv, &w.wo, &w.gate].iter().map(|m| m.data.len() as u64).sum::<u64>()
+        + w.w1.iter().chain(&w.w2).map(|m| m.data.len() as u64).sum::<u64>();
+    // Experts that got no tokens are never uploaded, so the first run moves at least the used weights.
+    assert!(uploads[0] - uploads[1] >= weights / 2, "{uploads:?} with {weights} weight bytes");
+    assert!(uploads[1] < weights, "{uploads:?}: the second run moved the weights again");
+    resident.free(&mut OneDevice(&mut dev)).unwrap();
+
+    let p = ferrite_hw::gemm::GemmProblem::new(3, 8, 16);
+    let packed = ferrite_runtime::ops::Packed::upload(&mut dev, &[1; 16 * 7], 16, 7, 7, 112).unwrap();
+    let err = ferrite_runtime::ops::gemm_packed(&mut dev, &p, &[1; 48], &packed, None).unwrap_err().to_string();
+    assert!(err.contains("B has 112 elements, expected 128"), "{err}");
+    let packed = ferrite_runtime::ops::Packed::upload(&mut dev, &[1; 16 * 8], 16, 8, 9, 144).unwrap();
+    let err = ferrite_runtime::ops::gemm_packed(&mut dev, &p, &[1; 48], &packed, None).unwrap_err().to_string();
+    assert!(
+        err.contains("B on the device is 16×8 with pitch 9 in 144 bytes; this launch needs 16×8 with pitch 8"),
+        "{err}"
+    );
 }

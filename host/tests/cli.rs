@@ -83,3 +83,23 @@ fn export_lints_clean_with_verilator() {
     let stdout = String::from_utf8_lossy(&out.get_output().stdout).to_string();
     assert!(stdout.contains("lint: clean"), "{stdout}");
 }
+
+/// `ferrite … | head`: a reader that closes the pipe early ends ferrite
+/// quietly (SIGPIPE), not with a panic and a backtrace.
+#[test]
+fn a_closed_stdout_pipe_is_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("ferrite"))
+        .args(["block", "--device", "cpu", "--min-time-ms", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before ferrite prints its first line.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}: {err}", out.status);
+}

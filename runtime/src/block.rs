@@ -5,14 +5,14 @@
 //! expert's up and down projections chain on the device without a host round
 //! trip ([`ops::gemm_pair`]). The result must equal [`ferrite_hw::block::block`]
 //! bit for bit on every device.
-use crate::device::{CycleStats, Device, DeviceError, RunStats};
-use crate::ops;
+use crate::device::{CycleStats, Device, DeviceError, Layout, Problem, RunStats};
+use crate::ops::{self, Packed};
 use ferrite_hw::attention::{AttentionConfig, AttentionOutput};
 use ferrite_hw::block::{
     combine, gather, merge_heads, residual, rmsnorm, split_heads, BlockOutput, BlockPlan, BlockShape, BlockWeights,
-    Scales,
+    Matrix, Scales,
 };
-use ferrite_hw::gemm::{GemmConfig, GemmOutput};
+use ferrite_hw::gemm::{GemmConfig, GemmOutput, GemmProblem};
 use ferrite_hw::moe::MoeConfig;
 
 /// Which device runs each unit: one device for all (cpu, cuda, opencl), or
@@ -142,9 +142,71 @@ fn int8(out: GemmOutput) -> Vec<i8> {
     }
 }
 
-/// Runs the block on `devs`: the same steps as the golden model, unit steps on the devices.
+/// The block's weights on its devices, uploaded at first use and reused by
+/// every later run, as a deployment keeps its weights in device memory: a run
+/// then moves only activations. One cache serves one block's weights on one
+/// set of devices; [`Resident::free`] releases the buffers.
+#[derive(Debug, Default)]
+pub struct Resident {
+    packed: Vec<(&'static str, String, Packed)>,
+}
+
+impl Resident {
+    /// `data` (`rows × cols`) as unit `unit`'s device holds it for `problem`'s layout.
+    fn get(
+        &mut self,
+        devs: &mut dyn BlockDevices,
+        unit: &'static str,
+        name: String,
+        data: &[i8],
+        problem: Problem,
+    ) -> Result<Packed, DeviceError> {
+        if let Some((.., p)) = self.packed.iter().find(|(u, n, _)| *u == unit && *n == name) {
+            return Ok(*p);
+        }
+        let dev = devs.device(unit);
+        let (rows, cols, pitch, bytes) = match (&problem, dev.layout(&problem)?) {
+            (Problem::Gemm(p), Layout::Gemm(l)) => (p.k, p.n, l.ldb, l.b_bytes),
+            (Problem::Moe(p), Layout::Moe(l)) => (p.experts, p.hidden, l.ldw, l.w_bytes),
+            _ => return Err(DeviceError::Problem(format!("no resident weights for {name}'s problem"))),
+        };
+        let packed = Packed::upload(dev, data, rows, cols, pitch, bytes)?;
+        self.packed.push((unit, name, packed));
+        Ok(packed)
+    }
+
+    /// Free every buffer on the devices that hold them; the first error wins.
+    pub fn free(self, devs: &mut dyn BlockDevices) -> Result<(), DeviceError> {
+        let mut result = Ok(());
+        for (unit, _, p) in self.packed {
+            result = result.and(devs.device(unit).free(p.buf));
+        }
+        result
+    }
+}
+
+/// Runs the block on `devs` once, its weights uploaded for this run only
+/// ([`run_block_resident`] keeps them for many runs).
 pub fn run_block(
     devs: &mut dyn BlockDevices,
+    s: &BlockShape,
+    w: &BlockWeights,
+    sc: &Scales,
+    x: &[i8],
+) -> Result<BlockRun, DeviceError> {
+    let mut resident = Resident::default();
+    let run = run_block_resident(devs, &mut resident, s, w, sc, x);
+    let freed = resident.free(devs);
+    let run = run?;
+    freed.map(|()| run)
+}
+
+/// Runs the block on `devs`: the same steps as the golden model, unit steps
+/// on the devices, weights from `resident` (uploaded there at first use, so
+/// `resident` must only ever see these weights `w`).
+pub fn run_block_resident(
+    devs: &mut dyn BlockDevices,
+    resident: &mut Resident,
     s: &BlockShape,
     w: &BlockWeights,
     sc: &Scales,
@@ -156,26 +218,31 @@ pub fn run_block(
         return Err(DeviceError::Problem(format!("x has {} values, the block needs T·H = {}", x.len(), t * h)));
     }
     let mut steps = Vec::new();
-    let mut step = |name: String, unit, stats| steps.push(Step { name, unit, stats });
+    let mut step = |name: &str, unit, stats| steps.push(Step { name: name.into(), unit, stats });
 
     let n1 = rmsnorm(x, &w.g1);
-    let mut proj = |name: &str, p, m: &[i8], step: &mut dyn FnMut(String, &'static str, RunStats)| {
-        let (out, stats) = ops::gemm(devs.device("gemm"), p, &n1, m, None)?;
-        step(name.into(), "gemm", stats);
+    let mut proj = |name: &str, p: &GemmProblem, m: &Matrix, a: &[i8], devs: &mut dyn BlockDevices| {
+        let b = resident.get(devs, "gemm", name.into(), &m.data, Problem::Gemm(*p))?;
+        ops::gemm_packed(devs.device("gemm"), p, a, &b, None)
+    };
+    let mut heads = |name: &str, p, m, step: &mut dyn FnMut(&str, &'static str, RunStats)| {
+        let (out, stats) = proj(name, p, m, &n1, devs)?;
+        step(name, "gemm", stats);
         Ok::<_, DeviceError>(split_heads(&int8(out), t, nh, d))
     };
-    let q = proj("q", &plan.q, &w.wq.data, &mut step)?;
-    let k = proj("k", &plan.k, &w.wk.data, &mut step)?;
-    let v = proj("v", &plan.v, &w.wv.data, &mut step)?;
+    let q = heads("q", &plan.q, &w.wq, &mut step)?;
+    let k = heads("k", &plan.k, &w.wk, &mut step)?;
+    let v = heads("v", &plan.v, &w.wv, &mut step)?;
     let (o, stats) = ops::attention(devs.device("attention"), &plan.attention, &q, &k, &v)?;
-    step("attention".into(), "attention", stats);
+    step("attention", "attention", stats);
     let AttentionOutput::I8(o) = o else { unreachable!("the block's attention has int8 output") };
-    let (a, stats) = ops::gemm(devs.device("gemm"), &plan.o, &merge_heads(&o, t, nh, d), &w.wo.data, None)?;
-    step("o".into(), "gemm", stats);
+    let (a, stats) = proj("o", &plan.o, &w.wo, &merge_heads(&o, t, nh, d), devs)?;
+    step("o", "gemm", stats);
     let h1 = residual(x, &int8(a));
     let n2 = rmsnorm(&h1, &w.g2);
-    let (route, stats) = ops::moe(devs.device("moe"), &plan.router, &n2, &w.gate.data, None)?;
-    step("router".into(), "moe", stats);
+    let gate = resident.get(devs, "moe", "gate".into(), &w.gate.data, Problem::Moe(plan.router))?;
+    let (route, stats) = ops::moe_packed(devs.device("moe"), &plan.router, &n2, &gate, None)?;
+    step("router", "moe", stats);
     let mut y = Vec::with_capacity(s.experts);
     for (e, tokens) in route.dispatch.iter().enumerate() {
         if tokens.is_empty() {
@@ -183,10 +250,12 @@ pub fn run_block(
             continue;
         }
         let (up, down) = (plan.up_problem(tokens.len(), s), plan.down_problem(tokens.len(), s));
+        let b1 = resident.get(devs, "gemm", format!("up[{e}]"), &w.w1[e].data, Problem::Gemm(up))?;
+        let b2 = resident.get(devs, "gemm", format!("down[{e}]"), &w.w2[e].data, Problem::Gemm(down))?;
         let xe = gather(&n2, h, tokens);
-        let (ye, [s1, s2]) = ops::gemm_pair(devs.device("gemm"), &up, &down, &xe, &w.w1[e].data, &w.w2[e].data)?;
-        step(format!("up[{e}]"), "gemm", s1);
-        step(format!("down[{e}]"), "gemm", s2);
+        let (ye, [s1, s2]) = ops::gemm_pair_packed(devs.device("gemm"), &up, &down, &xe, &b1, &b2)?;
+        step(&format!("up[{e}]"), "gemm", s1);
+        step(&format!("down[{e}]"), "gemm", s2);
         y.push(int8(ye));
     }
     let out = residual(&h1, &combine(&route, &y, t, s.top_k, h));

@@ -2,11 +2,11 @@
 use crate::device::{AttentionArgs, Buffer, Device, DeviceError, GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats};
 use ferrite_hw::attention::model::check_operands as check_attention;
 use ferrite_hw::attention::{AttentionLayout, AttentionOutput, AttentionProblem};
-use ferrite_hw::gemm::model::check_operands;
-use ferrite_hw::gemm::{GemmOutput, GemmProblem};
+use ferrite_hw::gemm::model::{check_lengths, check_operands};
+use ferrite_hw::gemm::{GemmLayout, GemmOutput, GemmProblem};
 use ferrite_hw::moe::config::RECORD_BYTES;
-use ferrite_hw::moe::model::check_operands as check_moe;
-use ferrite_hw::moe::{MoeOutput, MoeProblem};
+use ferrite_hw::moe::model::{check_lengths as check_moe_lengths, check_operands as check_moe};
+use ferrite_hw::moe::{MoeLayout, MoeOutput, MoeProblem};
 
 /// Byte the output buffer is filled with before a launch, so elements the unit
 /// never writes read back as 0xA5A5A5A5 / -91 and fail comparisons.
@@ -26,9 +26,40 @@ pub fn gemm(
         return Err(DeviceError::Problem("device answered a GEMM problem with another layout".into()));
     };
     staged(dev, |s| {
-        let (lda, ldb, ldc) = (layout.lda as usize, layout.ldb as usize, layout.ldc as usize);
+        let b_buf = s.upload(layout.b_bytes, &pack_rows(&i8_bytes(b), p.k, p.n, layout.ldb as usize))?;
+        gemm_staged(s, p, layout, a, b_buf, bias)
+    })
+}
+
+/// [`gemm`] with B already on the device ([`Packed`], e.g. a layer's weights
+/// uploaded once): only A and the output move.
+pub fn gemm_packed(
+    dev: &mut dyn Device,
+    p: &GemmProblem,
+    a: &[i8],
+    b: &Packed,
+    bias: Option<&[i32]>,
+) -> Result<(GemmOutput, RunStats), DeviceError> {
+    check_lengths(p, a.len(), b.rows * b.cols, bias)?;
+    let Layout::Gemm(layout) = dev.layout(&Problem::Gemm(*p))? else {
+        return Err(DeviceError::Problem("device answered a GEMM problem with another layout".into()));
+    };
+    b.check("B", p.k, p.n, layout.ldb, layout.b_bytes)?;
+    staged(dev, |s| gemm_staged(s, p, layout, a, b.buf, bias))
+}
+
+/// The rest of a GEMM once B is on the device.
+fn gemm_staged(
+    s: &mut Staging,
+    p: &GemmProblem,
+    layout: GemmLayout,
+    a: &[i8],
+    b_buf: Buffer,
+    bias: Option<&[i32]>,
+) -> Result<(GemmOutput, RunStats), DeviceError> {
+    {
+        let (lda, ldc) = (layout.lda as usize, layout.ldc as usize);
         let a_buf = s.upload(layout.a_bytes, &pack_rows(&i8_bytes(a), p.m, p.k, lda))?;
-        let b_buf = s.upload(layout.b_bytes, &pack_rows(&i8_bytes(b), p.k, p.n, ldb))?;
         let bias_buf = match bias {
             Some(bias) => Some(s.upload(layout.bias_bytes, &i32_bytes(bias, layout.bias_bytes))?),
             None => None,
@@ -38,7 +69,7 @@ pub fn gemm(
         let stats = s.dev.launch(&launch)?;
         let c = s.download(c_buf, 0, ldc * p.m)?;
         Ok((unpack_output(&c, p, ldc), stats))
-    })
+    }
 }
 
 /// `C2 = epilogue2(epilogue1(A·B1)·B2)` on `dev`, the first product staying in
@@ -53,6 +84,34 @@ pub fn gemm_pair(
     b2: &[i8],
 ) -> Result<(GemmOutput, [RunStats; 2]), DeviceError> {
     check_operands(p1, a, b1, None)?;
+    check_lengths(p2, p2.m * p2.k, b2.len(), None)?;
+    let (l1, l2) = pair_layouts(dev, p1, p2)?;
+    staged(dev, |s| {
+        let b1_buf = s.upload(l1.b_bytes, &pack_rows(&i8_bytes(b1), p1.k, p1.n, l1.ldb as usize))?;
+        let b2_buf = s.upload(l2.b_bytes, &pack_rows(&i8_bytes(b2), p2.k, p2.n, l2.ldb as usize))?;
+        pair_staged(s, [p1, p2], [l1, l2], a, [b1_buf, b2_buf])
+    })
+}
+
+/// [`gemm_pair`] with both B already on the device ([`Packed`]).
+pub fn gemm_pair_packed(
+    dev: &mut dyn Device,
+    p1: &GemmProblem,
+    p2: &GemmProblem,
+    a: &[i8],
+    b1: &Packed,
+    b2: &Packed,
+) -> Result<(GemmOutput, [RunStats; 2]), DeviceError> {
+    check_lengths(p1, a.len(), b1.rows * b1.cols, None)?;
+    check_lengths(p2, p2.m * p2.k, b2.rows * b2.cols, None)?;
+    let (l1, l2) = pair_layouts(dev, p1, p2)?;
+    b1.check("B1", p1.k, p1.n, l1.ldb, l1.b_bytes)?;
+    b2.check("B2", p2.k, p2.n, l2.ldb, l2.b_bytes)?;
+    staged(dev, |s| pair_staged(s, [p1, p2], [l1, l2], a, [b1.buf, b2.buf]))
+}
+
+/// The layouts of a chained pair, refused unless the first's int8 output is the second's A.
+fn pair_layouts(dev: &dyn Device, p1: &GemmProblem, p2: &GemmProblem) -> Result<(GemmLayout, GemmLayout), DeviceError> {
     if p1.requant.is_none() || (p2.m, p2.k) != (p1.m, p1.n) {
         return Err(DeviceError::Problem(format!(
             "cannot chain {}×{} int{} output into a {}×{} A",
@@ -63,7 +122,6 @@ pub fn gemm_pair(
             p2.k
         )));
     }
-    check_operands(p2, &vec![0; p2.m * p2.k], b2, None)?;
     let (Layout::Gemm(l1), Layout::Gemm(l2)) = (dev.layout(&Problem::Gemm(*p1))?, dev.layout(&Problem::Gemm(*p2))?)
     else {
         return Err(DeviceError::Problem("device answered a GEMM problem with another layout".into()));
@@ -74,19 +132,26 @@ pub fn gemm_pair(
             l1.ldc, l2.lda
         )));
     }
-    staged(dev, |s| {
-        let a_buf = s.upload(l1.a_bytes, &pack_rows(&i8_bytes(a), p1.m, p1.k, l1.lda as usize))?;
-        let b1_buf = s.upload(l1.b_bytes, &pack_rows(&i8_bytes(b1), p1.k, p1.n, l1.ldb as usize))?;
-        let b2_buf = s.upload(l2.b_bytes, &pack_rows(&i8_bytes(b2), p2.k, p2.n, l2.ldb as usize))?;
-        let mid = s.poisoned(l1.c_bytes)?;
-        let c_buf = s.poisoned(l2.c_bytes)?;
-        let first = Launch::Gemm(GemmArgs { problem: *p1, layout: l1, a: a_buf, b: b1_buf, bias: None, c: mid });
-        let s1 = s.dev.launch(&first)?;
-        let second = Launch::Gemm(GemmArgs { problem: *p2, layout: l2, a: mid, b: b2_buf, bias: None, c: c_buf });
-        let s2 = s.dev.launch(&second)?;
-        let c = s.download(c_buf, 0, l2.ldc as usize * p2.m)?;
-        Ok((unpack_output(&c, p2, l2.ldc as usize), [s1, s2]))
-    })
+    Ok((l1, l2))
+}
+
+/// The rest of a chained pair once both B are on the device.
+fn pair_staged(
+    s: &mut Staging,
+    [p1, p2]: [&GemmProblem; 2],
+    [l1, l2]: [GemmLayout; 2],
+    a: &[i8],
+    [b1, b2]: [Buffer; 2],
+) -> Result<(GemmOutput, [RunStats; 2]), DeviceError> {
+    let a_buf = s.upload(l1.a_bytes, &pack_rows(&i8_bytes(a), p1.m, p1.k, l1.lda as usize))?;
+    let mid = s.poisoned(l1.c_bytes)?;
+    let c_buf = s.poisoned(l2.c_bytes)?;
+    let first = Launch::Gemm(GemmArgs { problem: *p1, layout: l1, a: a_buf, b: b1, bias: None, c: mid });
+    let s1 = s.dev.launch(&first)?;
+    let second = Launch::Gemm(GemmArgs { problem: *p2, layout: l2, a: mid, b: b2, bias: None, c: c_buf });
+    let s2 = s.dev.launch(&second)?;
+    let c = s.download(c_buf, 0, l2.ldc as usize * p2.m)?;
+    Ok((unpack_output(&c, p2, l2.ldc as usize), [s1, s2]))
 }
 
 /// `O = attention(Q, K, V)` on `dev`, with host tensors dense
@@ -170,9 +235,39 @@ pub fn moe(
         return Err(DeviceError::Problem("device answered an MoE problem with another layout".into()));
     };
     staged(dev, |s| {
+        let w_buf = s.upload(l.w_bytes, &pack_rows(&i8_bytes(w), p.experts, p.hidden, l.ldw as usize))?;
+        moe_staged(s, p, l, x, w_buf, bias)
+    })
+}
+
+/// [`moe`] with the gate weights already on the device ([`Packed`]).
+pub fn moe_packed(
+    dev: &mut dyn Device,
+    p: &MoeProblem,
+    x: &[i8],
+    w: &Packed,
+    bias: Option<&[i32]>,
+) -> Result<(MoeOutput, RunStats), DeviceError> {
+    check_moe_lengths(p, x.len(), w.rows * w.cols, bias)?;
+    let Layout::Moe(l) = dev.layout(&Problem::Moe(*p))? else {
+        return Err(DeviceError::Problem("device answered an MoE problem with another layout".into()));
+    };
+    w.check("W", p.experts, p.hidden, l.ldw, l.w_bytes)?;
+    staged(dev, |s| moe_staged(s, p, l, x, w.buf, bias))
+}
+
+/// The rest of a routing call once W is on the device.
+fn moe_staged(
+    s: &mut Staging,
+    p: &MoeProblem,
+    l: MoeLayout,
+    x: &[i8],
+    w_buf: Buffer,
+    bias: Option<&[i32]>,
+) -> Result<(MoeOutput, RunStats), DeviceError> {
+    {
         let (t, h, e) = (p.tokens, p.hidden, p.experts);
         let x_buf = s.upload(l.x_bytes, &pack_rows(&i8_bytes(x), t, h, l.ldx as usize))?;
-        let w_buf = s.upload(l.w_bytes, &pack_rows(&i8_bytes(w), e, h, l.ldw as usize))?;
         let bias_buf = match bias {
             Some(b) => Some(s.upload(l.bias_bytes, &i32_bytes(b, l.bias_bytes))?),
             None => None,
@@ -209,7 +304,58 @@ pub fn moe(
             .map(|ex| words(s, dispatch, ex as u64 * l.dpitch, load[ex].min(capacity) as usize))
             .collect::<Result<Vec<_>, _>>()?;
         Ok((MoeOutput { experts, weights, slots, load, dropped, capacity, dispatch }, stats))
-    })
+    }
+}
+
+/// An int8 matrix already on a device, rows `pitch` bytes apart: a layer's
+/// weights uploaded once ([`Packed::upload`]) and used by many launches, as a
+/// deployed model keeps them in device memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packed {
+    pub buf: Buffer,
+    pub rows: usize,
+    pub cols: usize,
+    pub pitch: u64,
+    /// Size of the buffer.
+    pub bytes: u64,
+}
+
+impl Packed {
+    /// Upload dense row-major `data` (`rows × cols`) into a new `bytes`-byte
+    /// buffer with rows `pitch` bytes apart (a layout's `ldb` and `b_bytes`).
+    pub fn upload(
+        dev: &mut dyn Device,
+        data: &[i8],
+        rows: usize,
+        cols: usize,
+        pitch: u64,
+        bytes: u64,
+    ) -> Result<Self, DeviceError> {
+        if data.len() != rows * cols || (pitch as usize) < cols || bytes < pitch * rows as u64 {
+            return Err(DeviceError::Problem(format!(
+                "cannot pack {} values as {rows}×{cols} rows {pitch} bytes apart in {bytes} bytes",
+                data.len()
+            )));
+        }
+        let buf = dev.alloc(bytes)?;
+        let packed = pack_rows(&i8_bytes(data), rows, cols, pitch as usize);
+        if let Err(e) = dev.upload(buf, 0, &packed) {
+            let _ = dev.free(buf);
+            return Err(e);
+        }
+        Ok(Self { buf, rows, cols, pitch, bytes })
+    }
+
+    /// Refuse a packed operand whose shape or pitch is not what the launch's layout asks.
+    fn check(&self, name: &str, rows: usize, cols: usize, pitch: u64, bytes: u64) -> Result<(), DeviceError> {
+        if (self.rows, self.cols, self.pitch) != (rows, cols, pitch) || self.bytes < bytes {
+            return Err(DeviceError::Problem(format!(
+                "{name} on the device is {}×{} with pitch {} in {} bytes; this launch needs {rows}×{cols} with pitch {pitch} in {bytes}",
+                self.rows, self.cols, self.pitch, self.bytes
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Buffers of one launch on a device: each is recorded so that [`staged`]

@@ -276,6 +276,12 @@ fn parse_requant(s: &str) -> Result<Requant, String> {
 }
 
 fn main() -> ExitCode {
+    // Rust ignores SIGPIPE, so printing into a closed pipe (`ferrite … | head`)
+    // would panic; the default disposition ends the process quietly, as Unix tools do.
+    // SAFETY: first thing in main, before any thread exists; SIG_DFL is always valid.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Export { unit: ExportUnit::Gemm(args) } => export_gemm(&args),

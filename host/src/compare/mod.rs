@@ -16,7 +16,7 @@ pub mod report;
 use crate::backend::cpu::{CpuDevice, CpuMode};
 use crate::backend::sim::{Engine, SimDevice};
 use crate::bitstream::board::Board;
-use crate::block::{run_block, BlockDevices, BlockRun, OneDevice, PerUnit};
+use crate::block::{run_block_resident, BlockDevices, BlockRun, OneDevice, PerUnit, Resident};
 use crate::checks::{self, FULL_CHECK_MACS};
 use crate::clock::Clock;
 use crate::device::{Device, DeviceError, DeviceKind, RunStats};
@@ -389,8 +389,9 @@ impl Inputs {
         }
     }
 
-    /// One run on `devs` (one device, or the block's simulated units).
-    fn run(&self, devs: &mut dyn BlockDevices) -> Result<(Output, RunStats), DeviceError> {
+    /// One run on `devs` (one device, or the block's simulated units); a
+    /// block's weights stay on the devices in `resident` between runs.
+    fn run(&self, devs: &mut dyn BlockDevices, resident: &mut Resident) -> Result<(Output, RunStats), DeviceError> {
         Ok(match self {
             Self::Gemm { p, a, b, bias, .. } => {
                 let (o, s) = ops::gemm(devs.device("gemm"), p, a, b, Some(bias))?;
@@ -405,7 +406,7 @@ impl Inputs {
                 (Output::Moe(o), s)
             }
             Self::Block { s, w, sc, x, .. } => {
-                let run = run_block(devs, s, w, sc, x)?;
+                let run = run_block_resident(devs, resident, s, w, sc, x)?;
                 let stats = run.total();
                 (Output::Block(run), stats)
             }
@@ -669,7 +670,7 @@ pub fn open_sim(unit: UnitConfig, seed: u64) -> Result<Result<SimDevice, String>
 }
 
 /// The energy meter for a measured device, or why there is none.
-fn meter_for(id: DeviceId, name: &str) -> Result<Box<dyn Meter>, String> {
+pub fn meter_for(id: DeviceId, name: &str) -> Result<Box<dyn Meter>, String> {
     let on_cpu = match id {
         DeviceId::Cpu | DeviceId::CpuFast => true,
         // PoCL runs kernels on the host CPU, where RAPL sees them.
@@ -844,14 +845,23 @@ fn run_one(
     if kernels.len() > 1 {
         info.name = format!("sim (verilator, {})", kernels.join(" + "));
     }
-    let (out, first) = match inputs.run(devs) {
+    // A block's weights stay on the devices between its runs here, freed after the last.
+    let mut resident = Resident::default();
+    let (out, first) = match inputs.run(devs, &mut resident) {
         Ok(r) => r,
-        Err(e @ (DeviceError::Unsupported { .. } | DeviceError::TooBig { .. })) => return Ok(Err(e.to_string())),
-        Err(e) => return Err(e).context(format!("running on {}", info.name)),
+        Err(e @ (DeviceError::Unsupported { .. } | DeviceError::TooBig { .. })) => {
+            resident.free(devs)?;
+            return Ok(Err(e.to_string()));
+        }
+        Err(e) => {
+            let _ = resident.free(devs);
+            return Err(e).context(format!("running on {}", info.name));
+        }
     };
     let (bit_exact, accuracy) = inputs.check(&out)?;
     let ops = inputs.ops() as f64;
     if let (DeviceKind::Simulator, Some(clock)) = (info.kind, clock) {
+        resident.free(devs)?;
         let cycles = first.cycles.context("the simulator reported no cycle count")?;
         let latency = first.projected().context("the simulator reported no projected time")?.as_secs_f64();
         let (resources, resources_note) = match units.as_slice() {
@@ -930,7 +940,10 @@ fn run_one(
         }
         None => None,
     };
-    let (median, runs, energy, last) = measure(devs, inputs, id, &info.name, opts.min_time, ops)?;
+    let measured = measure(devs, &mut resident, inputs, id, &info.name, opts.min_time, ops);
+    let freed = resident.free(devs);
+    let (median, runs, energy, last) = measured?;
+    freed?;
     // From a timed run: the first one may include one-time work (program builds, uploads).
     let units = unit_shares(&last, None);
     Ok(Ok(Row {
@@ -953,6 +966,7 @@ fn run_one(
 /// launches, the energy of one call, and the last call's output.
 fn measure(
     devs: &mut dyn BlockDevices,
+    resident: &mut Resident,
     inputs: &Inputs,
     id: DeviceId,
     name: &str,
@@ -966,7 +980,7 @@ fn measure(
     let start = Instant::now();
     let (mut times, mut last) = (Vec::new(), None);
     while times.len() < MIN_RUNS || (start.elapsed() < min_time && times.len() < MAX_RUNS) {
-        let (out, stats) = inputs.run(devs).with_context(|| format!("timed run on {name}"))?;
+        let (out, stats) = inputs.run(devs, resident).with_context(|| format!("timed run on {name}"))?;
         times.push(stats.wall.as_secs_f64());
         last = Some(out);
     }

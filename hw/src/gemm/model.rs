@@ -49,6 +49,11 @@ impl GemmOutput {
 
 /// Check that buffer lengths match the problem's shapes.
 pub fn check_operands(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result<(), HwError> {
+    check_lengths(p, a.len(), b.len(), bias)
+}
+
+/// [`check_operands`] by lengths, for a B that is already on a device.
+pub fn check_lengths(p: &GemmProblem, a_len: usize, b_len: usize, bias: Option<&[i32]>) -> Result<(), HwError> {
     p.validate()?;
     let shape = |name: &str, got: usize, want: usize, dims: String| {
         if got == want {
@@ -57,8 +62,8 @@ pub fn check_operands(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>)
             Err(HwError::Problem(format!("{name} has {got} elements, expected {want} ({dims})")))
         }
     };
-    shape("A", a.len(), p.m * p.k, format!("M×K = {}×{}", p.m, p.k))?;
-    shape("B", b.len(), p.k * p.n, format!("K×N = {}×{}", p.k, p.n))?;
+    shape("A", a_len, p.m * p.k, format!("M×K = {}×{}", p.m, p.k))?;
+    shape("B", b_len, p.k * p.n, format!("K×N = {}×{}", p.k, p.n))?;
     match (p.bias, bias) {
         (true, Some(bias)) => shape("bias", bias.len(), p.n, format!("N = {}", p.n)),
         (true, None) => Err(HwError::Problem("bias enabled but no bias given".into())),

@@ -70,6 +70,11 @@ impl MoeOutput {
 
 /// Check buffer lengths against the problem.
 pub fn check_operands(p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Result<(), HwError> {
+    check_lengths(p, x.len(), w.len(), bias)
+}
+
+/// [`check_operands`] by lengths, for gate weights already on a device.
+pub fn check_lengths(p: &MoeProblem, x_len: usize, w_len: usize, bias: Option<&[i32]>) -> Result<(), HwError> {
     p.validate()?;
     let shape = |name: &str, got: usize, want: usize, dims: String| {
         if got == want {
@@ -78,8 +83,8 @@ pub fn check_operands(p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) 
             Err(HwError::Problem(format!("{name} has {got} elements, expected {want} ({dims})")))
         }
     };
-    shape("x", x.len(), p.tokens * p.hidden, format!("T×H = {}×{}", p.tokens, p.hidden))?;
-    shape("W_g", w.len(), p.experts * p.hidden, format!("E×H = {}×{}", p.experts, p.hidden))?;
+    shape("x", x_len, p.tokens * p.hidden, format!("T×H = {}×{}", p.tokens, p.hidden))?;
+    shape("W_g", w_len, p.experts * p.hidden, format!("E×H = {}×{}", p.experts, p.hidden))?;
     match (p.bias, bias) {
         (true, Some(b)) => shape("bias", b.len(), p.experts, format!("E = {}", p.experts)),
         (true, None) => Err(HwError::Problem("bias enabled but no bias given".into())),

@@ -8,16 +8,23 @@ use clap::{Args, ValueEnum};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::backend::sim::Engine;
-use ferrite_host::block::{run_block, sim_units, BlockDevices, BlockRun, OneDevice, PerUnit};
+use ferrite_host::block::{
+    run_block, run_block_resident, sim_units, BlockDevices, BlockRun, OneDevice, PerUnit, Resident,
+};
 use ferrite_host::clock::round_mhz;
 use ferrite_host::clock::Clock;
+use ferrite_host::compare::energy::Meter;
+use ferrite_host::compare::meter_for;
+use ferrite_host::compare::report::DeviceId;
+use ferrite_host::npy;
 use ferrite_host::weights;
 use ferrite_host::Device;
 use ferrite_hw::block::{
-    block, block_f64, expert_agreement, random_input, relative_error, BlockShape, BlockWeights, Scales,
+    block, block_f64, expert_agreement, random_input, relative_error, BlockOutput, BlockShape, BlockWeights, Scales,
 };
 use ferrite_hw::moe::{CapacityFactor, GateMode};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(super) enum BlockDevice {
@@ -68,6 +75,11 @@ pub(super) struct BlockArgs {
     /// Write the block's weights and scales (seeded, or those of --weights) to DIR in that layout.
     #[arg(long, value_name = "DIR")]
     save_weights: Option<PathBuf>,
+    /// After the checked run, time the block for at least this long (at least 3 runs) under the
+    /// device's energy meter (NVML on CUDA, RAPL on CPUs): median latency, tokens/s, J/token.
+    /// 0 skips it; simulations are never repeated.
+    #[arg(long, default_value_t = 500)]
+    min_time_ms: u64,
     /// Answer yes to a long simulation.
     #[arg(long)]
     yes: bool,
@@ -128,9 +140,23 @@ impl BlockArgs {
 pub(super) fn run(args: &BlockArgs) -> Result<()> {
     let (s, w, sc) = args.layer()?;
     let x = random_input(&s, args.seed ^ 0xb10c);
+    // Computed once: the spec every device is checked against (and saved beside the weights).
+    let bar = super::spinner("the golden block (the integer spec, on this CPU)".into());
+    let golden = block(&s, &w, &sc, &x);
+    bar.finish_and_clear();
+    let golden = golden?;
     if let Some(dir) = &args.save_weights {
-        let files = weights::save(dir, &s, &w, &sc)?;
-        println!("weights      wrote {} files to {}", files.len(), dir.display());
+        let mut files = weights::save(dir, &s, &w, &sc)?;
+        // The input and the golden output beside them, so another implementation can check itself.
+        let (xp, op) = (dir.join("x.npy"), dir.join("out.npy"));
+        npy::write_i8_array(&xp, &[s.tokens, s.hidden], x.clone())?;
+        npy::write_i8_array(&op, &[s.tokens, s.hidden], golden.out.clone())?;
+        files.extend([xp, op]);
+        println!(
+            "weights      wrote {} files to {} (with the input x.npy and the golden out.npy)",
+            files.len(),
+            dir.display()
+        );
     }
     println!(
         "block        T={} H={} heads={}×{} E={} k={} F={} capacity factor {} ({:?})",
@@ -146,20 +172,31 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
     );
     let macs = s.macs(s.tokens * s.top_k);
     let mut clocks: Vec<(&'static str, Clock)> = Vec::new();
+    let mut measured = None;
     let run = match args.device {
-        BlockDevice::Cpu | BlockDevice::CpuFast => {
-            guard::Estimate::golden(macs).confirm(args.yes)?;
-            let mode = if args.device == BlockDevice::Cpu { CpuMode::Golden } else { CpuMode::Fast };
-            let mut dev = CpuDevice::new(mode);
-            timed(&mut OneDevice(&mut dev), &s, &w, &sc, &x)?
-        }
-        BlockDevice::Cuda => {
-            let mut dev = ferrite_host::backend::open_cuda()?;
-            timed(&mut OneDevice(dev.as_mut()), &s, &w, &sc, &x)?
-        }
-        BlockDevice::Opencl => {
-            let mut dev = super::boards::open_opencl(&args.board, "block")?;
-            timed(&mut OneDevice(dev.as_mut()), &s, &w, &sc, &x)?
+        BlockDevice::Cpu | BlockDevice::CpuFast | BlockDevice::Cuda | BlockDevice::Opencl => {
+            let (mut dev, id): (Box<dyn Device>, DeviceId) = match args.device {
+                BlockDevice::Cpu | BlockDevice::CpuFast => {
+                    guard::Estimate::golden(macs).confirm(args.yes)?;
+                    match args.device {
+                        BlockDevice::Cpu => (Box::new(CpuDevice::new(CpuMode::Golden)), DeviceId::Cpu),
+                        _ => (Box::new(CpuDevice::new(CpuMode::Fast)), DeviceId::CpuFast),
+                    }
+                }
+                BlockDevice::Cuda => (ferrite_host::backend::open_cuda()?, DeviceId::Cuda),
+                _ => (super::boards::open_opencl(&args.board, "block")?, DeviceId::Opencl),
+            };
+            let name = dev.info().name;
+            // The weights go to the device once and stay there for the timed runs, as deployed.
+            let (mut devs, mut resident) = (OneDevice(dev.as_mut()), Resident::default());
+            let run = run_block_resident(&mut devs, &mut resident, &s, &w, &sc, &x)?;
+            if args.min_time_ms > 0 {
+                let min_time = Duration::from_millis(args.min_time_ms);
+                let meter = meter_for(id, &name);
+                measured = Some(measure(&mut devs, &mut resident, (&s, &w, &sc, &x), min_time, meter)?);
+            }
+            resident.free(&mut devs)?;
+            run
         }
         BlockDevice::Sim => {
             let (g, a, m) = sim_units(&s, 300.0)?;
@@ -186,24 +223,76 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
             )?
         }
     };
-    report(&s, &sc, &w, &x, &run, &clocks)
+    report(&s, &sc, &w, &x, &golden, &run, &clocks)?;
+    if let Some(m) = measured {
+        let per_token = match &m.joules {
+            Ok(j) => format!("{:.3} mJ a token [M] ({})", 1e3 * j / s.tokens as f64, m.source),
+            Err(reason) => format!("energy not measured: {reason}"),
+        };
+        println!(
+            "measured     {:.3} ms a block (median of {} runs), {:.0} tokens/s [M]; {per_token}",
+            1e3 * m.median.as_secs_f64(),
+            m.runs,
+            s.tokens as f64 / m.median.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Timed runs of the block and the energy of one.
+struct Measured {
+    median: Duration,
+    runs: usize,
+    /// Joules of one block, or why there is no figure.
+    joules: Result<f64, String>,
+    source: String,
+}
+
+/// Runs the block until `min_time` has passed (at least 3 times) under
+/// `meter`, its weights resident on the device.
+fn measure(
+    devs: &mut dyn BlockDevices,
+    resident: &mut Resident,
+    (s, w, sc, x): (&BlockShape, &BlockWeights, &Scales, &[i8]),
+    min_time: Duration,
+    meter: Result<Box<dyn Meter>, String>,
+) -> Result<Measured> {
+    let mut meter = meter;
+    if let Ok(m) = &mut meter {
+        m.start()?;
+    }
+    let bar = super::spinner(format!("timing the block for {} ms", min_time.as_millis()));
+    let (start, mut times) = (Instant::now(), Vec::new());
+    while times.len() < 3 || start.elapsed() < min_time {
+        let t = Instant::now();
+        run_block_resident(devs, resident, s, w, sc, x)?;
+        times.push(t.elapsed());
+    }
+    bar.finish_and_clear();
+    let (joules, source) = match &mut meter {
+        Ok(m) => (Ok(m.stop()? / times.len() as f64), m.source()),
+        Err(reason) => (Err(reason.clone()), String::new()),
+    };
+    times.sort();
+    Ok(Measured { median: times[times.len() / 2], runs: times.len(), joules, source })
 }
 
 fn timed(devs: &mut dyn BlockDevices, s: &BlockShape, w: &BlockWeights, sc: &Scales, x: &[i8]) -> Result<BlockRun> {
     Ok(run_block(devs, s, w, sc, x)?)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn report(
     s: &BlockShape,
     sc: &Scales,
     w: &BlockWeights,
     x: &[i8],
+    golden: &BlockOutput,
     run: &BlockRun,
     clocks: &[(&'static str, Clock)],
 ) -> Result<()> {
-    let golden = block(s, w, sc, x)?;
     match golden.out.iter().zip(&run.output.out).position(|(a, b)| a != b) {
-        None if golden == run.output => {
+        None if *golden == run.output => {
             println!("correct      bit-exact vs the golden block ({} outputs, route and h1 too)", golden.out.len())
         }
         None => anyhow::bail!("the output matches the golden block but the route or h1 does not"),
@@ -215,7 +304,9 @@ fn report(
             golden.out[i]
         ),
     }
+    let bar = super::spinner("the float64 block (the accuracy reference, on this CPU)".into());
     let real = block_f64(s, w, sc, x);
+    bar.finish_and_clear();
     println!(
         "accuracy     {:.2} % relative error vs float64 ({:.2} % after attention), expert sets agree on {:.1} % of tokens, {} of {} choices dropped",
         100.0 * relative_error(&golden.out, sc.residual, &real.out),
