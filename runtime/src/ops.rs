@@ -25,10 +25,7 @@ pub fn gemm(
     let Layout::Gemm(layout) = dev.layout(&Problem::Gemm(*p))? else {
         return Err(DeviceError::Problem("device answered a GEMM problem with another layout".into()));
     };
-    staged(dev, |s| {
-        let b_buf = s.upload(layout.b_bytes, &pack_rows(&i8_bytes(b), p.k, p.n, layout.ldb as usize))?;
-        gemm_staged(s, p, layout, a, b_buf, bias)
-    })
+    staged(dev, |s| gemm_staged(s, p, layout, a, Weights::Host(b), bias))
 }
 
 /// [`gemm`] with B already on the device ([`Packed`], e.g. a layer's weights
@@ -45,7 +42,7 @@ pub fn gemm_packed(
         return Err(DeviceError::Problem("device answered a GEMM problem with another layout".into()));
     };
     b.check("B", p.k, p.n, layout.ldb, layout.b_bytes)?;
-    staged(dev, |s| gemm_staged(s, p, layout, a, b.buf, bias))
+    staged(dev, |s| gemm_staged(s, p, layout, a, Weights::Device(b.buf), bias))
 }
 
 /// The rest of a GEMM once B is on the device.
@@ -54,12 +51,13 @@ fn gemm_staged(
     p: &GemmProblem,
     layout: GemmLayout,
     a: &[i8],
-    b_buf: Buffer,
+    b: Weights,
     bias: Option<&[i32]>,
 ) -> Result<(GemmOutput, RunStats), DeviceError> {
     {
         let (lda, ldc) = (layout.lda as usize, layout.ldc as usize);
         let a_buf = s.upload(layout.a_bytes, &pack_rows(&i8_bytes(a), p.m, p.k, lda))?;
+        let b_buf = b.stage(s, p.k, p.n, layout.ldb, layout.b_bytes)?;
         let bias_buf = match bias {
             Some(bias) => Some(s.upload(layout.bias_bytes, &i32_bytes(bias, layout.bias_bytes))?),
             None => None,
@@ -86,11 +84,7 @@ pub fn gemm_pair(
     check_operands(p1, a, b1, None)?;
     check_lengths(p2, p2.m * p2.k, b2.len(), None)?;
     let (l1, l2) = pair_layouts(dev, p1, p2)?;
-    staged(dev, |s| {
-        let b1_buf = s.upload(l1.b_bytes, &pack_rows(&i8_bytes(b1), p1.k, p1.n, l1.ldb as usize))?;
-        let b2_buf = s.upload(l2.b_bytes, &pack_rows(&i8_bytes(b2), p2.k, p2.n, l2.ldb as usize))?;
-        pair_staged(s, [p1, p2], [l1, l2], a, [b1_buf, b2_buf])
-    })
+    staged(dev, |s| pair_staged(s, [p1, p2], [l1, l2], a, [Weights::Host(b1), Weights::Host(b2)]))
 }
 
 /// [`gemm_pair`] with both B already on the device ([`Packed`]).
@@ -107,7 +101,7 @@ pub fn gemm_pair_packed(
     let (l1, l2) = pair_layouts(dev, p1, p2)?;
     b1.check("B1", p1.k, p1.n, l1.ldb, l1.b_bytes)?;
     b2.check("B2", p2.k, p2.n, l2.ldb, l2.b_bytes)?;
-    staged(dev, |s| pair_staged(s, [p1, p2], [l1, l2], a, [b1.buf, b2.buf]))
+    staged(dev, |s| pair_staged(s, [p1, p2], [l1, l2], a, [Weights::Device(b1.buf), Weights::Device(b2.buf)]))
 }
 
 /// The layouts of a chained pair, refused unless the first's int8 output is the second's A.
@@ -141,9 +135,11 @@ fn pair_staged(
     [p1, p2]: [&GemmProblem; 2],
     [l1, l2]: [GemmLayout; 2],
     a: &[i8],
-    [b1, b2]: [Buffer; 2],
+    [b1, b2]: [Weights; 2],
 ) -> Result<(GemmOutput, [RunStats; 2]), DeviceError> {
     let a_buf = s.upload(l1.a_bytes, &pack_rows(&i8_bytes(a), p1.m, p1.k, l1.lda as usize))?;
+    let b1 = b1.stage(s, p1.k, p1.n, l1.ldb, l1.b_bytes)?;
+    let b2 = b2.stage(s, p2.k, p2.n, l2.ldb, l2.b_bytes)?;
     let mid = s.poisoned(l1.c_bytes)?;
     let c_buf = s.poisoned(l2.c_bytes)?;
     let first = Launch::Gemm(GemmArgs { problem: *p1, layout: l1, a: a_buf, b: b1, bias: None, c: mid });
@@ -234,10 +230,7 @@ pub fn moe(
     let Layout::Moe(l) = dev.layout(&Problem::Moe(*p))? else {
         return Err(DeviceError::Problem("device answered an MoE problem with another layout".into()));
     };
-    staged(dev, |s| {
-        let w_buf = s.upload(l.w_bytes, &pack_rows(&i8_bytes(w), p.experts, p.hidden, l.ldw as usize))?;
-        moe_staged(s, p, l, x, w_buf, bias)
-    })
+    staged(dev, |s| moe_staged(s, p, l, x, Weights::Host(w), bias))
 }
 
 /// [`moe`] with the gate weights already on the device ([`Packed`]).
@@ -253,7 +246,7 @@ pub fn moe_packed(
         return Err(DeviceError::Problem("device answered an MoE problem with another layout".into()));
     };
     w.check("W", p.experts, p.hidden, l.ldw, l.w_bytes)?;
-    staged(dev, |s| moe_staged(s, p, l, x, w.buf, bias))
+    staged(dev, |s| moe_staged(s, p, l, x, Weights::Device(w.buf), bias))
 }
 
 /// The rest of a routing call once W is on the device.
@@ -262,12 +255,13 @@ fn moe_staged(
     p: &MoeProblem,
     l: MoeLayout,
     x: &[i8],
-    w_buf: Buffer,
+    w: Weights,
     bias: Option<&[i32]>,
 ) -> Result<(MoeOutput, RunStats), DeviceError> {
     {
         let (t, h, e) = (p.tokens, p.hidden, p.experts);
         let x_buf = s.upload(l.x_bytes, &pack_rows(&i8_bytes(x), t, h, l.ldx as usize))?;
+        let w_buf = w.stage(s, e, h, l.ldw, l.w_bytes)?;
         let bias_buf = match bias {
             Some(b) => Some(s.upload(l.bias_bytes, &i32_bytes(b, l.bias_bytes))?),
             None => None,
@@ -355,6 +349,24 @@ impl Packed {
             )));
         }
         Ok(())
+    }
+}
+
+/// A weight operand of one launch: host rows to pack and upload now (after
+/// the activations, so buffers keep their order on the device), or a
+/// [`Packed`] buffer already there.
+#[derive(Clone, Copy)]
+enum Weights<'a> {
+    Host(&'a [i8]),
+    Device(Buffer),
+}
+
+impl Weights<'_> {
+    fn stage(self, s: &mut Staging, rows: usize, cols: usize, pitch: u64, bytes: u64) -> Result<Buffer, DeviceError> {
+        match self {
+            Self::Host(data) => s.upload(bytes, &pack_rows(&i8_bytes(data), rows, cols, pitch as usize)),
+            Self::Device(buf) => Ok(buf),
+        }
     }
 }
 
