@@ -69,6 +69,24 @@ impl BlockShape {
         }
     }
 
+    /// A block of `heads` heads of `hidden / heads`, with [`small`](Self::small)'s gate
+    /// mode and capacity factor, checked.
+    pub fn with_dims(
+        tokens: usize,
+        hidden: usize,
+        heads: usize,
+        experts: usize,
+        top_k: usize,
+        ffn: usize,
+    ) -> Result<Self, HwError> {
+        if heads == 0 || !hidden.is_multiple_of(heads) {
+            return Err(HwError::Problem(format!("H = {hidden} must be a multiple of the {heads} heads")));
+        }
+        let s = Self { tokens, hidden, heads, head_dim: hidden / heads, experts, top_k, ffn, ..Self::small() };
+        s.validate()?;
+        Ok(s)
+    }
+
     pub fn validate(&self) -> Result<(), HwError> {
         let p = |m: String| Err(HwError::Problem(m));
         if [self.tokens, self.hidden, self.heads, self.head_dim, self.experts, self.top_k, self.ffn].contains(&0) {

@@ -320,18 +320,7 @@ impl Inputs {
                 Self::Moe { p, x, w, bias, golden, reference }
             }
             Size::Block { tokens, hidden, heads, experts, top_k, ffn } => {
-                ensure!(hidden.is_multiple_of(heads), "H = {hidden} must be a multiple of the {heads} heads");
-                let s = BlockShape {
-                    tokens,
-                    hidden,
-                    heads,
-                    head_dim: hidden / heads,
-                    experts,
-                    top_k,
-                    ffn,
-                    ..BlockShape::small()
-                };
-                s.validate()?;
+                let s = BlockShape::with_dims(tokens, hidden, heads, experts, top_k, ffn)?;
                 let (w, x, sc) = (BlockWeights::random(&s, seed), random_input(&s, seed ^ 0xb10c), Scales::default());
                 let golden = block(&s, &w, &sc, &x)?;
                 let reference = block_f64(&s, &w, &sc, &x);

@@ -105,22 +105,8 @@ impl BlockArgs {
             Some(l) => (l.hidden, l.config.heads, l.experts, l.config.top_k, l.ffn, l.config.mode),
             None => (self.hidden, self.heads, self.experts, self.top_k, self.ffn, self.mode),
         };
-        anyhow::ensure!(
-            heads > 0 && hidden.is_multiple_of(heads),
-            "H = {hidden} must be a multiple of the {heads} heads"
-        );
-        let s = BlockShape {
-            tokens: self.tokens,
-            hidden,
-            heads,
-            head_dim: hidden / heads,
-            experts,
-            top_k,
-            ffn,
-            mode,
-            capacity,
-        };
-        s.validate()?;
+        let s =
+            BlockShape { mode, capacity, ..BlockShape::with_dims(self.tokens, hidden, heads, experts, top_k, ffn)? };
         Ok(match loaded {
             Some(l) => {
                 let sc = l.scales();
