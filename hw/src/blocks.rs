@@ -501,6 +501,105 @@ impl<const L: usize, const W: usize> Logic for Pack<L, W> {
     }
 }
 
+/// The dot product of the first `n` int8 pairs of two packed rows
+/// (combinational): `n` 8×8 products summed by a binary adder tree of up to 7
+/// levels (`n` a power of two ≤ 128), wrapping in 32 bits like the models. The
+/// attention lanes' q·k and the MoE gate lanes' x·w.
+#[derive(LogicBlock)]
+pub struct DotI8<const W: usize> {
+    pub a: Signal<In, Bits<W>>,
+    pub b: Signal<In, Bits<W>>,
+    pub dot: Signal<Out, Signed<32>>,
+    prod: Vec<Signal<Local, Signed<32>>>,
+    lv1: Vec<Signal<Local, Signed<32>>>,
+    lv2: Vec<Signal<Local, Signed<32>>>,
+    lv3: Vec<Signal<Local, Signed<32>>>,
+    lv4: Vec<Signal<Local, Signed<32>>>,
+    lv5: Vec<Signal<Local, Signed<32>>>,
+    lv6: Vec<Signal<Local, Signed<32>>>,
+    lv7: Vec<Signal<Local, Signed<32>>>,
+    _n: usize,
+    /// Adders at each level; a level past the root passes its one value on.
+    _add: [usize; 7],
+    _pass: [usize; 7],
+}
+
+impl<const W: usize> DotI8<W> {
+    pub fn new(n: usize) -> Self {
+        assert!(n.is_power_of_two() && n <= 128 && 8 * n <= W, "{n} int8 pairs in {W} bits");
+        let sig = |k: usize| (0..(n >> k).max(1)).map(|_| Default::default()).collect();
+        Self {
+            a: Default::default(),
+            b: Default::default(),
+            dot: Default::default(),
+            prod: sig(0),
+            lv1: sig(1),
+            lv2: sig(2),
+            lv3: sig(3),
+            lv4: sig(4),
+            lv5: sig(5),
+            lv6: sig(6),
+            lv7: sig(7),
+            _n: n,
+            _add: std::array::from_fn(|k| n >> (k + 1)),
+            _pass: std::array::from_fn(|k| usize::from(n >> (k + 1) == 0)),
+        }
+    }
+}
+
+impl<const W: usize> Logic for DotI8<W> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        for x in 0..self._n {
+            self.prod[x].next = signed_bit_cast::<16, 8>(signed_cast(self.a.val().get_bits::<8>(x * 8)))
+                * signed_bit_cast::<16, 8>(signed_cast(self.b.val().get_bits::<8>(x * 8)));
+        }
+        for i in 0..self._add[0] {
+            self.lv1[i].next = self.prod[i * 2].val() + self.prod[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[0] {
+            self.lv1[i].next = self.prod[i].val();
+        }
+        for i in 0..self._add[1] {
+            self.lv2[i].next = self.lv1[i * 2].val() + self.lv1[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[1] {
+            self.lv2[i].next = self.lv1[i].val();
+        }
+        for i in 0..self._add[2] {
+            self.lv3[i].next = self.lv2[i * 2].val() + self.lv2[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[2] {
+            self.lv3[i].next = self.lv2[i].val();
+        }
+        for i in 0..self._add[3] {
+            self.lv4[i].next = self.lv3[i * 2].val() + self.lv3[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[3] {
+            self.lv4[i].next = self.lv3[i].val();
+        }
+        for i in 0..self._add[4] {
+            self.lv5[i].next = self.lv4[i * 2].val() + self.lv4[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[4] {
+            self.lv5[i].next = self.lv4[i].val();
+        }
+        for i in 0..self._add[5] {
+            self.lv6[i].next = self.lv5[i * 2].val() + self.lv5[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[5] {
+            self.lv6[i].next = self.lv5[i].val();
+        }
+        for i in 0..self._add[6] {
+            self.lv7[i].next = self.lv6[i * 2].val() + self.lv6[i * 2 + 1].val();
+        }
+        for i in 0..self._pass[6] {
+            self.lv7[i].next = self.lv6[i].val();
+        }
+        self.dot.next = self.lv7[0].val();
+    }
+}
+
 /// The Rust model of [`Requantizer`] must equal `numerics::requantize`.
 #[cfg(test)]
 mod tests {

@@ -127,7 +127,11 @@ mod tests {
             a.register_map(),
         );
         let m = moe::MoeConfig::small();
-        check_against_table::<moe::rtl::MoeUnit<128, 16>>(m.clone(), &moe::regs::TABLE, m.register_map());
+        check_against_table::<moe::rtl::MoeUnit<128, 16, 16, 512, 640, 256>>(
+            m.clone(),
+            &moe::regs::TABLE,
+            m.register_map(),
+        );
     }
 
     #[test]
@@ -340,8 +344,33 @@ impl<const W: usize, const S: usize> AxiMaster<W, S> {
 /// `verilog` and `hdl_model` functions over the listed data widths.
 #[macro_export]
 macro_rules! vitis_unit {
+    // A unit generic over its port alone: `Unit<W, S>`.
     ($unit:ident, $cfg:ident, [$($w:literal),*]) => {
-        impl<const W: usize, const S: usize> $crate::vitis::VitisTop for $unit<W, S> {
+        $crate::vitis_unit!(@impls $unit<>, $cfg);
+        $crate::vitis_unit!(@entry $cfg, |cfg| match cfg.port_bits {
+            $($w => Ok(::std::boxed::Box::new(::std::marker::PhantomData::<$unit<$w, { $w / 8 }>>)),)*
+            other => Err($crate::HwError::Config(format!("port_bits = {other}"))),
+        });
+    };
+    // A unit also generic over its expert slots `EL` and the packed bus widths
+    // that follow from them (`Unit<W, S, EL, 32·EL, 40·EL, 16·EL>`).
+    ($unit:ident<$($p:ident),+>, $cfg:ident, [$($w:literal),*], expert_slots $slots:tt) => {
+        $crate::vitis_unit!(@impls $unit<$($p),+>, $cfg);
+        $crate::vitis_unit!(@entry $cfg, |cfg| match cfg.port_bits {
+            $($w => $crate::vitis_unit!(@slots $unit, cfg, $w, $slots),)*
+            other => Err($crate::HwError::Config(format!("port_bits = {other}"))),
+        });
+    };
+    (@slots $unit:ident, $c:ident, $w:literal, [$($e:literal),*]) => {
+        match $c.expert_slots() {
+            $($e => Ok(::std::boxed::Box::new(
+                ::std::marker::PhantomData::<$unit<$w, { $w / 8 }, $e, { 32 * $e }, { 40 * $e }, { 16 * $e }>>,
+            )),)*
+            other => Err($crate::HwError::Config(format!("{other} expert slots"))),
+        }
+    };
+    (@impls $unit:ident<$($p:ident),*>, $cfg:ident) => {
+        impl<const W: usize, const S: usize $(, const $p: usize)*> $crate::vitis::VitisTop for $unit<W, S $(, $p)*> {
             fn drive(&mut self, i: &$crate::vitis::Inputs, clock: bool) {
                 self.ap_clk.next = Clock::from(clock);
                 self.ap_rst_n.next = i.ap_rst_n != 0;
@@ -359,7 +388,7 @@ macro_rules! vitis_unit {
             }
         }
 
-        impl<const W: usize, const S: usize> $crate::vitis::VitisUnit for $unit<W, S> {
+        impl<const W: usize, const S: usize $(, const $p: usize)*> $crate::vitis::VitisUnit for $unit<W, S $(, $p)*> {
             type Config = $cfg;
             fn build(cfg: &$cfg) -> Result<Self, $crate::HwError> {
                 Self::new(cfg)
@@ -371,25 +400,42 @@ macro_rules! vitis_unit {
                 self.shell.words()
             }
         }
+    };
+    // `verilog` and `hdl_model` for the instantiation `$pick` chooses.
+    (@entry $cfg:ident, $pick:expr) => {
+        /// The instantiation of the unit's type that a configuration needs.
+        fn instantiation(cfg: &$cfg) -> Result<Box<dyn $crate::vitis::Instantiate<$cfg>>, $crate::HwError> {
+            let pick: fn(&$cfg) -> Result<Box<dyn $crate::vitis::Instantiate<$cfg>>, $crate::HwError> = $pick;
+            pick(cfg)
+        }
 
         /// Verilog of the unit, top module named after its kernel.
         pub fn verilog(cfg: &$cfg) -> Result<String, $crate::HwError> {
             cfg.validate()?;
-            match cfg.port_bits {
-                $($w => $crate::vitis::verilog::<$unit<$w, { $w / 8 }>>(cfg),)*
-                other => Err($crate::HwError::Config(format!("port_bits = {other}"))),
-            }
+            instantiation(cfg)?.verilog(cfg)
         }
 
         /// The same design in rust-hdl's own simulator (slow; needs no Verilator).
         pub fn hdl_model(cfg: &$cfg) -> Result<Box<dyn $crate::vitis::PinLevel>, $crate::HwError> {
             cfg.validate()?;
-            match cfg.port_bits {
-                $($w => $crate::vitis::hdl_model::<$unit<$w, { $w / 8 }>>(cfg),)*
-                other => Err($crate::HwError::Config(format!("port_bits = {other}"))),
-            }
+            instantiation(cfg)?.hdl_model(cfg)
         }
     };
+}
+
+/// One instantiation of a unit's type, chosen at run time from its config.
+pub trait Instantiate<C> {
+    fn verilog(&self, cfg: &C) -> Result<String, HwError>;
+    fn hdl_model(&self, cfg: &C) -> Result<Box<dyn PinLevel>, HwError>;
+}
+
+impl<U: VitisUnit + 'static> Instantiate<U::Config> for std::marker::PhantomData<U> {
+    fn verilog(&self, cfg: &U::Config) -> Result<String, HwError> {
+        verilog::<U>(cfg)
+    }
+    fn hdl_model(&self, cfg: &U::Config) -> Result<Box<dyn PinLevel>, HwError> {
+        hdl_model::<U>(cfg)
+    }
 }
 
 /// Stack for building a unit: rust-hdl keeps every wide bus (up to 10 240

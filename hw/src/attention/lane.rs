@@ -5,7 +5,7 @@
 //! s = q·k; S2 (end of c+1) latches t = round(s·Ms/2^Ss); S3 (end of c+2)
 //! latches p, δ and updates m; S4 (end of c+3) updates l and o with the V row
 //! the top presents in cycle c+3.
-use crate::blocks::{Exp2Fixed, MulRound16, Requantizer, RoundShift, ScaleRound};
+use crate::blocks::{DotI8, Exp2Fixed, MulRound16, Requantizer, RoundShift, ScaleRound};
 use rust_hdl::prelude::*;
 
 /// Widest output row: 128 Q16 values.
@@ -42,14 +42,7 @@ pub struct Lane<const W: usize> {
     /// The int8 output row while `out_sel`, else zero.
     pub row8: Signal<Out, Bits<ROW8_BITS>>,
     qrow: DFF<Bits<W>>,
-    prod: Vec<Signal<Local, Signed<32>>>,
-    lv1: Vec<Signal<Local, Signed<32>>>,
-    lv2: Vec<Signal<Local, Signed<32>>>,
-    lv3: Vec<Signal<Local, Signed<32>>>,
-    lv4: Vec<Signal<Local, Signed<32>>>,
-    lv5: Vec<Signal<Local, Signed<32>>>,
-    lv6: Vec<Signal<Local, Signed<32>>>,
-    lv7: Vec<Signal<Local, Signed<32>>>,
+    qk: DotI8<W>,
     s1: DFF<Signed<32>>,
     f1: DFF<Bits<3>>,
     f2: DFF<Bits<3>>,
@@ -90,17 +83,11 @@ pub struct Lane<const W: usize> {
     c_top8o: Constant<Bits<16>>,
     _d: usize,
     _half: usize,
-    _n: [usize; 7],
-    _pass: [usize; 7],
 }
 
 impl<const W: usize> Lane<W> {
     pub fn new(d: usize) -> Self {
         assert!(d.is_power_of_two() && (2..=128).contains(&d) && 8 * d <= W);
-        let size = |k: usize| (d >> k).max(1);
-        let n: [usize; 7] = std::array::from_fn(|k| d >> (k + 1));
-        let pass: [usize; 7] = std::array::from_fn(|k| usize::from(d >> (k + 1) == 0));
-        let sig = |k: usize| (0..size(k)).map(|_| Default::default()).collect();
         Self {
             clock: Default::default(),
             q_we: Default::default(),
@@ -125,14 +112,7 @@ impl<const W: usize> Lane<W> {
             row32: Default::default(),
             row8: Default::default(),
             qrow: Default::default(),
-            prod: sig(0),
-            lv1: sig(1),
-            lv2: sig(2),
-            lv3: sig(3),
-            lv4: sig(4),
-            lv5: sig(5),
-            lv6: sig(6),
-            lv7: sig(7),
+            qk: DotI8::new(d),
             s1: Default::default(),
             f1: Default::default(),
             f2: Default::default(),
@@ -173,8 +153,6 @@ impl<const W: usize> Lane<W> {
             c_top8o: Constant::new(((8 * (d - 1)) as u64).to_bits()),
             _d: d,
             _half: d / 2,
-            _n: n,
-            _pass: pass,
         }
     }
 }
@@ -197,53 +175,9 @@ impl<const W: usize> Logic for Lane<W> {
         }
 
         // S1: s = q · k over d int8 pairs, by an adder tree.
-        for x in 0..self._d {
-            self.prod[x].next = signed_bit_cast::<16, 8>(signed_cast(self.qrow.q.val().get_bits::<8>(x * 8)))
-                * signed_bit_cast::<16, 8>(signed_cast(self.k_row.val().get_bits::<8>(x * 8)));
-        }
-        for i in 0..self._n[0] {
-            self.lv1[i].next = self.prod[i * 2].val() + self.prod[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[0] {
-            self.lv1[i].next = self.prod[i].val();
-        }
-        for i in 0..self._n[1] {
-            self.lv2[i].next = self.lv1[i * 2].val() + self.lv1[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[1] {
-            self.lv2[i].next = self.lv1[i].val();
-        }
-        for i in 0..self._n[2] {
-            self.lv3[i].next = self.lv2[i * 2].val() + self.lv2[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[2] {
-            self.lv3[i].next = self.lv2[i].val();
-        }
-        for i in 0..self._n[3] {
-            self.lv4[i].next = self.lv3[i * 2].val() + self.lv3[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[3] {
-            self.lv4[i].next = self.lv3[i].val();
-        }
-        for i in 0..self._n[4] {
-            self.lv5[i].next = self.lv4[i * 2].val() + self.lv4[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[4] {
-            self.lv5[i].next = self.lv4[i].val();
-        }
-        for i in 0..self._n[5] {
-            self.lv6[i].next = self.lv5[i * 2].val() + self.lv5[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[5] {
-            self.lv6[i].next = self.lv5[i].val();
-        }
-        for i in 0..self._n[6] {
-            self.lv7[i].next = self.lv6[i * 2].val() + self.lv6[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[6] {
-            self.lv7[i].next = self.lv6[i].val();
-        }
-        self.s1.d.next = self.lv7[0].val();
+        self.qk.a.next = self.qrow.q.val();
+        self.qk.b.next = self.k_row.val();
+        self.s1.d.next = self.qk.dot.val();
         // Flags through the pipeline: bit0 valid, bit1 first, bit2 masked.
         self.mask0.next = self.causal.val() & (self.st_j.val() > self.q_idx.val());
         self.f1.d.next = bit_cast::<3, 1>(self.st_valid.val().into())

@@ -9,6 +9,9 @@ use serde::{Deserialize, Serialize};
 pub const UNIT_ID: u32 = 3;
 /// Most experts any router unit supports: expert ids are one byte.
 pub const E_LIMIT: usize = 256;
+/// Sizes of the RTL's packed per-expert buses, in experts: a unit takes the
+/// smallest that holds its `e_max` (each size is a separate instantiation).
+pub const EXPERT_SLOTS: [usize; 3] = [16, 64, E_LIMIT];
 /// Most choices per token any unit supports: one 64-byte route record holds 8.
 pub const K_LIMIT: usize = 8;
 /// Most tokens per run: T·k and capacity arithmetic stay inside 32 bits.
@@ -64,6 +67,12 @@ impl MoeConfig {
     /// Lane groups: experts `g·lanes .. (g+1)·lanes` are computed together.
     pub fn groups(&self) -> usize {
         self.e_max.div_ceil(self.lanes)
+    }
+
+    /// Expert slots of the RTL's per-expert buses: the smallest of
+    /// [`EXPERT_SLOTS`] that holds `e_max`.
+    pub fn expert_slots(&self) -> usize {
+        EXPERT_SLOTS.into_iter().find(|&s| s >= self.e_max).unwrap_or(E_LIMIT)
     }
 
     /// Beats of one gate row / token row at `h_max`.
@@ -348,6 +357,13 @@ mod tests {
 
     fn problem() -> MoeProblem {
         MoeProblem::new(16, 32, 8, 2, GateMode::SoftmaxTopk, 1.0 / 64.0, 1.0 / 64.0).unwrap()
+    }
+
+    #[test]
+    fn expert_slots_are_the_smallest_bus_that_holds_e_max() {
+        let slots = |e_max| MoeConfig { e_max, ..MoeConfig::default() }.expert_slots();
+        let got: Vec<usize> = [1, 4, 16, 17, 64, 65, 255, 256].into_iter().map(slots).collect();
+        assert_eq!(got, [16, 16, 16, 64, 64, 256, 256, 256]);
     }
 
     #[test]

@@ -9,10 +9,10 @@
 //! slots and load counters. A writer drains the tail's output FIFO: the token's
 //! route record (one burst), its dispatch entries (single words), and at the
 //! end the statistics.
-use super::config::{MoeConfig, E_LIMIT, RECORD_BYTES, T_LIMIT};
+use super::config::{MoeConfig, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
-use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_SUM, META_TOK, PB, RB, TB, ZB};
-use crate::blocks::{Fifo, MulU32, SyncRam};
+use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_SUM, META_TOK, RB};
+use crate::blocks::{Fifo, MulU32, Pack, SyncRam};
 use crate::shell::{AxiLiteSlave, AxiMaster, Shell};
 use crate::HwError;
 use rust_hdl::prelude::*;
@@ -24,8 +24,10 @@ const OUT_DEPTH: usize = 64;
 /// Output FIFO word: route record and token index.
 const OB: usize = RB + 32;
 
+/// The router on a `W`-bit port (`S` strobes) with `EL` expert slots in its
+/// packed per-expert buses (`ZB`, `TB`, `PB` bits: see [`super::tail`]).
 #[derive(LogicBlock)]
-pub struct MoeUnit<const W: usize, const S: usize> {
+pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB: usize, const PB: usize> {
     pub ap_clk: Signal<In, Clock>,
     pub ap_rst_n: Signal<In, Bit>,
     pub interrupt: Signal<Out, Bit>,
@@ -37,11 +39,11 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     now: Args,
     run: Args,
     lanes: Vec<GateLane<W>>,
-    posts: Vec<PostLane>,
+    posts: Vec<PostLane<ZB>>,
     xbuf: SyncRam<W>,
-    r0: TopkRound<TB>,
-    exps: Vec<ExpUnit>,
-    rounds: Vec<TopkRound<PB>>,
+    r0: TopkRound<EL, ZB, TB>,
+    exps: Vec<ExpUnit<TB>>,
+    rounds: Vec<TopkRound<EL, ZB, PB>>,
     divs: Vec<DivStage>,
     choices: Vec<Choice>,
     ofifo: Fifo<OB>,
@@ -52,7 +54,7 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     use_sk: DFF<Bit>,
     beats: DFF<Bits<16>>,
     groups: DFF<Bits<16>>,
-    emask: DFF<Bits<E_LIMIT>>,
+    emask: DFF<Bits<EL>>,
 
     phase: DFF<Phase>,
     bad_args: Signal<Local, Bit>,
@@ -104,8 +106,9 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     s4_g: DFF<Bits<16>>,
     s4_lastg: DFF<Bit>,
     s4_tok: DFF<Bits<32>>,
-    zchain: Vec<Signal<Local, Bits<ZB>>>,
-    tchain: Vec<Signal<Local, Bits<TB>>>,
+    /// A lane group's logits and log2-domain values, lane j at slot j.
+    zpack: Pack<32, ZB>,
+    tpack: Pack<40, TB>,
     mz: Signal<Local, Bits<ZB>>,
     mt: Signal<Local, Bits<TB>>,
     coll_z: DFF<Bits<ZB>>,
@@ -117,12 +120,13 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     a_tok: DFF<Bits<32>>,
     sel0: Signal<Local, Bits<8>>,
     tmax: Signal<Local, Signed<40>>,
-    pchain: Vec<Signal<Local, Bits<PB>>>,
+    /// The token's exponentials, expert e at slot e.
+    ppack: Pack<16, PB>,
     schain: Vec<Signal<Local, Bits<32>>>,
     p_valid: DFF<Bit>,
     p_z: DFF<Bits<ZB>>,
     p_p: DFF<Bits<PB>>,
-    p_mask: DFF<Bits<E_LIMIT>>,
+    p_mask: DFF<Bits<EL>>,
     p_meta: DFF<Bits<MB>>,
     ssum: Signal<Local, Bits<32>>,
     q_meta: Signal<Local, Bits<MB>>,
@@ -132,10 +136,15 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     d_valid: DFF<Bit>,
     d_l: DFF<Bits<32>>,
     d_meta: DFF<Bits<MB>>,
-    inc_chain: Vec<Signal<Local, Bits<ZB>>>,
     rec_chain: Vec<Signal<Local, Bits<RB>>>,
     drop_chain: Vec<Signal<Local, Bits<32>>>,
-    loads: DFF<Bits<ZB>>,
+    /// Expert e's load: one 32-bit counter per expert (one wide register with
+    /// one wide adder is what synthesis could not finish, docs/timing.md).
+    loads: Vec<DFF<Bits<32>>>,
+    /// 1 when one of this token's choices takes expert e (at most one does).
+    hits: Vec<Signal<Local, Bits<32>>>,
+    /// Expert e's load as the statistics writer reads it.
+    s_load: Signal<Local, Bits<32>>,
     dropped: DFF<Bits<32>>,
     o_valid: DFF<Bit>,
     o_rec: DFF<Bits<RB>>,
@@ -183,6 +192,9 @@ pub struct MoeUnit<const W: usize, const S: usize> {
     c_gz: Vec<Constant<Bits<16>>>,
     c_gt: Vec<Constant<Bits<16>>>,
     c_i: Vec<Constant<Bits<32>>>,
+    c_e: Vec<Constant<Bits<8>>>,
+    /// Statistics word of expert e's load (after dropped and capacity).
+    c_se: Vec<Constant<Bits<32>>>,
     c_meta_tok: Constant<Bits<16>>,
     c_meta_sum: Constant<Bits<16>>,
     c_rb: Constant<Bits<16>>,
@@ -227,11 +239,16 @@ fn locals<T: Default>(n: usize) -> Vec<T> {
     (0..n).map(|_| T::default()).collect()
 }
 
-impl<const W: usize, const S: usize> MoeUnit<W, S> {
+impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB: usize, const PB: usize>
+    MoeUnit<W, S, EL, ZB, TB, PB>
+{
     pub fn new(cfg: &MoeConfig) -> Result<Self, HwError> {
         cfg.validate()?;
-        if cfg.port_bits != W || W / 8 != S {
-            return Err(HwError::Config(format!("MoeUnit<{W}> built for port_bits = {}", cfg.port_bits)));
+        if cfg.port_bits != W || W / 8 != S || cfg.expert_slots() != EL || (ZB, TB, PB) != (32 * EL, 40 * EL, 16 * EL) {
+            return Err(HwError::Config(format!(
+                "MoeUnit<{W}, {EL} slots> built for port_bits = {}, e_max = {}",
+                cfg.port_bits, cfg.e_max
+            )));
         }
         fn k<const N: usize>(v: u64) -> Constant<Bits<N>> {
             Constant::new(v.to_bits())
@@ -308,8 +325,8 @@ impl<const W: usize, const S: usize> MoeUnit<W, S> {
             s4_g: Default::default(),
             s4_lastg: Default::default(),
             s4_tok: Default::default(),
-            zchain: locals(l),
-            tchain: locals(l),
+            zpack: Pack::new(l),
+            tpack: Pack::new(l),
             mz: Default::default(),
             mt: Default::default(),
             coll_z: Default::default(),
@@ -320,7 +337,7 @@ impl<const W: usize, const S: usize> MoeUnit<W, S> {
             a_tok: Default::default(),
             sel0: Default::default(),
             tmax: Default::default(),
-            pchain: locals(cfg.e_max),
+            ppack: Pack::new(cfg.e_max),
             schain: locals(cfg.e_max),
             p_valid: Default::default(),
             p_z: Default::default(),
@@ -335,10 +352,11 @@ impl<const W: usize, const S: usize> MoeUnit<W, S> {
             d_valid: Default::default(),
             d_l: Default::default(),
             d_meta: Default::default(),
-            inc_chain: locals(cfg.k_max),
             rec_chain: locals(cfg.k_max),
             drop_chain: locals(cfg.k_max),
-            loads: Default::default(),
+            loads: locals(cfg.e_max),
+            hits: locals(cfg.e_max),
+            s_load: Default::default(),
             dropped: Default::default(),
             o_valid: Default::default(),
             o_rec: Default::default(),
@@ -382,6 +400,8 @@ impl<const W: usize, const S: usize> MoeUnit<W, S> {
             c_gz: (0..g).map(|i| k((32 * i * l) as u64)).collect(),
             c_gt: (0..g).map(|i| k((40 * i * l) as u64)).collect(),
             c_i: (0..cfg.k_max).map(|i| k(i as u64)).collect(),
+            c_e: (0..cfg.e_max).map(|e| k(e as u64)).collect(),
+            c_se: (0..cfg.e_max).map(|e| k(e as u64 + 2)).collect(),
             c_meta_tok: k(META_TOK as u64),
             c_meta_sum: k(META_SUM as u64),
             c_rb: k(RB as u64),
@@ -396,7 +416,9 @@ impl<const W: usize, const S: usize> MoeUnit<W, S> {
     }
 }
 
-impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
+impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB: usize, const PB: usize> Logic
+    for MoeUnit<W, S, EL, ZB, TB, PB>
+{
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
@@ -404,8 +426,8 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             cap_num, cap_rem, cap_q, cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok, p_valid, p_z,
-            p_p, p_mask, p_meta, d_valid, d_l, d_meta, loads, dropped, o_valid, o_rec, o_tok, tokens_out, wstate,
-            w_rec, w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, xmask
+            p_p, p_mask, p_meta, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out, wstate, w_rec,
+            w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, xmask
         );
         // ---------------- Shell ----------------
         AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
@@ -481,7 +503,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                             !(self.c_beat_ones.val() << ((self.now.h.val() & self.c_pmask32.val()) << 3));
                     }
                     self.groups.d.next = self.groups_of.val();
-                    self.emask.d.next = (bits::<E_LIMIT>(1) << bit_cast::<16, 32>(self.now.e.val())) - 1;
+                    self.emask.d.next = (bits::<EL>(1) << bit_cast::<16, 32>(self.now.e.val())) - 1;
                     self.bias_bus.d.next = 0.into();
                     self.recv_cnt.d.next = 0.into();
                     self.recv_rows.d.next = 0.into();
@@ -710,26 +732,22 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             self.posts[j].smult.next = self.run.smult.val();
             self.posts[j].sshift.next = self.run.sshift.val();
         }
-        self.zchain[0].next = self.posts[0].zp.val();
-        self.tchain[0].next = self.posts[0].tp.val();
-        for j in 1..self._lanes {
-            self.zchain[j].next = self.zchain[j - 1].val() | self.posts[j].zp.val();
-            self.tchain[j].next = self.tchain[j - 1].val() | self.posts[j].tp.val();
+        for j in 0..self._lanes {
+            self.zpack.lanes[j].next = self.posts[j].z_o.val();
+            self.tpack.lanes[j].next = self.posts[j].t_o.val();
         }
         // Collect the group into the token's logit vector; group 0 starts a new one.
         self.mz.next = self.coll_z.q.val();
         self.mt.next = self.coll_t.q.val();
-        for last in (self._lanes - 1)..self._lanes {
-            for g in 0..self._groups {
-                if self.s4_g.q.val().index() == g {
-                    self.mz.next = self.coll_z.q.val() | (self.zchain[last].val() << self.c_gz[g].val());
-                    self.mt.next = self.coll_t.q.val() | (self.tchain[last].val() << self.c_gt[g].val());
-                }
+        for g in 0..self._groups {
+            if self.s4_g.q.val().index() == g {
+                self.mz.next = self.coll_z.q.val() | (self.zpack.out.val() << self.c_gz[g].val());
+                self.mt.next = self.coll_t.q.val() | (self.tpack.out.val() << self.c_gt[g].val());
             }
-            if self.s4_g.q.val() == 0 {
-                self.mz.next = self.zchain[last].val();
-                self.mt.next = self.tchain[last].val();
-            }
+        }
+        if self.s4_g.q.val() == 0 {
+            self.mz.next = self.zpack.out.val();
+            self.mt.next = self.tpack.out.val();
         }
         self.a_valid.d.next = false;
         if self.s4_valid.q.val() {
@@ -758,17 +776,18 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             self.exps[e].tmax.next = self.tmax.val();
             self.exps[e].experts.next = bit_cast::<16, 32>(self.run.e.val());
         }
-        self.pchain[0].next = self.exps[0].placed.val();
         self.schain[0].next = self.exps[0].p32.val();
         for e in 1..self._emax {
-            self.pchain[e].next = self.pchain[e - 1].val() | self.exps[e].placed.val();
             self.schain[e].next = self.schain[e - 1].val() + self.exps[e].p32.val();
+        }
+        for e in 0..self._emax {
+            self.ppack.lanes[e].next = self.exps[e].p.val();
         }
         self.p_valid.d.next = self.r0.valid_o.val();
         self.p_z.d.next = self.r0.z_o.val();
         self.p_mask.d.next = self.r0.mask_o.val();
+        self.p_p.d.next = self.ppack.out.val();
         for last in (self._emax - 1)..self._emax {
-            self.p_p.d.next = self.pchain[last].val();
             self.ssum.next = self.schain[last].val();
         }
         self.p_meta.d.next = self.r0.meta_o.val() | (bit_cast::<MB, 32>(self.ssum.val()) << self.c_meta_sum.val());
@@ -834,27 +853,42 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             for i in 0..self._kmax {
                 self.choices[i].meta.next = self.divs[last].meta_o.val();
                 self.choices[i].r.next = self.divs[last].q_o.val();
-                self.choices[i].loads.next = self.loads.q.val();
                 self.choices[i].cap.next = self.cap.q.val();
                 self.choices[i].active.next = self.divs[last].valid_o.val() & (self.c_i[i].val() < self.run.k.val());
             }
             self.o_valid.d.next = self.divs[last].valid_o.val();
             self.o_tok.d.next = self.divs[last].meta_o.val().get_bits::<32>(self.c_meta_tok.val().index());
         }
-        self.inc_chain[0].next = self.choices[0].inc.val();
+        // Each choice reads its expert's counter.
+        for i in 0..self._kmax {
+            self.choices[i].ld.next = 0.into();
+            for e in 0..self._emax {
+                if self.choices[i].sel.val() == self.c_e[e].val() {
+                    self.choices[i].ld.next = self.loads[e].q.val();
+                }
+            }
+        }
         self.rec_chain[0].next = self.choices[0].rec.val();
         self.drop_chain[0].next = bit_cast::<32, 1>(self.choices[0].drop.val().into());
         for i in 1..self._kmax {
-            self.inc_chain[i].next = self.inc_chain[i - 1].val() | self.choices[i].inc.val();
             self.rec_chain[i].next = self.rec_chain[i - 1].val() | self.choices[i].rec.val();
             self.drop_chain[i].next = self.drop_chain[i - 1].val();
             if self.choices[i].drop.val() {
                 self.drop_chain[i].next = self.drop_chain[i - 1].val() + 1;
             }
         }
+        // Chosen experts are distinct, so each counter gains at most 1 a token.
+        for e in 0..self._emax {
+            self.hits[e].next = 0.into();
+            for i in 0..self._kmax {
+                if self.choices[i].active.val() & (self.choices[i].sel.val() == self.c_e[e].val()) {
+                    self.hits[e].next = 1.into();
+                }
+            }
+            self.loads[e].clock.next = self.ap_clk.val();
+            self.loads[e].d.next = self.loads[e].q.val() + self.hits[e].val();
+        }
         for last in (self._kmax - 1)..self._kmax {
-            // Chosen experts are distinct, so each 32-bit counter gains at most 1: no carries between them.
-            self.loads.d.next = self.loads.q.val() + self.inc_chain[last].val();
             self.dropped.d.next = self.dropped.q.val() + self.drop_chain[last].val();
             self.o_rec.d.next = self.rec_chain[last].val();
         }
@@ -862,7 +896,9 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
         // above so that it wins (an earlier clear was overwritten, and a second run
         // on the same unit counted on from the first).
         if (self.phase.q.val() == Phase::CapDiv) & (self.cap_i.q.val() == 64) {
-            self.loads.d.next = 0.into();
+            for e in 0..self._emax {
+                self.loads[e].d.next = 0.into();
+            }
             self.dropped.d.next = 0.into();
         }
         self.ofifo.clock.next = self.ap_clk.val();
@@ -891,6 +927,12 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
             self.mul_b.b.next = self.run.dpitch.val();
         }
         self.lane_off.next = self.w_addr.q.val() & self.c_pmask.val();
+        self.s_load.next = 0.into();
+        for e in 0..self._emax {
+            if self.si.q.val() == self.c_se[e].val() {
+                self.s_load.next = self.loads[e].q.val();
+            }
+        }
         self.shell.wr_send.next = false;
         self.shell.wr_addr.next = self.w_addr.q.val() & !self.c_pmask.val();
         self.shell.wr_len.next = 0.into();
@@ -949,7 +991,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
                     self.wstate.d.next = WriterState::Idle;
                 } else {
                     self.w_addr.d.next = self.run.stats.val() + (bit_cast::<64, 32>(self.si.q.val()) << 2);
-                    self.w_word.d.next = self.loads.q.val().get_bits::<32>((self.si.q.val().index() - 2) * 32);
+                    self.w_word.d.next = self.s_load.val();
                     if self.si.q.val() == 0 {
                         self.w_word.d.next = self.dropped.q.val();
                     }
@@ -989,7 +1031,7 @@ impl<const W: usize, const S: usize> Logic for MoeUnit<W, S> {
     }
 }
 
-crate::vitis_unit!(MoeUnit, MoeConfig, [128, 256, 512]);
+crate::vitis_unit!(MoeUnit<EL, ZB, TB, PB>, MoeConfig, [128, 256, 512], expert_slots [16, 64, 256]);
 
 #[cfg(test)]
 mod tests {

@@ -4,19 +4,15 @@
 //! cycle (II = 1): each block is one pipeline stage with no stall input; the
 //! top only admits a token when the output FIFO has room for it.
 //!
-//! Per-expert vectors travel as packed buses sized for [`E_LIMIT`] experts
-//! (32-bit logits, 40-bit log2-domain values, 16-bit exponentials); only the
-//! first `e_max` lanes of each are driven, synthesis removes the rest.
-use super::config::E_LIMIT;
-use crate::blocks::{Exp2Fixed, MulRoundSat16, ScaleRound, SyncRam};
+//! Per-expert vectors travel as packed buses of `EL` expert slots
+//! ([`MoeConfig::expert_slots`](super::MoeConfig::expert_slots), the fewest
+//! that hold `e_max`): `ZB = 32·EL` bits of int32 logits, `TB = 40·EL` of
+//! log2-domain values, `PB = 16·EL` of Q1.14 exponentials. They are const
+//! parameters because rust-hdl's widths are types; sizing them for the largest
+//! unit made every unit pay for 256 experts in synthesis and simulation.
+use crate::blocks::{DotI8, Exp2Fixed, MulRoundSat16, ScaleRound, SyncRam};
 use rust_hdl::prelude::*;
 
-/// Packed int32 logits, one per expert.
-pub const ZB: usize = 32 * E_LIMIT;
-/// Packed 40-bit log2-domain logits.
-pub const TB: usize = 40 * E_LIMIT;
-/// Packed Q1.14 exponentials (16 bits each).
-pub const PB: usize = 16 * E_LIMIT;
 /// Per-token metadata through the tail: ids (8×8 bits @0), chosen exponentials
 /// (8×16 bits @64), token index (32 bits @192), Σ_e p (32 bits @224).
 pub const MB: usize = 256;
@@ -47,13 +43,7 @@ pub struct GateLane<const W: usize> {
     pub last: Signal<In, Bit>,
     pub res: Signal<Out, Bits<32>>,
     ram: SyncRam<W>,
-    prod: Vec<Signal<Local, Signed<32>>>,
-    lv1: Vec<Signal<Local, Signed<32>>>,
-    lv2: Vec<Signal<Local, Signed<32>>>,
-    lv3: Vec<Signal<Local, Signed<32>>>,
-    lv4: Vec<Signal<Local, Signed<32>>>,
-    lv5: Vec<Signal<Local, Signed<32>>>,
-    lv6: Vec<Signal<Local, Signed<32>>>,
+    xw: DotI8<W>,
     dot: DFF<Signed<32>>,
     v2: DFF<Bit>,
     f2: DFF<Bit>,
@@ -61,17 +51,10 @@ pub struct GateLane<const W: usize> {
     acc: DFF<Signed<32>>,
     acc_new: Signal<Local, Signed<32>>,
     res_r: DFF<Bits<32>>,
-    _p: usize,
-    _n: [usize; 6],
-    _pass: [usize; 6],
 }
 
 impl<const W: usize> GateLane<W> {
     pub fn new(depth: usize) -> Self {
-        let p = W / 8;
-        assert!(p.is_power_of_two() && p <= 64);
-        let size = |k: usize| (p >> k).max(1);
-        let sig = |k: usize| (0..size(k)).map(|_| Default::default()).collect();
         Self {
             clock: Default::default(),
             we: Default::default(),
@@ -84,13 +67,7 @@ impl<const W: usize> GateLane<W> {
             last: Default::default(),
             res: Default::default(),
             ram: SyncRam::new(depth),
-            prod: sig(0),
-            lv1: sig(1),
-            lv2: sig(2),
-            lv3: sig(3),
-            lv4: sig(4),
-            lv5: sig(5),
-            lv6: sig(6),
+            xw: DotI8::new(W / 8),
             dot: Default::default(),
             v2: Default::default(),
             f2: Default::default(),
@@ -98,9 +75,6 @@ impl<const W: usize> GateLane<W> {
             acc: Default::default(),
             acc_new: Default::default(),
             res_r: Default::default(),
-            _p: p,
-            _n: std::array::from_fn(|k| p >> (k + 1)),
-            _pass: std::array::from_fn(|k| usize::from(p >> (k + 1) == 0)),
         }
     }
 }
@@ -114,47 +88,9 @@ impl<const W: usize> Logic for GateLane<W> {
         self.ram.waddr.next = self.waddr.val();
         self.ram.wdata.next = self.wdata.val();
         self.ram.raddr.next = self.raddr.val();
-        for i in 0..self._p {
-            self.prod[i].next = signed_bit_cast::<16, 8>(signed_cast(self.x.val().get_bits::<8>(i * 8)))
-                * signed_bit_cast::<16, 8>(signed_cast(self.ram.rdata.val().get_bits::<8>(i * 8)));
-        }
-        for i in 0..self._n[0] {
-            self.lv1[i].next = self.prod[i * 2].val() + self.prod[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[0] {
-            self.lv1[i].next = self.prod[i].val();
-        }
-        for i in 0..self._n[1] {
-            self.lv2[i].next = self.lv1[i * 2].val() + self.lv1[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[1] {
-            self.lv2[i].next = self.lv1[i].val();
-        }
-        for i in 0..self._n[2] {
-            self.lv3[i].next = self.lv2[i * 2].val() + self.lv2[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[2] {
-            self.lv3[i].next = self.lv2[i].val();
-        }
-        for i in 0..self._n[3] {
-            self.lv4[i].next = self.lv3[i * 2].val() + self.lv3[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[3] {
-            self.lv4[i].next = self.lv3[i].val();
-        }
-        for i in 0..self._n[4] {
-            self.lv5[i].next = self.lv4[i * 2].val() + self.lv4[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[4] {
-            self.lv5[i].next = self.lv4[i].val();
-        }
-        for i in 0..self._n[5] {
-            self.lv6[i].next = self.lv5[i * 2].val() + self.lv5[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[5] {
-            self.lv6[i].next = self.lv5[i].val();
-        }
-        self.dot.d.next = self.lv6[0].val();
+        self.xw.a.next = self.x.val();
+        self.xw.b.next = self.ram.rdata.val();
+        self.dot.d.next = self.xw.dot.val();
         self.v2.d.next = self.valid.val();
         self.f2.d.next = self.first.val();
         self.l2.d.next = self.last.val();
@@ -174,10 +110,10 @@ impl<const W: usize> Logic for GateLane<W> {
 }
 
 /// Lane `j`'s logit post-processing (one register stage): `z = dot + bias[e]`
-/// (wrapping), `t = round(z · SMULT / 2^SSHIFT)`, both placed at expert
-/// position `j` of a lane group, ready to be OR-ed with the other lanes.
+/// (wrapping), `t = round(z · SMULT / 2^SSHIFT)`; the top packs the lanes'
+/// results side by side into the group's slice of the logit vectors.
 #[derive(LogicBlock)]
-pub struct PostLane {
+pub struct PostLane<const ZB: usize> {
     pub clock: Signal<In, Clock>,
     pub res: Signal<In, Bits<32>>,
     pub bias: Signal<In, Bits<ZB>>,
@@ -185,19 +121,17 @@ pub struct PostLane {
     pub boff: Signal<In, Bits<16>>,
     pub smult: Signal<In, Bits<32>>,
     pub sshift: Signal<In, Bits<6>>,
-    pub zp: Signal<Out, Bits<ZB>>,
-    pub tp: Signal<Out, Bits<TB>>,
+    pub z_o: Signal<Out, Bits<32>>,
+    pub t_o: Signal<Out, Bits<40>>,
     off: Signal<Local, Bits<16>>,
     z: Signal<Local, Bits<32>>,
     zr: DFF<Bits<32>>,
-    ty: Signal<Local, Bits<40>>,
     scale: ScaleRound,
     c_j32: Constant<Bits<16>>,
-    c_j40: Constant<Bits<16>>,
     c_top: Constant<Bits<16>>,
 }
 
-impl PostLane {
+impl<const ZB: usize> PostLane<ZB> {
     pub fn new(j: usize) -> Self {
         let k = |v: usize| Constant::new((v as u64).to_bits());
         Self {
@@ -207,28 +141,26 @@ impl PostLane {
             boff: Default::default(),
             smult: Default::default(),
             sshift: Default::default(),
-            zp: Default::default(),
-            tp: Default::default(),
+            z_o: Default::default(),
+            t_o: Default::default(),
             off: Default::default(),
             z: Default::default(),
             zr: Default::default(),
-            ty: Default::default(),
             scale: Default::default(),
             c_j32: k(32 * j),
-            c_j40: k(40 * j),
             c_top: k(ZB - 32),
         }
     }
 }
 
-impl Logic for PostLane {
+impl<const ZB: usize> Logic for PostLane<ZB> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(self, clock, zr);
         self.scale.clock.next = self.clock.val();
         self.off.next = self.boff.val() + self.c_j32.val();
         self.z.next = self.res.val();
-        // Experts past E_LIMIT only exist in a partial last group: never read past the bus.
+        // Experts past the bus's slots only exist in a partial last group: never read past it.
         if self.off.val() <= self.c_top.val() {
             self.z.next = self.res.val() + self.bias.val().get_bits::<32>(self.off.val().index());
         }
@@ -236,47 +168,42 @@ impl Logic for PostLane {
         self.scale.x.next = signed_cast(self.z.val());
         self.scale.mult.next = self.smult.val();
         self.scale.shift.next = self.sshift.val();
-        self.ty.next = unsigned_cast(self.scale.y.val());
-        self.zp.next = bit_cast::<ZB, 32>(self.zr.q.val()) << self.c_j32.val();
-        self.tp.next = bit_cast::<TB, 40>(self.ty.val()) << self.c_j40.val();
+        self.z_o.next = self.zr.q.val();
+        self.t_o.next = unsigned_cast(self.scale.y.val());
     }
 }
 
 /// Expert `e`'s exponential (combinational): `p = exp2_fixed(t[e] − t_max)` in
 /// Q1.14 (the attention unit's LUT and shift), zero for `e ≥ E`.
 #[derive(LogicBlock)]
-pub struct ExpUnit {
+pub struct ExpUnit<const TB: usize> {
     pub t: Signal<In, Bits<TB>>,
     pub tmax: Signal<In, Signed<40>>,
     pub experts: Signal<In, Bits<16>>,
+    pub p: Signal<Out, Bits<16>>,
     pub p32: Signal<Out, Bits<32>>,
-    pub placed: Signal<Out, Bits<PB>>,
-    p: Signal<Local, Bits<16>>,
     exp: Exp2Fixed,
     c_e: Constant<Bits<16>>,
     c_t: Constant<Bits<16>>,
-    c_p: Constant<Bits<16>>,
 }
 
-impl ExpUnit {
+impl<const TB: usize> ExpUnit<TB> {
     pub fn new(e: usize) -> Self {
         let k = |v: usize| Constant::new((v as u64).to_bits());
         Self {
             t: Default::default(),
             tmax: Default::default(),
             experts: Default::default(),
-            p32: Default::default(),
-            placed: Default::default(),
             p: Default::default(),
+            p32: Default::default(),
             exp: Default::default(),
             c_e: k(e),
             c_t: k(40 * e),
-            c_p: k(16 * e),
         }
     }
 }
 
-impl Logic for ExpUnit {
+impl<const TB: usize> Logic for ExpUnit<TB> {
     #[hdl_gen]
     fn update(&mut self) {
         self.exp.u.next = signed_cast(self.t.val().get_bits::<40>(self.c_t.val().index())) - self.tmax.val();
@@ -285,7 +212,6 @@ impl Logic for ExpUnit {
             self.p.next = self.exp.p.val();
         }
         self.p32.next = bit_cast::<32, 16>(self.p.val());
-        self.placed.next = bit_cast::<PB, 16>(self.p.val()) << self.c_p.val();
     }
 }
 
@@ -299,21 +225,21 @@ fn locals<T: Default>(n: usize) -> Vec<T> {
 /// exponential (read from `aux`, or 1.0 for the first round, which is the
 /// maximum). `aux` rides along unchanged.
 #[derive(LogicBlock)]
-pub struct TopkRound<const AB: usize> {
+pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     pub clock: Signal<In, Clock>,
     pub z: Signal<In, Bits<ZB>>,
     pub aux: Signal<In, Bits<AB>>,
-    pub mask: Signal<In, Bits<E_LIMIT>>,
+    pub mask: Signal<In, Bits<EL>>,
     pub meta: Signal<In, Bits<MB>>,
     pub valid: Signal<In, Bit>,
     pub z_o: Signal<Out, Bits<ZB>>,
     pub aux_o: Signal<Out, Bits<AB>>,
-    pub mask_o: Signal<Out, Bits<E_LIMIT>>,
+    pub mask_o: Signal<Out, Bits<EL>>,
     pub meta_o: Signal<Out, Bits<MB>>,
     pub valid_o: Signal<Out, Bit>,
     zr: DFF<Bits<ZB>>,
     auxr: DFF<Bits<AB>>,
-    maskr: DFF<Bits<E_LIMIT>>,
+    maskr: DFF<Bits<EL>>,
     metar: DFF<Bits<MB>>,
     validr: DFF<Bit>,
     k0: Vec<Signal<Local, Bits<32>>>,
@@ -356,10 +282,10 @@ pub struct TopkRound<const AB: usize> {
     _sz: [usize; 9],
 }
 
-impl<const AB: usize> TopkRound<AB> {
+impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
     /// Round `round` (0-based) over `e_max` experts.
     pub fn new(round: usize, e_max: usize) -> Self {
-        assert!((1..=E_LIMIT).contains(&e_max) && round < 8);
+        assert!((1..=EL).contains(&e_max) && round < 8);
         let mut sz = [0usize; 9];
         sz[0] = e_max;
         for l in 1..9 {
@@ -426,7 +352,7 @@ impl<const AB: usize> TopkRound<AB> {
     }
 }
 
-impl<const AB: usize> Logic for TopkRound<AB> {
+impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, ZB, AB> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(self, clock, zr, auxr, maskr, metar, validr);
@@ -564,7 +490,7 @@ impl<const AB: usize> Logic for TopkRound<AB> {
         }
         self.zr.d.next = self.z.val();
         self.auxr.d.next = self.aux.val();
-        self.maskr.d.next = self.mask.val() & !(bits::<E_LIMIT>(1) << self.sel.val());
+        self.maskr.d.next = self.mask.val() & !(bits::<EL>(1) << self.sel.val());
         self.metar.d.next = self.meta.val()
             | (bit_cast::<MB, 8>(self.sel.val()) << self.c_sel_sh.val())
             | (bit_cast::<MB, 16>(self.psel.val()) << self.c_p_sh.val());
@@ -622,21 +548,19 @@ impl Logic for DivStage {
     }
 }
 
-/// Choice `i` of a token (combinational): its Q0.16 weight, its slot from the
-/// expert's running load and the capacity, its load increment, and its fields
-/// placed in the route record.
+/// Choice `i` of a token (combinational): its expert, its Q0.16 weight, its slot
+/// from that expert's running load (`ld`, selected by the top from its
+/// per-expert counters) and the capacity, and its fields placed in the route record.
 #[derive(LogicBlock)]
 pub struct Choice {
     pub meta: Signal<In, Bits<MB>>,
     pub r: Signal<In, Bits<32>>,
-    pub loads: Signal<In, Bits<ZB>>,
+    pub ld: Signal<In, Bits<32>>,
     pub cap: Signal<In, Bits<32>>,
     pub active: Signal<In, Bit>,
-    pub inc: Signal<Out, Bits<ZB>>,
+    pub sel: Signal<Out, Bits<8>>,
     pub drop: Signal<Out, Bit>,
     pub rec: Signal<Out, Bits<RB>>,
-    sel: Signal<Local, Bits<8>>,
-    ld: Signal<Local, Bits<32>>,
     slot: Signal<Local, Bits<32>>,
     full: Signal<Local, Bit>,
     wm: MulRoundSat16,
@@ -655,14 +579,12 @@ impl Choice {
         Self {
             meta: Default::default(),
             r: Default::default(),
-            loads: Default::default(),
+            ld: Default::default(),
             cap: Default::default(),
             active: Default::default(),
-            inc: Default::default(),
+            sel: Default::default(),
             drop: Default::default(),
             rec: Default::default(),
-            sel: Default::default(),
-            ld: Default::default(),
             slot: Default::default(),
             full: Default::default(),
             wm: Default::default(),
@@ -682,17 +604,14 @@ impl Logic for Choice {
         self.sel.next = self.meta.val().get_bits::<8>(self.c_sel.val().index());
         self.wm.p.next = self.meta.val().get_bits::<16>(self.c_p.val().index());
         self.wm.r.next = self.r.val();
-        self.ld.next = self.loads.val().get_bits::<32>(self.sel.val().index() * 32);
         self.full.next = self.ld.val() >= self.cap.val();
         self.slot.next = self.ld.val();
         if self.full.val() {
             self.slot.next = self.c_neg1.val();
         }
-        self.inc.next = 0.into();
         self.drop.next = false;
         self.rec.next = 0.into();
         if self.active.val() {
-            self.inc.next = bits::<ZB>(1) << (bit_cast::<16, 8>(self.sel.val()) << 5);
             self.drop.next = self.full.val();
             self.rec.next = (bit_cast::<RB, 8>(self.sel.val()) << self.c_id_sh.val())
                 | (bit_cast::<RB, 16>(self.wm.w.val()) << self.c_w_sh.val())
