@@ -49,6 +49,19 @@
 #define EMASK (-(3 << 29))
 // Blocks between folds of L into H: 32768 keys keep |L| < 2^30.
 #define FOLD_KEYS 32768
+// K/V stages in shared memory, and how many blocks ahead a warp issues its
+// share of a block's loads. Warps are tied only by mbarriers: a block's
+// stage is refilled once every warp is done with it, so a warp may run
+// min(KV_AHEAD, KV_STAGES - 1 - KV_AHEAD) blocks ahead of the slowest (a warp
+// on a rescaling block no longer holds the others up at a CTA barrier).
+// The host sizes shared memory as the LUT plus 2·KV_STAGES·BK·(DP + 16) bytes.
+#ifndef KV_STAGES
+#define KV_STAGES 5
+#endif
+#ifndef KV_AHEAD
+#define KV_AHEAD 2
+#endif
+static_assert(KV_AHEAD >= 1 && KV_AHEAD < KV_STAGES, "loads run 1 to KV_STAGES - 1 blocks ahead");
 
 typedef signed char i8;
 
@@ -88,6 +101,33 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p);
 }
 
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+
+// One arrival (release: this thread's earlier shared-memory reads and writes
+// happen before a waiter's acquire).
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+
+// One arrival once this thread's earlier cp.async copies have landed.
+__device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Until the barrier's phase of this parity has completed (acquire).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
 __device__ __forceinline__ int quad_max(int x) {
     x = max(x, __shfl_xor_sync(0xffffffffu, x, 1));
     return max(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -104,11 +144,13 @@ __device__ __forceinline__ long long quad_sum(long long x) {
 }
 
 // Keys [kb, kb + BK) of K and V into row-padded shared memory (LD bytes a
-// row). Keys ≥ seq_kv are not loaded: they are masked, so their rows only ever
+// row); each thread then arrives once on `full` (count 32·WARPS), when its
+// copies have landed. Keys ≥ seq_kv are not loaded: they are masked, so their rows only ever
 // meet p = 0 or a masked score. Dims ≥ d stay unset: Q's are zero, and output
 // dims ≥ d are not stored.
 template <int DP, int BK, int LD>
-__device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* vh, int kb, int seq_kv, int d) {
+__device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* vh, int kb, int seq_kv, int d,
+                                        unsigned full) {
     const int keys = min(BK, seq_kv - kb);
     const long long base = (long long)kb * d;
     if (d == DP && keys == BK && (BK * DP / 16) % (32 * WARPS) == 0) {
@@ -133,8 +175,10 @@ __device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* 
             ks[r * LD + x] = kh[base + c];
             vs[r * LD + x] = vh[base + c];
         }
+        mbar_arrive(full);
+        return;
     }
-    asm volatile("cp.async.commit_group;\n" ::);
+    mbar_arrive_cp_async(full);
 }
 
 // o += P·V for one block: P (this thread's p of rows g and g+8, S layout) split
@@ -204,7 +248,11 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     constexpr int NG = DP / 16;  // P·V dim groups (an even and an odd n8 tile each)
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned* lut_s = reinterpret_cast<unsigned*>(smem);  // [256][32]: a copy per lane, no bank conflicts
-    i8* kv_s = reinterpret_cast<i8*>(smem + 256 * 32 * 4);  // [2 stages][K, V][BK][LD]
+    i8* kv_s = reinterpret_cast<i8*>(smem + 256 * 32 * 4);  // [KV_STAGES][K, V][BK][LD]
+    // full[s]: stage s's block has landed (every thread's copies); empty[s]:
+    // every warp is done reading it.
+    __shared__ __align__(8) unsigned long long bars[2 * KV_STAGES];
+    const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * KV_STAGES;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
     const int nqb = (seq_q + ROWS - 1) / ROWS;
@@ -220,6 +268,23 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     const i8* kh = K + h * kv_stride;
     const i8* vh = V + h * kv_stride;
 
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < KV_STAGES; i++) {
+            mbar_init(full0 + 8 * i, 32 * WARPS);
+            mbar_init(empty0 + 8 * i, WARPS);
+        }
+    }
+    __syncthreads();  // the barriers are initialized
+    const int nblk = (kend + BK - 1) / BK;
+    auto load = [&](int b) {
+        const int s = b % KV_STAGES;
+        load_kv<DP, BK, LD>(kv_s + s * 2 * BK * LD, kv_s + s * 2 * BK * LD + BK * LD, kh, vh, b * BK, seq_kv, d,
+                            full0 + 8 * s);
+    };
+    // The first blocks' loads fly while the LUT is copied.
+#pragma unroll
+    for (int b = 0; b < KV_AHEAD; b++)
+        if (b < nblk) load(b);
     {
         // Warp w copies entries 64w .. 64w + 63, lane l writes copy l: two
         // loads a thread, conflict-free stores.
@@ -229,7 +294,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
         for (int j = 0; j < 64; j++)
             lut_s[(64 * warp + j) * 32 + lane] = __shfl_sync(0xffffffffu, j < 32 ? v0 : v1, j & 31);
     }
-    load_kv<DP, BK, LD>(kv_s, kv_s + BK * LD, kh, vh, 0, seq_kv, d);
+    __syncthreads();  // the LUT copies
 
     // Q as A fragments: a0 row g, a1 row g+8, a2/a3 the same 16 dims further.
     unsigned qa[DP / 32][4];
@@ -268,15 +333,18 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     long long lpart[2] = {0, 0};  // this thread's share of l per row
 
     const unsigned* lutl = lut_s + lane;
-    const int nblk = (kend + BK - 1) / BK;
     for (int blk = 0; blk < nblk; blk++) {
-        const int kb = blk * BK, st = blk & 1;
-        asm volatile("cp.async.wait_all;\n" ::);
-        __syncthreads();
-        // Every warp is past the previous block, so the other stage is free.
-        if (blk + 1 < nblk)
-            load_kv<DP, BK, LD>(kv_s + (st ^ 1) * 2 * BK * LD, kv_s + (st ^ 1) * 2 * BK * LD + BK * LD, kh, vh, kb + BK,
-                            seq_kv, d);
+        const int kb = blk * BK, st = blk % KV_STAGES;
+        {
+            // This thread's share of block blk + KV_AHEAD, into the stage of
+            // block blk + KV_AHEAD − KV_STAGES once every warp is done with it.
+            const int nb = blk + KV_AHEAD;
+            if (nb < nblk) {
+                if (nb >= KV_STAGES) mbar_wait(empty0 + 8 * (nb % KV_STAGES), (unsigned)(nb / KV_STAGES - 1) & 1);
+                load(nb);
+            }
+        }
+        mbar_wait(full0 + 8 * st, (unsigned)(blk / KV_STAGES) & 1);
         const i8* ks_ = kv_s + st * 2 * BK * LD;
         const i8* vs_ = ks_ + BK * LD;
         if (kb < wend) {
@@ -482,6 +550,9 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                 }
             }
         }
+        // This warp is done reading the stage.
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty0 + 8 * st);
         if ((kb + BK) % FOLD_KEYS == 0) {
 #pragma unroll
             for (int G = 0; G < NG; G++)

@@ -20,6 +20,8 @@ namespace oldk {
 #undef ATTENTION_MMA_ARGS
 #undef ATTENTION_MMA_PASS
 #undef ATTENTION_MMA_KERNEL
+#undef KV_STAGES
+#undef KV_AHEAD
 #ifndef NEWFILE
 #define NEWFILE "attention_mma.cu"
 #endif
@@ -55,7 +57,14 @@ static unsigned* d_lut;
 
 static float launch(Kern f, const Prob& p, int bk, int dp, const i8* q, const i8* k, const i8* v, const int* kvl, void* o, int iters) {
     int ht = p.batch * p.heads;
-    int smem = 256 * 32 * 4 + 4 * bk * (dp + 16);
+    // The LUT copies and KV_STAGES (2 before it existed) stages of K and V;
+    // the larger of the two kernels' needs serves both.
+#ifdef KV_STAGES
+    const int stages = KV_STAGES > 2 ? KV_STAGES : 2;
+#else
+    const int stages = 2;
+#endif
+    int smem = 256 * 32 * 4 + 2 * stages * bk * (dp + 16);
     CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int blocks = ht * ((p.seq_q + 63) / 64);
     long long qs = (long long)p.seq_q * p.d, kvs = (long long)p.seq_kv * p.d, os = (long long)p.seq_q * p.d * (p.requant ? 1 : 4);
