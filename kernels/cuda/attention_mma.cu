@@ -49,19 +49,27 @@
 #define EMASK (-(3 << 29))
 // Blocks between folds of L into H: 32768 keys keep |L| < 2^30.
 #define FOLD_KEYS 32768
-// K/V stages in shared memory, and how many blocks ahead a warp issues its
-// share of a block's loads. Warps are tied only by mbarriers: a block's
-// stage is refilled once every warp is done with it, so a warp may run
-// min(KV_AHEAD, KV_STAGES - 1 - KV_AHEAD) blocks ahead of the slowest (a warp
-// on a rescaling block no longer holds the others up at a CTA barrier).
-// The host sizes shared memory as the LUT plus 2·KV_STAGES·BK·(DP + 16) bytes.
+// d = 128 (DP = 128): K/V stages in shared memory, and how many blocks ahead
+// a warp issues its share of a block's loads. Warps are tied only by
+// mbarriers: a block's stage is refilled once every warp is done with it, so
+// a warp may run min(KV_AHEAD, KV_STAGES − 1 − KV_AHEAD) blocks ahead of the
+// slowest (a warp on a rescaling block no longer holds the others up at a CTA
+// barrier). DP ≤ 64 keeps two stages and a CTA barrier per block: letting
+// warps drift made those kernels 4–15 % slower (more cycles stalled with no
+// instruction; docs/gpu.md). The host sizes shared memory as the LUT plus
+// 2·stages·BK·(DP + 16) bytes, stages = kv_stages(DP).
 #ifndef KV_STAGES
-#define KV_STAGES 5
+#define KV_STAGES 6
 #endif
 #ifndef KV_AHEAD
 #define KV_AHEAD 2
 #endif
 static_assert(KV_AHEAD >= 1 && KV_AHEAD < KV_STAGES, "loads run 1 to KV_STAGES - 1 blocks ahead");
+template <int DP>
+struct KvRing {
+    static constexpr bool on = DP == 128;  // keep ATTENTION_MMA_STAGES below in step
+    static constexpr int stages = on ? KV_STAGES : 2;
+};
 
 typedef signed char i8;
 
@@ -144,11 +152,12 @@ __device__ __forceinline__ long long quad_sum(long long x) {
 }
 
 // Keys [kb, kb + BK) of K and V into row-padded shared memory (LD bytes a
-// row); each thread then arrives once on `full` (count 32·WARPS), when its
-// copies have landed. Keys ≥ seq_kv are not loaded: they are masked, so their rows only ever
-// meet p = 0 or a masked score. Dims ≥ d stay unset: Q's are zero, and output
+// row). RING: each thread then arrives once on `full` (count 32·WARPS), when
+// its copies have landed; else it commits a cp.async group. Keys ≥ seq_kv are
+// not loaded: they are masked, so their rows only ever meet p = 0 or a masked
+// score. Dims ≥ d stay unset: Q's are zero, and output
 // dims ≥ d are not stored.
-template <int DP, int BK, int LD>
+template <int DP, int BK, int LD, bool RING>
 __device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* vh, int kb, int seq_kv, int d,
                                         unsigned full) {
     const int keys = min(BK, seq_kv - kb);
@@ -175,10 +184,13 @@ __device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* 
             ks[r * LD + x] = kh[base + c];
             vs[r * LD + x] = vh[base + c];
         }
-        mbar_arrive(full);
+        if (RING) mbar_arrive(full);
         return;
     }
-    mbar_arrive_cp_async(full);
+    if (RING)
+        mbar_arrive_cp_async(full);
+    else
+        asm volatile("cp.async.commit_group;\n" ::);
 }
 
 // o += P·V for one block: P (this thread's p of rows g and g+8, S layout) split
@@ -215,10 +227,36 @@ __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2]
     }
 }
 
+// l below which a row's o fits in 32 bits with room for the rounding addend:
+// |o| ≤ 128·l + 130 always (|v| ≤ 128, so adding p·v keeps it, and a rescale
+// by δ ≥ 1 gives |rnd(o/2^δ)| ≤ (128·l + 130)/2^δ + 1/2 ≤ 128·rnd(l/2^δ) + 130),
+// so l < 2^22 gives |o| < 2^29 + 131.
+#define NARROW_L (1ll << 22)
+
 // o = round(o / 2^dl) (o = 256·H + L) for the accumulators of row g (rr = 0)
-// or g + 8 (rr = 1) of this thread.
-template <int DP>
-__device__ __forceinline__ void rescale_half(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], int rr, unsigned dl) {
+// or g + 8 (rr = 1) of this thread. narrow (warp-uniform): every row's l before
+// the rescale is below NARROW_L, so o and the rounding fit in int32 (a shift
+// by 31 then gives 0, as by any dl ≥ 31).
+template <int DP, int rr>
+__device__ __forceinline__ void rescale_rows(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], unsigned dl,
+                                             bool narrow) {
+    if (narrow) {
+        const unsigned d2 = min(dl, 31u);
+        const int half = d2 ? 1 << (d2 - 1) : 0, neg = d2 ? -1 : 0;
+#pragma unroll
+        for (int G = 0; G < DP / 16; G++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int cc = 0; cc < 2; cc++) {
+                    const int c = 2 * rr + cc;
+                    int o = (int)((unsigned)H[G][j][c] * 256u + (unsigned)L[G][j][c]);
+                    o = (o + half + ((o >> 31) & neg)) >> d2;
+                    H[G][j][c] = o >> 8;
+                    L[G][j][c] = o & 255;
+                }
+        return;
+    }
 #pragma unroll
     for (int G = 0; G < DP / 16; G++)
 #pragma unroll
@@ -230,6 +268,16 @@ __device__ __forceinline__ void rescale_half(int (&H)[DP / 16][2][4], int (&L)[D
                 H[G][j][c] = (int)(o >> 8);
                 L[G][j][c] = (int)(o & 255);
             }
+}
+
+// rr as a compile-time index, so H and L stay in registers.
+template <int DP>
+__device__ __forceinline__ void rescale_half(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], int rr, unsigned dl,
+                                             bool narrow) {
+    if (rr == 0)
+        rescale_rows<DP, 0>(H, L, dl, narrow);
+    else
+        rescale_rows<DP, 1>(H, L, dl, narrow);
 }
 
 // DP: d rounded up to a multiple of 32 (the Q·Kᵀ k-step); BK keys a block.
@@ -248,11 +296,13 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     constexpr int NG = DP / 16;  // P·V dim groups (an even and an odd n8 tile each)
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned* lut_s = reinterpret_cast<unsigned*>(smem);  // [256][32]: a copy per lane, no bank conflicts
-    i8* kv_s = reinterpret_cast<i8*>(smem + 256 * 32 * 4);  // [KV_STAGES][K, V][BK][LD]
-    // full[s]: stage s's block has landed (every thread's copies); empty[s]:
-    // every warp is done reading it.
-    __shared__ __align__(8) unsigned long long bars[2 * KV_STAGES];
-    const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * KV_STAGES;
+    constexpr bool RING = KvRing<DP>::on;
+    constexpr int STAGES = KvRing<DP>::stages;
+    i8* kv_s = reinterpret_cast<i8*>(smem + 256 * 32 * 4);  // [STAGES][K, V][BK][LD]
+    // RING: full[s]: stage s's block has landed (every thread's copies);
+    // empty[s]: every warp is done reading it.
+    __shared__ __align__(8) unsigned long long bars[RING ? 2 * STAGES : 1];
+    const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * STAGES;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
     const int nqb = (seq_q + ROWS - 1) / ROWS;
@@ -268,22 +318,24 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     const i8* kh = K + h * kv_stride;
     const i8* vh = V + h * kv_stride;
 
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < KV_STAGES; i++) {
-            mbar_init(full0 + 8 * i, 32 * WARPS);
-            mbar_init(empty0 + 8 * i, WARPS);
+    if (RING) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < STAGES; i++) {
+                mbar_init(full0 + 8 * i, 32 * WARPS);
+                mbar_init(empty0 + 8 * i, WARPS);
+            }
         }
+        __syncthreads();  // the barriers are initialized
     }
-    __syncthreads();  // the barriers are initialized
     const int nblk = (kend + BK - 1) / BK;
     auto load = [&](int b) {
-        const int s = b % KV_STAGES;
-        load_kv<DP, BK, LD>(kv_s + s * 2 * BK * LD, kv_s + s * 2 * BK * LD + BK * LD, kh, vh, b * BK, seq_kv, d,
-                            full0 + 8 * s);
+        const int s = b % STAGES;
+        load_kv<DP, BK, LD, RING>(kv_s + s * 2 * BK * LD, kv_s + s * 2 * BK * LD + BK * LD, kh, vh, b * BK, seq_kv,
+                                  d, full0 + 8 * s);
     };
     // The first blocks' loads fly while the LUT is copied.
 #pragma unroll
-    for (int b = 0; b < KV_AHEAD; b++)
+    for (int b = 0; b < (RING ? KV_AHEAD : 1); b++)
         if (b < nblk) load(b);
     {
         // Warp w copies entries 64w .. 64w + 63, lane l writes copy l: two
@@ -294,7 +346,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
         for (int j = 0; j < 64; j++)
             lut_s[(64 * warp + j) * 32 + lane] = __shfl_sync(0xffffffffu, j < 32 ? v0 : v1, j & 31);
     }
-    __syncthreads();  // the LUT copies
+    if (RING) __syncthreads();  // the LUT copies (else the loop's first barrier)
 
     // Q as A fragments: a0 row g, a1 row g+8, a2/a3 the same 16 dims further.
     unsigned qa[DP / 32][4];
@@ -334,17 +386,22 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
 
     const unsigned* lutl = lut_s + lane;
     for (int blk = 0; blk < nblk; blk++) {
-        const int kb = blk * BK, st = blk % KV_STAGES;
-        {
+        const int kb = blk * BK, st = blk % STAGES;
+        if (RING) {
             // This thread's share of block blk + KV_AHEAD, into the stage of
-            // block blk + KV_AHEAD − KV_STAGES once every warp is done with it.
+            // block blk + KV_AHEAD − STAGES once every warp is done with it.
             const int nb = blk + KV_AHEAD;
             if (nb < nblk) {
-                if (nb >= KV_STAGES) mbar_wait(empty0 + 8 * (nb % KV_STAGES), (unsigned)(nb / KV_STAGES - 1) & 1);
+                if (nb >= STAGES) mbar_wait(empty0 + 8 * (nb % STAGES), (unsigned)(nb / STAGES - 1) & 1);
                 load(nb);
             }
+            mbar_wait(full0 + 8 * st, (unsigned)(blk / STAGES) & 1);
+        } else {
+            asm volatile("cp.async.wait_all;\n" ::);
+            __syncthreads();
+            // Every warp is past the previous block, so the other stage is free.
+            if (blk + 1 < nblk) load(blk + 1);
         }
-        mbar_wait(full0 + 8 * st, (unsigned)(blk / KV_STAGES) & 1);
         const i8* ks_ = kv_s + st * 2 * BK * LD;
         const i8* vs_ = ks_ + BK * LD;
         if (kb < wend) {
@@ -467,11 +524,12 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                         // Only the half of the accumulators whose row rose somewhere in the warp.
                         if (__any_sync(0xffffffffu, r)) {
                             const long long lt = quad_sum(lpart[rr] + lb[rr]);
+                            const bool narrow = __all_sync(0xffffffffu, lt < NARROW_L);
                             if (r) {
                                 const unsigned dl = min((unsigned)qm[rr] - (unsigned)m[rr], 62u);
                                 lpart[rr] = (tig ? 0 : round_shift(lt, dl)) + la[rr];
                                 m[rr] = qm[rr];
-                                rescale_half<DP>(H, L, rr, dl);
+                                rescale_half<DP>(H, L, rr, dl, narrow);
                             } else {
                                 lpart[rr] += lb[rr];
                             }
@@ -539,20 +597,26 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                             cur[rr] = nxt[rr];
                         }
                         if (!__any_sync(0xffffffffu, dl[0] | dl[1])) break;
-#pragma unroll
-                        for (int rr = 0; rr < 2; rr++) {
+                        // Written out per row half: a loop here stayed rolled
+                        // and put small arrays on the stack.
+                        auto rescale = [&](const int rr) {
+                            const bool narrow = __all_sync(0xffffffffu, lt[rr] < NARROW_L);
                             lt[rr] = round_shift(lt[rr], dl[rr]);
-                            if (__any_sync(0xffffffffu, dl[rr])) rescale_half<DP>(H, L, rr, dl[rr]);
-                        }
+                            if (__any_sync(0xffffffffu, dl[rr])) rescale_half<DP>(H, L, rr, dl[rr], narrow);
+                        };
+                        rescale(0);
+                        rescale(1);
                     }
                     lpart[0] = tig ? 0 : lt[0];
                     lpart[1] = tig ? 0 : lt[1];
                 }
             }
         }
-        // This warp is done reading the stage.
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty0 + 8 * st);
+        if (RING) {
+            // This warp is done reading the stage.
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty0 + 8 * st);
+        }
         if ((kb + BK) % FOLD_KEYS == 0) {
 #pragma unroll
             for (int G = 0; G < NG; G++)
@@ -593,6 +657,9 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                 }
             }
 }
+
+// Stages of K and V for DP (the host sizes shared memory by this rule).
+#define ATTENTION_MMA_STAGES(dp) ((dp) == 128 ? KV_STAGES : 2)
 
 #define ATTENTION_MMA_ARGS                                                                                          \
     const i8 *__restrict__ Q, const i8 *__restrict__ K, const i8 *__restrict__ V, const unsigned *__restrict__ lut, \

@@ -22,6 +22,8 @@ namespace oldk {
 #undef ATTENTION_MMA_KERNEL
 #undef KV_STAGES
 #undef KV_AHEAD
+#undef NARROW_L
+#undef ATTENTION_MMA_STAGES
 #ifndef NEWFILE
 #define NEWFILE "attention_mma.cu"
 #endif
@@ -57,10 +59,11 @@ static unsigned* d_lut;
 
 static float launch(Kern f, const Prob& p, int bk, int dp, const i8* q, const i8* k, const i8* v, const int* kvl, void* o, int iters) {
     int ht = p.batch * p.heads;
-    // The LUT copies and KV_STAGES (2 before it existed) stages of K and V;
-    // the larger of the two kernels' needs serves both.
-#ifdef KV_STAGES
-    const int stages = KV_STAGES > 2 ? KV_STAGES : 2;
+    // The LUT copies and the new kernel's stages of K and V (2 before
+    // ATTENTION_MMA_STAGES existed); the larger of the two kernels' needs
+    // serves both.
+#ifdef ATTENTION_MMA_STAGES
+    const int stages = ATTENTION_MMA_STAGES(dp) > 2 ? ATTENTION_MMA_STAGES(dp) : 2;
 #else
     const int stages = 2;
 #endif
