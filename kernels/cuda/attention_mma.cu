@@ -65,10 +65,17 @@
 #define KV_AHEAD 2
 #endif
 static_assert(KV_AHEAD >= 1 && KV_AHEAD < KV_STAGES, "loads run 1 to KV_STAGES - 1 blocks ahead");
+// Per instance (DP dims): keys a block, whether K/V go through the mbarrier
+// ring, and its stages; the host sizes shared memory by ATTENTION_MMA_STAGES
+// and ATTENTION_MMA_BK.
+#define ATTENTION_MMA_BK(dp) ((dp) == 128 ? 32 : 64)
+#define ATTENTION_MMA_RING(dp) ((dp) == 128)
+#define ATTENTION_MMA_STAGES(dp) (ATTENTION_MMA_RING(dp) ? KV_STAGES : 2)
+#define ATTENTION_MMA_MIN_CTAS(dp) 1
 template <int DP>
 struct KvRing {
-    static constexpr bool on = DP == 128;  // keep ATTENTION_MMA_STAGES below in step
-    static constexpr int stages = on ? KV_STAGES : 2;
+    static constexpr bool on = ATTENTION_MMA_RING(DP);
+    static constexpr int stages = ATTENTION_MMA_STAGES(DP);
 };
 
 typedef signed char i8;
@@ -658,9 +665,6 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
             }
 }
 
-// Stages of K and V for DP (the host sizes shared memory by this rule).
-#define ATTENTION_MMA_STAGES(dp) ((dp) == 128 ? KV_STAGES : 2)
-
 #define ATTENTION_MMA_ARGS                                                                                          \
     const i8 *__restrict__ Q, const i8 *__restrict__ K, const i8 *__restrict__ V, const unsigned *__restrict__ lut, \
         const int *__restrict__ kv_len, void *__restrict__ out, int heads, int heads_total, int seq_q, int seq_kv,  \
@@ -673,12 +677,12 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
 // d ≤ 32, d ≤ 64, d ≤ 128 (128: 32-key blocks keep the accumulators in
 // registers), each for any score shift and for shifts ≥ 33 (_hi).
 #define ATTENTION_MMA_KERNEL(name, dp, bk, hi)                                                           \
-    extern "C" __global__ void __launch_bounds__(32 * WARPS) name(ATTENTION_MMA_ARGS) {                   \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS, ATTENTION_MMA_MIN_CTAS(dp)) name(ATTENTION_MMA_ARGS) { \
         attention_mma<dp, bk, hi>(ATTENTION_MMA_PASS);                                                    \
     }
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32, 32, 64, false)
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64, 64, 64, false)
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128, 128, 32, false)
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32_hi, 32, 64, true)
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64_hi, 64, 64, true)
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128_hi, 128, 32, true)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32, 32, ATTENTION_MMA_BK(32), false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64, 64, ATTENTION_MMA_BK(64), false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128, 128, ATTENTION_MMA_BK(128), false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32_hi, 32, ATTENTION_MMA_BK(32), true)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64_hi, 64, ATTENTION_MMA_BK(64), true)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128_hi, 128, ATTENTION_MMA_BK(128), true)

@@ -17,6 +17,7 @@ const LUT_SMEM: u32 = 256 * 32 * 4;
 /// K/V stages in shared memory for the instance holding `dp` dims: the
 /// kernel's `ATTENTION_MMA_STAGES` (d = 128 keeps a six-stage mbarrier ring so
 /// warps drift apart, the others two stages and a CTA barrier per block).
+/// Keys a block are `ATTENTION_MMA_BK` ([`kernel_for`]).
 fn kv_stages(dp: u32) -> u32 {
     if dp == 128 {
         6
@@ -181,11 +182,16 @@ mod tests {
             format!("#define FOLD_KEYS {FOLD_KEYS}"),
             format!("#define NARROW_L (1ll << {})", NARROW_L.trailing_zeros()),
             format!("#define KV_STAGES {}", super::kv_stages(128)),
-            "#define ATTENTION_MMA_STAGES(dp) ((dp) == 128 ? KV_STAGES : 2)".to_string(),
+            "#define ATTENTION_MMA_BK(dp) ((dp) == 128 ? 32 : 64)".to_string(),
+            "#define ATTENTION_MMA_RING(dp) ((dp) == 128)".to_string(),
+            "#define ATTENTION_MMA_STAGES(dp) (ATTENTION_MMA_RING(dp) ? KV_STAGES : 2)".to_string(),
         ] {
             assert!(text.contains(&line), "attention_mma.cu lacks `{line}`");
         }
         assert_eq!((super::kv_stages(32), super::kv_stages(64)), (2, 2));
+        for (d, bk) in [(32, 64), (64, 64), (128, 32)] {
+            assert_eq!(super::kernel_for(d, 0).2, bk, "d = {d}");
+        }
     }
 
     fn emulate_row(p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8], keys: usize, bk: usize) -> Vec<i32> {
