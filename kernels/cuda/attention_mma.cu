@@ -71,7 +71,6 @@ static_assert(KV_AHEAD >= 1 && KV_AHEAD < KV_STAGES, "loads run 1 to KV_STAGES -
 #define ATTENTION_MMA_BK(dp) ((dp) == 128 ? 32 : 64)
 #define ATTENTION_MMA_RING(dp) ((dp) == 128)
 #define ATTENTION_MMA_STAGES(dp) (ATTENTION_MMA_RING(dp) ? KV_STAGES : 2)
-#define ATTENTION_MMA_MIN_CTAS(dp) 1
 template <int DP>
 struct KvRing {
     static constexpr bool on = ATTENTION_MMA_RING(DP);
@@ -677,7 +676,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
 // d ≤ 32, d ≤ 64, d ≤ 128 (128: 32-key blocks keep the accumulators in
 // registers), each for any score shift and for shifts ≥ 33 (_hi).
 #define ATTENTION_MMA_KERNEL(name, dp, bk, hi)                                                           \
-    extern "C" __global__ void __launch_bounds__(32 * WARPS, ATTENTION_MMA_MIN_CTAS(dp)) name(ATTENTION_MMA_ARGS) { \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS) name(ATTENTION_MMA_ARGS) {                   \
         attention_mma<dp, bk, hi>(ATTENTION_MMA_PASS);                                                    \
     }
 ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32, 32, ATTENTION_MMA_BK(32), false)
