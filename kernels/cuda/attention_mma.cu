@@ -28,7 +28,8 @@
 //     one P·V product (P masked to it) after the rescale that opens it.
 //   * P·V exactly: p < 2^15, so P = 256·P_hi + P_lo with both in u8, and two
 //     mma.sync m16n8k32 u8·s8 products accumulate o/256 and o mod 256 in int32
-//     (H and L, o = 256·H + L); a rescale recombines them in 64 bits.
+//     (H and L, o = 256·H + L); a rescale recombines them in int32 where
+//     every row of the warp has l < NARROW_L (then o fits), else in 64 bits.
 //     Without a rescale L grows by < 2^15 per key, so every 32768 keys it is
 //     folded into H (o unchanged); the host limits keys to 2^17 so H fits.
 //   * l is summed per thread and only reduced over the quad where a rescale
@@ -36,7 +37,9 @@
 // V is read from shared memory with ldmatrix.trans on 16-bit pairs: a thread
 // gets two keys × two dims per matrix; byte permutes give each n8 tile of
 // P·V four keys of one dim, so the tiles alternate even and odd dims and a
-// thread ends up owning four consecutive output dims.
+// thread ends up owning four consecutive output dims. K and V blocks come
+// through cp.async: at DP = 128 into a ring of stages under mbarriers (warps
+// drift apart), else two stages under a CTA barrier per block (KV_STAGES).
 
 #include "fixed.cuh"
 
