@@ -468,6 +468,38 @@ fn attention_twin_gaussian_rows_are_bit_exact() {
     }
 }
 
+/// Every key tied (p = 2^14 from the LUT, V = −128) until the last, whose score
+/// is one step of e higher: the row's maximum rises once, at the end, with
+/// l ≈ keys · 2^14 and |o| = 128·l past 2^31. The kernel must rescale in 64
+/// bits there (its int32 path is only for l < NARROW_L = 2^22); an int32
+/// rescale would wrap.
+#[test]
+fn attention_twin_late_rise_with_large_o_is_bit_exact() {
+    let Some(mut dev) = gpu("attention_twin_late_rise_with_large_o_is_bit_exact") else {
+        return;
+    };
+    for (d, keys, causal) in [(64, 2048, false), (128, 4000, false), (128, 1500, true)] {
+        let mut p = attention_problem(d, 16, keys, causal, None, None);
+        // s = d·2^14 for the last key, 128 less for the others; t = s·Ms/2^Ss
+        // then differs by more than 256 (one step of e).
+        p.params = AttentionParams::from_scales(d, 0.25, 0.25, 1.0 / 32.0, None).unwrap();
+        if causal {
+            p.seq_q = keys;
+        }
+        let hq = p.heads_total() * p.seq_q * d;
+        let q = vec![-128i8; hq];
+        let mut k = vec![-128i8; p.heads_total() * keys * d];
+        for h in 0..p.heads_total() {
+            for j in 0..keys - 1 {
+                k[(h * keys + j) * d] = -127;
+            }
+        }
+        let v = vec![-128i8; p.heads_total() * keys * d];
+        check_attention(&mut dev, &p, &q, &k, &v)
+            .unwrap_or_else(|e| panic!("d {d}, {keys} keys, causal {causal}: {e}"));
+    }
+}
+
 #[test]
 fn attention_launch_random_problems_are_bit_exact() {
     let Some(dev) = gpu("attention_launch_random_problems_are_bit_exact") else {

@@ -28,7 +28,8 @@
 //     one P·V product (P masked to it) after the rescale that opens it.
 //   * P·V exactly: p < 2^15, so P = 256·P_hi + P_lo with both in u8, and two
 //     mma.sync m16n8k32 u8·s8 products accumulate o/256 and o mod 256 in int32
-//     (H and L, o = 256·H + L); a rescale recombines them in 64 bits.
+//     (H and L, o = 256·H + L); a rescale recombines them in int32 where
+//     every row of the warp has l < NARROW_L (then o fits), else in 64 bits.
 //     Without a rescale L grows by < 2^15 per key, so every 32768 keys it is
 //     folded into H (o unchanged); the host limits keys to 2^17 so H fits.
 //   * l is summed per thread and only reduced over the quad where a rescale
@@ -36,7 +37,9 @@
 // V is read from shared memory with ldmatrix.trans on 16-bit pairs: a thread
 // gets two keys × two dims per matrix; byte permutes give each n8 tile of
 // P·V four keys of one dim, so the tiles alternate even and odd dims and a
-// thread ends up owning four consecutive output dims.
+// thread ends up owning four consecutive output dims. K and V blocks come
+// through cp.async: at DP = 128 into a ring of stages under mbarriers (warps
+// drift apart), else two stages under a CTA barrier per block (KV_STAGES).
 
 #include "fixed.cuh"
 
@@ -49,6 +52,33 @@
 #define EMASK (-(3 << 29))
 // Blocks between folds of L into H: 32768 keys keep |L| < 2^30.
 #define FOLD_KEYS 32768
+// d = 128 (DP = 128): K/V stages in shared memory, and how many blocks ahead
+// a warp issues its share of a block's loads. Warps are tied only by
+// mbarriers: a block's stage is refilled once every warp is done with it, so
+// a warp may run min(KV_AHEAD, KV_STAGES − 1 − KV_AHEAD) blocks ahead of the
+// slowest (a warp on a rescaling block no longer holds the others up at a CTA
+// barrier). DP ≤ 64 keeps two stages and a CTA barrier per block: at d = 64
+// the ring made the causal case 7 % slower for 3.5 % on the full one (before
+// the int32 rescale; docs/gpu.md). The host sizes shared memory as the LUT
+// plus 2·stages·BK·(DP + 16) bytes, stages = kv_stages(DP).
+#ifndef KV_STAGES
+#define KV_STAGES 6
+#endif
+#ifndef KV_AHEAD
+#define KV_AHEAD 2
+#endif
+static_assert(KV_AHEAD >= 1 && KV_AHEAD < KV_STAGES, "loads run 1 to KV_STAGES - 1 blocks ahead");
+// Per instance (DP dims): keys a block, whether K/V go through the mbarrier
+// ring, and its stages; the host sizes shared memory by ATTENTION_MMA_STAGES
+// and ATTENTION_MMA_BK.
+#define ATTENTION_MMA_BK(dp) ((dp) == 128 ? 32 : 64)
+#define ATTENTION_MMA_RING(dp) ((dp) == 128)
+#define ATTENTION_MMA_STAGES(dp) (ATTENTION_MMA_RING(dp) ? KV_STAGES : 2)
+template <int DP>
+struct KvRing {
+    static constexpr bool on = ATTENTION_MMA_RING(DP);
+    static constexpr int stages = ATTENTION_MMA_STAGES(DP);
+};
 
 typedef signed char i8;
 
@@ -88,6 +118,33 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p);
 }
 
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+
+// One arrival (release: this thread's earlier shared-memory reads and writes
+// happen before a waiter's acquire).
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+
+// One arrival once this thread's earlier cp.async copies have landed.
+__device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Until the barrier's phase of this parity has completed (acquire).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+
 __device__ __forceinline__ int quad_max(int x) {
     x = max(x, __shfl_xor_sync(0xffffffffu, x, 1));
     return max(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -104,11 +161,14 @@ __device__ __forceinline__ long long quad_sum(long long x) {
 }
 
 // Keys [kb, kb + BK) of K and V into row-padded shared memory (LD bytes a
-// row). Keys ≥ seq_kv are not loaded: they are masked, so their rows only ever
-// meet p = 0 or a masked score. Dims ≥ d stay unset: Q's are zero, and output
+// row). RING: each thread then arrives once on `full` (count 32·WARPS), when
+// its copies have landed; else it commits a cp.async group. Keys ≥ seq_kv are
+// not loaded: they are masked, so their rows only ever meet p = 0 or a masked
+// score. Dims ≥ d stay unset: Q's are zero, and output
 // dims ≥ d are not stored.
-template <int DP, int BK, int LD>
-__device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* vh, int kb, int seq_kv, int d) {
+template <int DP, int BK, int LD, bool RING>
+__device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* vh, int kb, int seq_kv, int d,
+                                        unsigned full) {
     const int keys = min(BK, seq_kv - kb);
     const long long base = (long long)kb * d;
     if (d == DP && keys == BK && (BK * DP / 16) % (32 * WARPS) == 0) {
@@ -133,8 +193,13 @@ __device__ __forceinline__ void load_kv(i8* ks, i8* vs, const i8* kh, const i8* 
             ks[r * LD + x] = kh[base + c];
             vs[r * LD + x] = vh[base + c];
         }
+        if (RING) mbar_arrive(full);
+        return;
     }
-    asm volatile("cp.async.commit_group;\n" ::);
+    if (RING)
+        mbar_arrive_cp_async(full);
+    else
+        asm volatile("cp.async.commit_group;\n" ::);
 }
 
 // o += P·V for one block: P (this thread's p of rows g and g+8, S layout) split
@@ -171,10 +236,36 @@ __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2]
     }
 }
 
+// l below which a row's o fits in 32 bits with room for the rounding addend:
+// |o| ≤ 128·l + 130 always (|v| ≤ 128, so adding p·v keeps it, and a rescale
+// by δ ≥ 1 gives |rnd(o/2^δ)| ≤ (128·l + 130)/2^δ + 1/2 ≤ 128·rnd(l/2^δ) + 130),
+// so l < 2^22 gives |o| < 2^29 + 131.
+#define NARROW_L (1ll << 22)
+
 // o = round(o / 2^dl) (o = 256·H + L) for the accumulators of row g (rr = 0)
-// or g + 8 (rr = 1) of this thread.
-template <int DP>
-__device__ __forceinline__ void rescale_half(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], int rr, unsigned dl) {
+// or g + 8 (rr = 1) of this thread. narrow (warp-uniform): every row's l before
+// the rescale is below NARROW_L, so o and the rounding fit in int32 (a shift
+// by 31 then gives 0, as by any dl ≥ 31).
+template <int DP, int rr>
+__device__ __forceinline__ void rescale_rows(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], unsigned dl,
+                                             bool narrow) {
+    if (narrow) {
+        const unsigned d2 = min(dl, 31u);
+        const int half = d2 ? 1 << (d2 - 1) : 0, neg = d2 ? -1 : 0;
+#pragma unroll
+        for (int G = 0; G < DP / 16; G++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int cc = 0; cc < 2; cc++) {
+                    const int c = 2 * rr + cc;
+                    int o = (int)((unsigned)H[G][j][c] * 256u + (unsigned)L[G][j][c]);
+                    o = (o + half + ((o >> 31) & neg)) >> d2;
+                    H[G][j][c] = o >> 8;
+                    L[G][j][c] = o & 255;
+                }
+        return;
+    }
 #pragma unroll
     for (int G = 0; G < DP / 16; G++)
 #pragma unroll
@@ -186,6 +277,16 @@ __device__ __forceinline__ void rescale_half(int (&H)[DP / 16][2][4], int (&L)[D
                 H[G][j][c] = (int)(o >> 8);
                 L[G][j][c] = (int)(o & 255);
             }
+}
+
+// rr as a compile-time index, so H and L stay in registers.
+template <int DP>
+__device__ __forceinline__ void rescale_half(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], int rr, unsigned dl,
+                                             bool narrow) {
+    if (rr == 0)
+        rescale_rows<DP, 0>(H, L, dl, narrow);
+    else
+        rescale_rows<DP, 1>(H, L, dl, narrow);
 }
 
 // DP: d rounded up to a multiple of 32 (the Q·Kᵀ k-step); BK keys a block.
@@ -204,7 +305,13 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     constexpr int NG = DP / 16;  // P·V dim groups (an even and an odd n8 tile each)
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned* lut_s = reinterpret_cast<unsigned*>(smem);  // [256][32]: a copy per lane, no bank conflicts
-    i8* kv_s = reinterpret_cast<i8*>(smem + 256 * 32 * 4);  // [2 stages][K, V][BK][LD]
+    constexpr bool RING = KvRing<DP>::on;
+    constexpr int STAGES = KvRing<DP>::stages;
+    i8* kv_s = reinterpret_cast<i8*>(smem + 256 * 32 * 4);  // [STAGES][K, V][BK][LD]
+    // RING: full[s]: stage s's block has landed (every thread's copies);
+    // empty[s]: every warp is done reading it.
+    __shared__ __align__(8) unsigned long long bars[RING ? 2 * STAGES : 1];
+    const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * STAGES;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
     const int nqb = (seq_q + ROWS - 1) / ROWS;
@@ -220,6 +327,25 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     const i8* kh = K + h * kv_stride;
     const i8* vh = V + h * kv_stride;
 
+    if (RING) {
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < STAGES; i++) {
+                mbar_init(full0 + 8 * i, 32 * WARPS);
+                mbar_init(empty0 + 8 * i, WARPS);
+            }
+        }
+        __syncthreads();  // the barriers are initialized
+    }
+    const int nblk = (kend + BK - 1) / BK;
+    auto load = [&](int b) {
+        const int s = b % STAGES;
+        load_kv<DP, BK, LD, RING>(kv_s + s * 2 * BK * LD, kv_s + s * 2 * BK * LD + BK * LD, kh, vh, b * BK, seq_kv,
+                                  d, full0 + 8 * s);
+    };
+    // The first blocks' loads fly while the LUT is copied.
+#pragma unroll
+    for (int b = 0; b < (RING ? KV_AHEAD : 1); b++)
+        if (b < nblk) load(b);
     {
         // Warp w copies entries 64w .. 64w + 63, lane l writes copy l: two
         // loads a thread, conflict-free stores.
@@ -229,7 +355,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
         for (int j = 0; j < 64; j++)
             lut_s[(64 * warp + j) * 32 + lane] = __shfl_sync(0xffffffffu, j < 32 ? v0 : v1, j & 31);
     }
-    load_kv<DP, BK, LD>(kv_s, kv_s + BK * LD, kh, vh, 0, seq_kv, d);
+    if (RING) __syncthreads();  // the LUT copies (else the loop's first barrier)
 
     // Q as A fragments: a0 row g, a1 row g+8, a2/a3 the same 16 dims further.
     unsigned qa[DP / 32][4];
@@ -268,15 +394,23 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     long long lpart[2] = {0, 0};  // this thread's share of l per row
 
     const unsigned* lutl = lut_s + lane;
-    const int nblk = (kend + BK - 1) / BK;
     for (int blk = 0; blk < nblk; blk++) {
-        const int kb = blk * BK, st = blk & 1;
-        asm volatile("cp.async.wait_all;\n" ::);
-        __syncthreads();
-        // Every warp is past the previous block, so the other stage is free.
-        if (blk + 1 < nblk)
-            load_kv<DP, BK, LD>(kv_s + (st ^ 1) * 2 * BK * LD, kv_s + (st ^ 1) * 2 * BK * LD + BK * LD, kh, vh, kb + BK,
-                            seq_kv, d);
+        const int kb = blk * BK, st = blk % STAGES;
+        if (RING) {
+            // This thread's share of block blk + KV_AHEAD, into the stage of
+            // block blk + KV_AHEAD − STAGES once every warp is done with it.
+            const int nb = blk + KV_AHEAD;
+            if (nb < nblk) {
+                if (nb >= STAGES) mbar_wait(empty0 + 8 * (nb % STAGES), (unsigned)(nb / STAGES - 1) & 1);
+                load(nb);
+            }
+            mbar_wait(full0 + 8 * st, (unsigned)(blk / STAGES) & 1);
+        } else {
+            asm volatile("cp.async.wait_all;\n" ::);
+            __syncthreads();
+            // Every warp is past the previous block, so the other stage is free.
+            if (blk + 1 < nblk) load(blk + 1);
+        }
         const i8* ks_ = kv_s + st * 2 * BK * LD;
         const i8* vs_ = ks_ + BK * LD;
         if (kb < wend) {
@@ -399,11 +533,12 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                         // Only the half of the accumulators whose row rose somewhere in the warp.
                         if (__any_sync(0xffffffffu, r)) {
                             const long long lt = quad_sum(lpart[rr] + lb[rr]);
+                            const bool narrow = __all_sync(0xffffffffu, lt < NARROW_L);
                             if (r) {
                                 const unsigned dl = min((unsigned)qm[rr] - (unsigned)m[rr], 62u);
                                 lpart[rr] = (tig ? 0 : round_shift(lt, dl)) + la[rr];
                                 m[rr] = qm[rr];
-                                rescale_half<DP>(H, L, rr, dl);
+                                rescale_half<DP>(H, L, rr, dl, narrow);
                             } else {
                                 lpart[rr] += lb[rr];
                             }
@@ -471,16 +606,25 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                             cur[rr] = nxt[rr];
                         }
                         if (!__any_sync(0xffffffffu, dl[0] | dl[1])) break;
-#pragma unroll
-                        for (int rr = 0; rr < 2; rr++) {
+                        // Written out per row half: a loop here stayed rolled
+                        // and put small arrays on the stack.
+                        auto rescale = [&](const int rr) {
+                            const bool narrow = __all_sync(0xffffffffu, lt[rr] < NARROW_L);
                             lt[rr] = round_shift(lt[rr], dl[rr]);
-                            if (__any_sync(0xffffffffu, dl[rr])) rescale_half<DP>(H, L, rr, dl[rr]);
-                        }
+                            if (__any_sync(0xffffffffu, dl[rr])) rescale_half<DP>(H, L, rr, dl[rr], narrow);
+                        };
+                        rescale(0);
+                        rescale(1);
                     }
                     lpart[0] = tig ? 0 : lt[0];
                     lpart[1] = tig ? 0 : lt[1];
                 }
             }
+        }
+        if (RING) {
+            // This warp is done reading the stage.
+            __syncwarp();
+            if (lane == 0) mbar_arrive(empty0 + 8 * st);
         }
         if ((kb + BK) % FOLD_KEYS == 0) {
 #pragma unroll
@@ -538,9 +682,9 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     extern "C" __global__ void __launch_bounds__(32 * WARPS) name(ATTENTION_MMA_ARGS) {                   \
         attention_mma<dp, bk, hi>(ATTENTION_MMA_PASS);                                                    \
     }
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32, 32, 64, false)
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64, 64, 64, false)
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128, 128, 32, false)
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32_hi, 32, 64, true)
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64_hi, 64, 64, true)
-ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128_hi, 128, 32, true)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32, 32, ATTENTION_MMA_BK(32), false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64, 64, ATTENTION_MMA_BK(64), false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128, 128, ATTENTION_MMA_BK(128), false)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32_hi, 32, ATTENTION_MMA_BK(32), true)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64_hi, 64, ATTENTION_MMA_BK(64), true)
+ATTENTION_MMA_KERNEL(ferrite_attention_mma_d128_hi, 128, ATTENTION_MMA_BK(128), true)

@@ -20,6 +20,12 @@ namespace oldk {
 #undef ATTENTION_MMA_ARGS
 #undef ATTENTION_MMA_PASS
 #undef ATTENTION_MMA_KERNEL
+#undef KV_STAGES
+#undef KV_AHEAD
+#undef NARROW_L
+#undef ATTENTION_MMA_STAGES
+#undef ATTENTION_MMA_BK
+#undef ATTENTION_MMA_RING
 #ifndef NEWFILE
 #define NEWFILE "attention_mma.cu"
 #endif
@@ -55,7 +61,16 @@ static unsigned* d_lut;
 
 static float launch(Kern f, const Prob& p, int bk, int dp, const i8* q, const i8* k, const i8* v, const int* kvl, void* o, int iters) {
     int ht = p.batch * p.heads;
-    int smem = 256 * 32 * 4 + 4 * bk * (dp + 16);
+    // The LUT copies and the new kernel's stages of K and V blocks (2 of bk
+    // keys before ATTENTION_MMA_STAGES and ATTENTION_MMA_BK existed); the
+    // larger of the two kernels' needs serves both.
+#ifdef ATTENTION_MMA_STAGES
+    const int keys_new = ATTENTION_MMA_STAGES(dp) * ATTENTION_MMA_BK(dp);
+#else
+    const int keys_new = 2 * bk;
+#endif
+    const int keys = keys_new > 2 * bk ? keys_new : 2 * bk;
+    int smem = 256 * 32 * 4 + 2 * keys * (dp + 16);
     CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int blocks = ht * ((p.seq_q + 63) / 64);
     long long qs = (long long)p.seq_q * p.d, kvs = (long long)p.seq_kv * p.d, os = (long long)p.seq_q * p.d * (p.requant ? 1 : 4);

@@ -14,6 +14,18 @@ const MAX_KEYS: usize = 1 << 17;
 /// The exp2 LUT, one copy per lane (256 × 32 words).
 const LUT_SMEM: u32 = 256 * 32 * 4;
 
+/// K/V stages in shared memory for the instance holding `dp` dims: the
+/// kernel's `ATTENTION_MMA_STAGES` (d = 128 keeps a six-stage mbarrier ring so
+/// warps drift apart, the others two stages and a CTA barrier per block).
+/// Keys a block are `ATTENTION_MMA_BK` ([`kernel_for`]).
+fn kv_stages(dp: u32) -> u32 {
+    if dp == 128 {
+        6
+    } else {
+        2
+    }
+}
+
 /// The kernel instance for head dim d and the score shift: (name, dims it
 /// holds, keys a block). Shifts ≥ 33 take the `_hi` instance, which reads t
 /// from the product's high word alone.
@@ -67,8 +79,8 @@ impl CudaDevice {
         let null = 0u64;
         let (name, dp, bk) = kernel_for(p.dim, p.params.score.shift);
         let func = self.gpu.function(ATTENTION_MMA, &name)?;
-        // The LUT copies, then two stages of K and V blocks, rows padded by 16 bytes.
-        let smem = LUT_SMEM + 4 * bk * (dp + 16);
+        // The LUT copies, then the stages of K and V blocks, rows padded by 16 bytes.
+        let smem = LUT_SMEM + 2 * kv_stages(dp) * bk * (dp + 16);
         self.gpu.set_dynamic_smem(&func, smem)?;
         let (q, k, v, o) = (self.slice(a.q)?, self.slice(a.k)?, self.slice(a.v)?, self.slice(a.o)?);
         let lut = self.lut.as_ref().expect("uploaded above");
@@ -158,6 +170,29 @@ mod tests {
 
     const EMASK: i32 = -(3 << 29);
     const FOLD_KEYS: usize = 32768;
+    /// The kernel's NARROW_L: rows with l below it rescale o in int32.
+    const NARROW_L: i64 = 1 << 22;
+
+    /// The constants above and the host's shared-memory rule are the kernel's.
+    #[test]
+    fn constants_match_the_kernel() {
+        let text = super::ATTENTION_MMA.text;
+        for line in [
+            "#define EMASK (-(3 << 29))".to_string(),
+            format!("#define FOLD_KEYS {FOLD_KEYS}"),
+            format!("#define NARROW_L (1ll << {})", NARROW_L.trailing_zeros()),
+            format!("#define KV_STAGES {}", super::kv_stages(128)),
+            "#define ATTENTION_MMA_BK(dp) ((dp) == 128 ? 32 : 64)".to_string(),
+            "#define ATTENTION_MMA_RING(dp) ((dp) == 128)".to_string(),
+            "#define ATTENTION_MMA_STAGES(dp) (ATTENTION_MMA_RING(dp) ? KV_STAGES : 2)".to_string(),
+        ] {
+            assert!(text.contains(&line), "attention_mma.cu lacks `{line}`");
+        }
+        assert_eq!((super::kv_stages(32), super::kv_stages(64)), (2, 2));
+        for (d, bk) in [(32, 64), (64, 64), (128, 32)] {
+            assert_eq!(super::kernel_for(d, 0).2, bk, "d = {d}");
+        }
+    }
 
     fn emulate_row(p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8], keys: usize, bk: usize) -> Vec<i32> {
         let (d, lut) = (p.dim, exp2_lut());
@@ -196,9 +231,21 @@ mod tests {
                 }
                 let Some(&nxt) = big_m.iter().filter(|&&x| x > cur).min() else { break };
                 let dl = ((nxt as i64 - cur as i64) as u32).min(62);
+                let narrow = l < NARROW_L;
                 l = round_shift(l, dl);
                 for (h, o) in hi.iter_mut().zip(lo.iter_mut()) {
                     let x = round_shift(*h as i64 * 256 + *o as i64, dl);
+                    if narrow {
+                        // The kernel's int32 rescale (`rescale_rows`, narrow):
+                        // o wrapped to 32 bits, the shift clamped to 31.
+                        let o32 = (*h as u32).wrapping_mul(256).wrapping_add(*o as u32) as i32;
+                        assert_eq!(o32 as i64, *h as i64 * 256 + *o as i64, "o beyond int32 with l < NARROW_L");
+                        let d2 = dl.min(31);
+                        let (half, neg) = if d2 > 0 { (1i32 << (d2 - 1), -1) } else { (0, 0) };
+                        let sum = o32.checked_add(half).and_then(|y| y.checked_add((o32 >> 31) & neg));
+                        let y = sum.expect("narrow rescale overflows int32") >> d2;
+                        assert_eq!(y as i64, x, "narrow rescale differs from round_shift");
+                    }
                     (*h, *o) = ((x >> 8) as i32, (x & 255) as i32);
                 }
                 cur = nxt;
