@@ -141,6 +141,8 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// Expert e's load: one 32-bit counter per expert (one wide register with
     /// one wide adder is what synthesis could not finish, docs/timing.md).
     loads: Vec<DFF<Bits<32>>>,
+    /// Each choice's expert id.
+    sels: Vec<Signal<Local, Bits<8>>>,
     /// 1 when one of this token's choices takes expert e (at most one does).
     hits: Vec<Signal<Local, Bits<32>>>,
     /// Expert e's load as the statistics writer reads it.
@@ -355,6 +357,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             rec_chain: locals(cfg.k_max),
             drop_chain: locals(cfg.k_max),
             loads: locals(cfg.e_max),
+            sels: locals(cfg.k_max),
             hits: locals(cfg.e_max),
             s_load: Default::default(),
             dropped: Default::default(),
@@ -852,6 +855,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         for last in (DIV_STAGES - 1)..DIV_STAGES {
             for i in 0..self._kmax {
                 self.choices[i].meta.next = self.divs[last].meta_o.val();
+                self.sels[i].next = self.divs[last].meta_o.val().get_bits::<8>(i * 8);
+                self.choices[i].sel.next = self.sels[i].val();
                 self.choices[i].r.next = self.divs[last].q_o.val();
                 self.choices[i].cap.next = self.cap.q.val();
                 self.choices[i].active.next = self.divs[last].valid_o.val() & (self.c_i[i].val() < self.run.k.val());
@@ -863,7 +868,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         for i in 0..self._kmax {
             self.choices[i].ld.next = 0.into();
             for e in 0..self._emax {
-                if self.choices[i].sel.val() == self.c_e[e].val() {
+                if self.sels[i].val() == self.c_e[e].val() {
                     self.choices[i].ld.next = self.loads[e].q.val();
                 }
             }
@@ -881,7 +886,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         for e in 0..self._emax {
             self.hits[e].next = 0.into();
             for i in 0..self._kmax {
-                if self.choices[i].active.val() & (self.choices[i].sel.val() == self.c_e[e].val()) {
+                if self.choices[i].active.val() & (self.sels[i].val() == self.c_e[e].val()) {
                     self.hits[e].next = 1.into();
                 }
             }

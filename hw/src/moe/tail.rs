@@ -548,23 +548,24 @@ impl Logic for DivStage {
     }
 }
 
-/// Choice `i` of a token (combinational): its expert, its Q0.16 weight, its slot
-/// from that expert's running load (`ld`, selected by the top from its
-/// per-expert counters) and the capacity, and its fields placed in the route record.
+/// Choice `i` of a token (combinational): its Q0.16 weight, its slot from its
+/// expert's running load and the capacity, and its fields placed in the route
+/// record. The top reads the expert id `sel` from the metadata and selects `ld`
+/// from its per-expert counters (an output `sel` read back by the top would be
+/// a combinational loop between the two blocks for Verilator).
 #[derive(LogicBlock)]
 pub struct Choice {
     pub meta: Signal<In, Bits<MB>>,
     pub r: Signal<In, Bits<32>>,
+    pub sel: Signal<In, Bits<8>>,
     pub ld: Signal<In, Bits<32>>,
     pub cap: Signal<In, Bits<32>>,
     pub active: Signal<In, Bit>,
-    pub sel: Signal<Out, Bits<8>>,
     pub drop: Signal<Out, Bit>,
     pub rec: Signal<Out, Bits<RB>>,
     slot: Signal<Local, Bits<32>>,
     full: Signal<Local, Bit>,
     wm: MulRoundSat16,
-    c_sel: Constant<Bits<16>>,
     c_p: Constant<Bits<16>>,
     c_id_sh: Constant<Bits<16>>,
     c_w_sh: Constant<Bits<16>>,
@@ -588,7 +589,6 @@ impl Choice {
             slot: Default::default(),
             full: Default::default(),
             wm: Default::default(),
-            c_sel: k(8 * i),
             c_p: k(META_P + 16 * i),
             c_id_sh: k(8 * (REC_IDS + i)),
             c_w_sh: k(8 * (REC_WEIGHTS + 2 * i)),
@@ -601,7 +601,6 @@ impl Choice {
 impl Logic for Choice {
     #[hdl_gen]
     fn update(&mut self) {
-        self.sel.next = self.meta.val().get_bits::<8>(self.c_sel.val().index());
         self.wm.p.next = self.meta.val().get_bits::<16>(self.c_p.val().index());
         self.wm.r.next = self.r.val();
         self.full.next = self.ld.val() >= self.cap.val();
