@@ -97,6 +97,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     w_beat: DFF<Bits<W>>,
     w_strb: DFF<Bits<S>>,
     bias_row: Signal<Local, Bits<W>>,
+    /// The row's bias lanes, registered so the bias RAM's read (its clock-to-out
+    /// is most of a cycle) and the lane add have a cycle each.
+    w_bias: DFF<Bits<W>>,
     p32: Vec<Signal<Local, Bits<W>>>,
     p8: Vec<Signal<Local, Bits<W>>>,
     w_col_cnt: Signal<Local, Bits<32>>,
@@ -106,6 +109,10 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The smallest C pitch that holds a row: N·4 bytes, or N with FLAGS.requant.
     ldc_min: Signal<Local, Bits<64>>,
     c_pmask: Constant<Bits<64>>,
+    /// The byte offsets in a beat that a tile's int32 row can start at: `j0` is a
+    /// multiple of `cols`, so the low bits of `4·j0` are known zero (none set
+    /// when a row fills the beat).
+    c_rmask: Constant<Bits<64>>,
     c_rows: Constant<Bits<32>>,
     c_cols: Constant<Bits<32>>,
     c_gap: Constant<Bits<16>>,
@@ -136,6 +143,8 @@ enum Phase {
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
 enum WriterState {
     Idle,
+    /// The bias RAM's word is read and its lanes registered.
+    Fetch,
     Bias,
     /// The requantizer pipeline (and the row address multiply) run.
     Wait,
@@ -215,12 +224,14 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             w_beat: Default::default(),
             w_strb: Default::default(),
             bias_row: Default::default(),
+            w_bias: Default::default(),
             p32: (0..c).map(|_| Default::default()).collect(),
             p8: (0..c).map(|_| Default::default()).collect(),
             w_col_cnt: Default::default(),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
             ldc_min: Default::default(),
             c_pmask: Constant::new(k(p as u64 - 1)),
+            c_rmask: Constant::new(k((p as u64 - 1) & !(4 * c as u64 - 1))),
             c_rows: Constant::new(k(r as u64)),
             c_cols: Constant::new(k(c as u64)),
             // Consecutive tiles' `last` steps must be this many cycles apart so a
@@ -246,7 +257,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         dff_setup!(
             self, ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, recv_cnt, recv_row, fk, fj0,
             feed_done, since_last, promised, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data, w_i, w_j0, w_addr,
-            w_base, w_wait, w_cols, w_beat, w_strb
+            w_base, w_wait, w_cols, w_beat, w_strb, w_bias
         );
         // ---------------- Shell ----------------
         AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
@@ -574,7 +585,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bias_ram.raddr.next =
             bit_cast::<16, 32>((self.ometa.dout.val().get_bits::<32>(32) << 2) >> self.c_logp.val());
         self.bias_row.next = self.bias_ram.rdata.val()
-            >> (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_pmask.val())) << 3);
+            >> (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3);
         self.w_col_cnt.next = self.c_cols.val();
         if (self.run.n.val() - self.w_j0.q.val()) < self.c_cols.val() {
             self.w_col_cnt.next = self.run.n.val() - self.w_j0.q.val();
@@ -582,7 +593,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         for c in 0..self._cols {
             self.lanes[c].clock.next = self.ap_clk.val();
             self.lanes[c].acc.next = self.w_data.q.val().get_bits::<32>(c * 32);
-            self.lanes[c].bias.next = self.bias_row.val().get_bits::<32>(c * 32);
+            self.lanes[c].bias.next = self.w_bias.q.val().get_bits::<32>(c * 32);
             self.lanes[c].use_bias.next = self.run.use_bias.val();
             self.lanes[c].relu.next = self.run.relu.val();
             self.lanes[c].mult.next = self.run.qmult.val();
@@ -609,8 +620,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.w_data.d.next = self.ofifo.dout.val();
                     self.w_i.d.next = self.ometa.dout.val().get_bits::<32>(0);
                     self.w_j0.d.next = self.ometa.dout.val().get_bits::<32>(32);
-                    self.wstate.d.next = WriterState::Bias;
+                    self.wstate.d.next = WriterState::Fetch;
                 }
+            }
+            WriterState::Fetch => {
+                self.w_bias.d.next = self.bias_row.val();
+                self.wstate.d.next = WriterState::Bias;
             }
             WriterState::Bias => {
                 // Lanes add bias / apply ReLU this cycle; the row address less w_i · LDC.
