@@ -69,7 +69,21 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     feed_done: DFF<Bit>,
     since_last: DFF<Bits<16>>,
     promised: DFF<Bits<16>>,
-    f_is_last: Signal<Local, Bit>,
+    // The feeder's gate `f_go` reads only registers (it fans out to the B FIFO,
+    // `fk`, `fj0`, `promised` and the array inputs): these flags are computed a
+    // cycle ahead.
+    /// `fk` is the tile's last k-step (`fk == K − 1`).
+    f_last: DFF<Bit>,
+    /// K − 2 and K = 1, latched at start, to update `f_last`.
+    k_m2: DFF<Bits<32>>,
+    k_one: DFF<Bit>,
+    /// `since_last ≥ c_gap`.
+    gap_ok: DFF<Bit>,
+    /// The output FIFO has room for another tile's rows, as of last cycle: its
+    /// count plus `promised` only grows when a tile ends, and the next tile can
+    /// end no sooner than `c_gap ≥ 2` cycles later, so last cycle's answer is
+    /// never too optimistic.
+    room: DFF<Bit>,
     f_go: Signal<Local, Bit>,
     f_cols: Signal<Local, Bits<32>>,
     s1_valid: DFF<Bit>,
@@ -116,6 +130,7 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     c_rows: Constant<Bits<32>>,
     c_cols: Constant<Bits<32>>,
     c_gap: Constant<Bits<16>>,
+    c_gap1: Constant<Bits<16>>,
     c_rfifo: Constant<Bits<16>>,
     c_ofifo: Constant<Bits<16>>,
     c_kmax: Constant<Bits<32>>,
@@ -200,7 +215,11 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             feed_done: Default::default(),
             since_last: Default::default(),
             promised: Default::default(),
-            f_is_last: Default::default(),
+            f_last: Default::default(),
+            k_m2: Default::default(),
+            k_one: Default::default(),
+            gap_ok: Default::default(),
+            room: Default::default(),
             f_go: Default::default(),
             f_cols: Default::default(),
             s1_valid: Default::default(),
@@ -237,6 +256,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             // Consecutive tiles' `last` steps must be this many cycles apart so a
             // row's results are captured before the next tile overwrites them.
             c_gap: Constant::new(k((r.max(c) + 1) as u64)),
+            c_gap1: Constant::new(k(r.max(c) as u64)),
             c_rfifo: Constant::new(k(cfg.read_fifo_depth as u64)),
             c_ofifo: Constant::new(k(ofifo as u64)),
             c_kmax: Constant::new(k(cfg.k_max as u64)),
@@ -256,8 +276,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
     fn update(&mut self) {
         dff_setup!(
             self, ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, recv_cnt, recv_row, fk, fj0,
-            feed_done, since_last, promised, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data, w_i, w_j0, w_addr,
-            w_base, w_wait, w_cols, w_beat, w_strb, w_bias
+            feed_done, since_last, promised, f_last, k_m2, k_one, gap_ok, room, s1_valid, s1_last, s1_sel, s1_b,
+            wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_beat, w_strb, w_bias
         );
         // ---------------- Shell ----------------
         AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
@@ -309,9 +329,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.recv_cnt.d.next = 0.into();
                     self.recv_row.d.next = 0.into();
                     self.since_last.d.next = self.c_gap.val();
+                    self.gap_ok.d.next = true;
                     self.promised.d.next = 0.into();
                     self.b_inflight.d.next = 0.into();
                     self.fk.d.next = 0.into();
+                    self.f_last.d.next = self.now.k.val() == 1;
+                    self.k_m2.d.next = self.now.k.val() - 2;
+                    self.k_one.d.next = self.now.k.val() == 1;
                     self.fj0.d.next = 0.into();
                     self.feed_done.d.next = false;
                     self.shell.span_load.next = true;
@@ -409,6 +433,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.shell.span_resume.next = true;
                     self.shell.span_rows.next = self.next_rows.val();
                     self.fk.d.next = 0.into();
+                    self.f_last.d.next = self.k_one.q.val();
                     self.fj0.d.next = 0.into();
                     self.feed_done.d.next = false;
                     self.rows_valid.d.next = self.next_rows.val();
@@ -467,14 +492,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
 
         // ---------------- Feeder: one k-step per cycle into the array ----------------
-        self.f_is_last.next = self.fk.q.val() == self.run.k.val() - 1;
+        self.room.d.next = (self.ofifo.count.val() + self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val()))
+            <= self.c_ofifo.val();
         self.f_go.next = ((self.phase.q.val() == Phase::BStream) | (self.phase.q.val() == Phase::BDrain))
             & !self.feed_done.q.val()
             & !self.bfifo.empty.val()
-            & (!self.f_is_last.val()
-                | ((self.since_last.q.val() >= self.c_gap.val())
-                    & ((self.ofifo.count.val() + self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val()))
-                        <= self.c_ofifo.val())));
+            & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val()));
         self.bfifo.pop.next = self.f_go.val();
         // Columns of this tile inside N: the rest of the chunk is zeroed.
         self.f_cols.next = self.c_cols.val();
@@ -482,7 +505,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.f_cols.next = self.run.n.val() - self.fj0.q.val();
         }
         self.s1_valid.d.next = self.f_go.val();
-        self.s1_last.d.next = self.f_go.val() & self.f_is_last.val();
+        self.s1_last.d.next = self.f_go.val() & self.f_last.q.val();
         self.s1_sel.d.next = bit_cast::<8, 32>(self.fk.q.val() & bit_cast::<32, 64>(self.c_pmask.val()));
         self.s1_b.d.next = (self.bfifo.dout.val()
             >> (bit_cast::<16, 32>(self.fj0.q.val() & bit_cast::<32, 64>(self.c_pmask.val())) << 3))
@@ -490,14 +513,18 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         if self.since_last.q.val() < self.c_gap.val() {
             self.since_last.d.next = self.since_last.q.val() + 1;
         }
+        // Whether `since_last` reaches the gap next cycle.
+        self.gap_ok.d.next = self.since_last.q.val() >= self.c_gap1.val();
         self.tiles.clock.next = self.ap_clk.val();
         self.tiles.reset.next = !self.ap_rst_n.val();
-        self.tiles.push.next = self.f_go.val() & self.f_is_last.val();
+        self.tiles.push.next = self.f_go.val() & self.f_last.q.val();
         self.tiles.din.next = bit_cast::<64, 32>(self.i0.q.val()) | (bit_cast::<64, 32>(self.fj0.q.val()) << 32);
         if self.f_go.val() {
-            if self.f_is_last.val() {
+            if self.f_last.q.val() {
                 self.fk.d.next = 0.into();
+                self.f_last.d.next = self.k_one.q.val();
                 self.since_last.d.next = 0.into();
+                self.gap_ok.d.next = false;
                 if (self.fj0.q.val() + self.c_cols.val()) >= self.run.n.val() {
                     self.feed_done.d.next = true;
                 } else {
@@ -505,6 +532,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             } else {
                 self.fk.d.next = self.fk.q.val() + 1;
+                self.f_last.d.next = self.fk.q.val() == self.k_m2.q.val();
             }
         }
         for r in 0..self._rows {
@@ -566,13 +594,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.ometa.push.next = self.any_cap.val() & (self.cap_row.val() < self.run.m.val());
         self.ometa.din.next = bit_cast::<64, 32>(self.cap_row.val())
             | (bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(32)) << 32);
-        if self.f_go.val() & self.f_is_last.val() & !self.any_cap.val() {
+        if self.f_go.val() & self.f_last.q.val() & !self.any_cap.val() {
             self.promised.d.next = self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val());
         }
-        if !(self.f_go.val() & self.f_is_last.val()) & self.any_cap.val() {
+        if !(self.f_go.val() & self.f_last.q.val()) & self.any_cap.val() {
             self.promised.d.next = self.promised.q.val() - 1;
         }
-        if self.f_go.val() & self.f_is_last.val() & self.any_cap.val() {
+        if self.f_go.val() & self.f_last.q.val() & self.any_cap.val() {
             self.promised.d.next = self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val()) - 1;
         }
 
@@ -675,6 +703,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
 
         if !self.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
+            self.f_last.d.next = false;
+            self.gap_ok.d.next = false;
+            self.room.d.next = false;
             self.wstate.d.next = WriterState::Idle;
         }
     }
