@@ -58,6 +58,10 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     bk: DFF<Bits<32>>,
     baddr: DFF<Bits<64>>,
     b_inflight: DFF<Bits<16>>,
+    /// The B FIFO has room for one more read, from last cycle's reads in flight
+    /// and FIFO count with one slot to spare (a read issued last cycle is not in
+    /// them), so the issue decision reads a register.
+    b_room: DFF<Bit>,
     b_issue: Signal<Local, Bit>,
     b_recv: Signal<Local, Bit>,
     // Read-data receiver.
@@ -131,7 +135,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     c_cols: Constant<Bits<32>>,
     c_gap: Constant<Bits<16>>,
     c_gap1: Constant<Bits<16>>,
-    c_rfifo: Constant<Bits<16>>,
+    /// The B reads in flight or buffered that still leave a slot for a read issued
+    /// last cycle: the read FIFO's depth less one.
+    c_rspare: Constant<Bits<16>>,
     c_ofifo: Constant<Bits<16>>,
     c_kmax: Constant<Bits<32>>,
     c_nmax: Constant<Bits<32>>,
@@ -206,6 +212,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             bk: Default::default(),
             baddr: Default::default(),
             b_inflight: Default::default(),
+            b_room: Default::default(),
             b_issue: Default::default(),
             b_recv: Default::default(),
             recv_cnt: Default::default(),
@@ -257,7 +264,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             // row's results are captured before the next tile overwrites them.
             c_gap: Constant::new(k((r.max(c) + 1) as u64)),
             c_gap1: Constant::new(k(r.max(c) as u64)),
-            c_rfifo: Constant::new(k(cfg.read_fifo_depth as u64)),
+            c_rspare: Constant::new(k(cfg.read_fifo_depth as u64 - 1)),
             c_ofifo: Constant::new(k(ofifo as u64)),
             c_kmax: Constant::new(k(cfg.k_max as u64)),
             c_nmax: Constant::new(k(cfg.n_max as u64)),
@@ -275,8 +282,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, recv_cnt, recv_row, fk, fj0,
-            feed_done, since_last, promised, f_last, k_m2, k_one, gap_ok, room, s1_valid, s1_last, s1_sel, s1_b,
+            self, ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, b_room, recv_cnt, recv_row, fk,
+            fj0, feed_done, since_last, promised, f_last, k_m2, k_one, gap_ok, room, s1_valid, s1_last, s1_sel, s1_b,
             wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_beat, w_strb, w_bias
         );
         // ---------------- Shell ----------------
@@ -408,7 +415,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 if self.shell.slot_free.val() {
                     if self.bj0.q.val() >= self.run.n.val() {
                         self.phase.d.next = Phase::BDrain;
-                    } else if (self.b_inflight.q.val() + self.bfifo.count.val()) < self.c_rfifo.val() {
+                    } else if self.b_room.q.val() {
                         // One single-beat read per k: B[k][j0 .. j0+cols] sits in one beat.
                         self.b_issue.next = true;
                         self.shell.ar_req.next = true;
@@ -484,6 +491,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bfifo.reset.next = !self.ap_rst_n.val();
         self.bfifo.push.next = self.b_recv.val();
         self.bfifo.din.next = self.m_axi_gmem.rdata.val();
+        self.b_room.d.next = (self.b_inflight.q.val() + self.bfifo.count.val()) < self.c_rspare.val();
         if self.b_issue.val() & !self.b_recv.val() {
             self.b_inflight.d.next = self.b_inflight.q.val() + 1;
         }
@@ -704,6 +712,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         if !self.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.f_last.d.next = false;
+            self.b_room.d.next = false;
             self.gap_ok.d.next = false;
             self.room.d.next = false;
             self.wstate.d.next = WriterState::Idle;
