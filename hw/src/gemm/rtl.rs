@@ -43,7 +43,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     bfifo: Fifo<W>,
     ofifo: Fifo<W>,
     ometa: Fifo<64>,
-    tiles: Fifo<64>,
+    /// Per tile in the array: `i0`, `j0` and the block's rows inside M.
+    tiles: Fifo<96>,
     row_mul: MulU32Pipe,
 
     // Derived from the arguments at ap_start.
@@ -89,18 +90,33 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// never too optimistic.
     room: DFF<Bit>,
     f_go: Signal<Local, Bit>,
+    /// Columns of B left from `fj0` (N − fj0), kept so the tile's column count
+    /// needs no subtraction.
+    f_left: DFF<Bits<32>>,
     f_cols: Signal<Local, Bits<32>>,
     s1_valid: DFF<Bit>,
     s1_last: DFF<Bit>,
     s1_sel: DFF<Bits<8>>,
     s1_b: DFF<Bits<W>>,
+    /// Byte lane `c` of `s1_b` lies inside N: the column feeds zero the others
+    /// (a registered lane enable, not a W-bit mask computed in the feed cycle).
+    s1_en: DFF<Bits<S>>,
     // Capture.
     bchain: Vec<Signal<Local, Bits<W>>>,
     rchain: Vec<Signal<Local, Bits<W>>>,
     ichain: Vec<Signal<Local, Bits<32>>>,
     cchain: Vec<Signal<Local, Bit>>,
     any_cap: Signal<Local, Bit>,
-    cap_row: Signal<Local, Bits<32>>,
+    /// The captured row's index in its tile.
+    cap_idx: Signal<Local, Bits<32>>,
+    /// A finished row, registered before the output FIFO push: the `tiles`
+    /// read, the row index and the M check get a cycle of their own.
+    cap_v: DFF<Bit>,
+    /// The row lies inside M (it is pushed).
+    cap_ok: DFF<Bit>,
+    cap_d: DFF<Bits<W>>,
+    /// The output row's index and `j0`, as `ometa` holds them.
+    cap_m: DFF<Bits<64>>,
     // Writer.
     wstate: DFF<WriterState>,
     w_data: DFF<Bits<W>>,
@@ -131,6 +147,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// multiple of `cols`, so the low bits of `4·j0` are known zero (none set
     /// when a row fills the beat).
     c_rmask: Constant<Bits<64>>,
+    /// Likewise for a tile's first byte of B: `fj0` is a multiple of `cols`.
+    c_bmask: Constant<Bits<64>>,
     c_rows: Constant<Bits<32>>,
     c_cols: Constant<Bits<32>>,
     c_gap: Constant<Bits<16>>,
@@ -228,17 +246,23 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             gap_ok: Default::default(),
             room: Default::default(),
             f_go: Default::default(),
+            f_left: Default::default(),
             f_cols: Default::default(),
             s1_valid: Default::default(),
             s1_last: Default::default(),
             s1_sel: Default::default(),
             s1_b: Default::default(),
+            s1_en: Default::default(),
             bchain: (0..c).map(|_| Default::default()).collect(),
             rchain: (0..r).map(|_| Default::default()).collect(),
             ichain: (0..r).map(|_| Default::default()).collect(),
             cchain: (0..r).map(|_| Default::default()).collect(),
             any_cap: Default::default(),
-            cap_row: Default::default(),
+            cap_idx: Default::default(),
+            cap_v: Default::default(),
+            cap_ok: Default::default(),
+            cap_d: Default::default(),
+            cap_m: Default::default(),
             wstate: Default::default(),
             w_data: Default::default(),
             w_i: Default::default(),
@@ -258,6 +282,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             ldc_min: Default::default(),
             c_pmask: Constant::new(k(p as u64 - 1)),
             c_rmask: Constant::new(k((p as u64 - 1) & !(4 * c as u64 - 1))),
+            c_bmask: Constant::new(k((p as u64 - 1) & !(c as u64 - 1))),
             c_rows: Constant::new(k(r as u64)),
             c_cols: Constant::new(k(c as u64)),
             // Consecutive tiles' `last` steps must be this many cycles apart so a
@@ -284,7 +309,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         dff_setup!(
             self, ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, b_room, recv_cnt, recv_row, fk,
             fj0, feed_done, since_last, promised, f_last, k_m2, k_one, gap_ok, room, s1_valid, s1_last, s1_sel, s1_b,
-            wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_beat, w_strb, w_bias
+            wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_beat, w_strb, w_bias, cap_v, cap_ok, cap_d,
+            cap_m, f_left, s1_en
         );
         // ---------------- Shell ----------------
         AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
@@ -344,6 +370,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.k_m2.d.next = self.now.k.val() - 2;
                     self.k_one.d.next = self.now.k.val() == 1;
                     self.fj0.d.next = 0.into();
+                    self.f_left.d.next = self.now.n.val();
                     self.feed_done.d.next = false;
                     self.shell.span_load.next = true;
                     self.shell.span_addr.next = self.now.a.val();
@@ -442,6 +469,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.fk.d.next = 0.into();
                     self.f_last.d.next = self.k_one.q.val();
                     self.fj0.d.next = 0.into();
+                    self.f_left.d.next = self.run.n.val();
                     self.feed_done.d.next = false;
                     self.rows_valid.d.next = self.next_rows.val();
                     self.phase.d.next = Phase::AReq;
@@ -509,15 +537,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bfifo.pop.next = self.f_go.val();
         // Columns of this tile inside N: the rest of the chunk is zeroed.
         self.f_cols.next = self.c_cols.val();
-        if (self.run.n.val() - self.fj0.q.val()) < self.c_cols.val() {
-            self.f_cols.next = self.run.n.val() - self.fj0.q.val();
+        if self.f_left.q.val() < self.c_cols.val() {
+            self.f_cols.next = self.f_left.q.val();
         }
         self.s1_valid.d.next = self.f_go.val();
         self.s1_last.d.next = self.f_go.val() & self.f_last.q.val();
         self.s1_sel.d.next = bit_cast::<8, 32>(self.fk.q.val() & bit_cast::<32, 64>(self.c_pmask.val()));
-        self.s1_b.d.next = (self.bfifo.dout.val()
-            >> (bit_cast::<16, 32>(self.fj0.q.val() & bit_cast::<32, 64>(self.c_pmask.val())) << 3))
-            & ((bits::<W>(1) << (self.f_cols.val() << 3)) - 1);
+        self.s1_b.d.next = self.bfifo.dout.val()
+            >> (bit_cast::<16, 32>(self.fj0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3);
+        self.s1_en.d.next = self.c_ones.val() >> (self.c_lanes.val() - bit_cast::<16, 32>(self.f_cols.val()));
         if self.since_last.q.val() < self.c_gap.val() {
             self.since_last.d.next = self.since_last.q.val() + 1;
         }
@@ -526,7 +554,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.tiles.clock.next = self.ap_clk.val();
         self.tiles.reset.next = !self.ap_rst_n.val();
         self.tiles.push.next = self.f_go.val() & self.f_last.q.val();
-        self.tiles.din.next = bit_cast::<64, 32>(self.i0.q.val()) | (bit_cast::<64, 32>(self.fj0.q.val()) << 32);
+        self.tiles.din.next = bit_cast::<96, 32>(self.i0.q.val())
+            | (bit_cast::<96, 32>(self.fj0.q.val()) << 32)
+            | (bit_cast::<96, 32>(self.rows_valid.q.val()) << 64);
         if self.f_go.val() {
             if self.f_last.q.val() {
                 self.fk.d.next = 0.into();
@@ -537,6 +567,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.feed_done.d.next = true;
                 } else {
                     self.fj0.d.next = self.fj0.q.val() + self.c_cols.val();
+                    self.f_left.d.next = self.f_left.q.val() - self.c_cols.val();
                 }
             } else {
                 self.fk.d.next = self.fk.q.val() + 1;
@@ -562,7 +593,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         for c in 0..self._cols {
             self.cols[c].clock.next = self.ap_clk.val();
-            self.cols[c].din.next = self.s1_b.q.val().get_bits::<8>(c * 8);
+            self.cols[c].din.next = 0.into();
+            if self.s1_en.q.val().get_bit(c) {
+                self.cols[c].din.next = self.s1_b.q.val().get_bits::<8>(c * 8);
+            }
         }
         self.bchain[0].next = self.cols[0].placed.val();
         for c in 1..self._cols {
@@ -585,30 +619,34 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.cchain[r].next = self.cchain[r - 1].val() | self.rows[r].cap.val();
         }
         self.any_cap.next = false;
-        self.cap_row.next = 0.into();
-        self.ofifo.din.next = 0.into();
         self.tiles.pop.next = false;
+        self.cap_idx.next = 0.into();
         for l in (self._rows - 1)..self._rows {
             self.any_cap.next = self.cchain[l].val();
-            self.cap_row.next = self.tiles.dout.val().get_bits::<32>(0) + self.ichain[l].val();
-            self.ofifo.din.next = self.rchain[l].val();
+            self.cap_idx.next = self.ichain[l].val();
+            self.cap_d.d.next = self.rchain[l].val();
             self.tiles.pop.next = self.rows[l].cap.val();
         }
+        self.cap_v.d.next = self.any_cap.val();
+        self.cap_ok.d.next = bit_cast::<16, 32>(self.cap_idx.val()) < self.tiles.dout.val().get_bits::<16>(64);
+        self.cap_m.d.next = bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(0) + self.cap_idx.val())
+            | (bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(32)) << 32);
         self.ofifo.clock.next = self.ap_clk.val();
         self.ofifo.reset.next = !self.ap_rst_n.val();
         self.ometa.clock.next = self.ap_clk.val();
         self.ometa.reset.next = !self.ap_rst_n.val();
-        self.ofifo.push.next = self.any_cap.val() & (self.cap_row.val() < self.run.m.val());
-        self.ometa.push.next = self.any_cap.val() & (self.cap_row.val() < self.run.m.val());
-        self.ometa.din.next = bit_cast::<64, 32>(self.cap_row.val())
-            | (bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(32)) << 32);
-        if self.f_go.val() & self.f_last.q.val() & !self.any_cap.val() {
+        self.ofifo.push.next = self.cap_v.q.val() & self.cap_ok.q.val();
+        self.ometa.push.next = self.cap_v.q.val() & self.cap_ok.q.val();
+        self.ofifo.din.next = self.cap_d.q.val();
+        self.ometa.din.next = self.cap_m.q.val();
+        // A captured row stays promised until it is pushed (or dropped, past M).
+        if self.f_go.val() & self.f_last.q.val() & !self.cap_v.q.val() {
             self.promised.d.next = self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val());
         }
-        if !(self.f_go.val() & self.f_last.q.val()) & self.any_cap.val() {
+        if !(self.f_go.val() & self.f_last.q.val()) & self.cap_v.q.val() {
             self.promised.d.next = self.promised.q.val() - 1;
         }
-        if self.f_go.val() & self.f_last.q.val() & self.any_cap.val() {
+        if self.f_go.val() & self.f_last.q.val() & self.cap_v.q.val() {
             self.promised.d.next = self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val()) - 1;
         }
 
@@ -715,6 +753,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.b_room.d.next = false;
             self.gap_ok.d.next = false;
             self.room.d.next = false;
+            self.cap_v.d.next = false;
             self.wstate.d.next = WriterState::Idle;
         }
     }
