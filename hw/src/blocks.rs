@@ -68,7 +68,9 @@ end",
 }
 
 /// First-word-fall-through FIFO with a run-time depth (a power of two).
-/// `dout` shows the head while `!empty`; `count` is the occupancy.
+/// `dout` shows the head while `!empty`; `count` is the occupancy. `empty`
+/// compares the pointers rather than testing `count`, so the pop gates that
+/// read it carry no subtraction.
 #[derive(LogicBlock)]
 pub struct Fifo<const D: usize> {
     pub clock: Signal<In, Clock>,
@@ -144,7 +146,7 @@ reg [{pmsb}:0] wr = 0;
 wire [{pmsb}:0] used = wr - rd;
 always @(*) begin
    dout = mem[rd[{amsb}:0]];
-   empty = (used == 0);
+   empty = (wr == rd);
    count = {{{pad}'d0, used}};
 end
 always @(posedge clock) begin
@@ -156,7 +158,7 @@ always @(posedge clock) begin
          mem[wr[{amsb}:0]] <= din;
          wr <= wr + 1;
       end
-      if (pop && (used != 0)) rd <= rd + 1;
+      if (pop && (wr != rd)) rd <= rd + 1;
    end
 end",
             msb = D - 1,

@@ -11,7 +11,10 @@
 use crate::blocks::{Pack, SkewLine, SyncRam};
 use rust_hdl::prelude::*;
 
-/// One multiply-accumulate cell: int8×int8 → int32.
+/// One multiply-accumulate cell: int8×int8 → int32. The product is
+/// registered before the accumulate (the multiplier and the 32-bit add in one
+/// cycle were too slow a path for the clock, docs/timing.md), so a sum
+/// finishes two cycles after its `last` arrives.
 #[derive(LogicBlock, Default)]
 pub struct Pe {
     pub clock: Signal<In, Clock>,
@@ -31,6 +34,9 @@ pub struct Pe {
     b_r: DFF<Bits<8>>,
     v_r: DFF<Bit>,
     l_r: DFF<Bit>,
+    prod_r: DFF<Signed<32>>,
+    v_p: DFF<Bit>,
+    l_p: DFF<Bit>,
     acc: DFF<Signed<32>>,
     res: DFF<Bits<32>>,
     prod: Signal<Local, Signed<32>>,
@@ -40,7 +46,7 @@ pub struct Pe {
 impl Logic for Pe {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, a_r, b_r, v_r, l_r, acc, res);
+        dff_setup!(self, clock, a_r, b_r, v_r, l_r, prod_r, v_p, l_p, acc, res);
         self.a_r.d.next = self.a_in.val();
         self.b_r.d.next = self.b_in.val();
         self.v_r.d.next = self.valid_in.val();
@@ -51,9 +57,12 @@ impl Logic for Pe {
         // rust-hdl multiplies 16×16 → 32: sign-extend the int8 operands.
         self.prod.next = signed_bit_cast::<16, 8>(signed_cast(self.a_r.q.val()))
             * signed_bit_cast::<16, 8>(signed_cast(self.b_r.q.val()));
-        self.sum.next = self.acc.q.val() + self.prod.val();
-        if self.v_r.q.val() {
-            if self.l_r.q.val() {
+        self.prod_r.d.next = self.prod.val();
+        self.v_p.d.next = self.v_r.q.val();
+        self.l_p.d.next = self.l_r.q.val();
+        self.sum.next = self.acc.q.val() + self.prod_r.q.val();
+        if self.v_p.q.val() {
+            if self.l_p.q.val() {
                 self.res.d.next = unsigned_cast(self.sum.val());
                 self.acc.d.next = 0.into();
             } else {
@@ -62,6 +71,7 @@ impl Logic for Pe {
         }
         if self.clear.val() {
             self.acc.d.next = 0.into();
+            self.v_p.d.next = false;
         }
         self.b_out.next = self.b_r.q.val();
         self.res_out.next = self.res.q.val();
@@ -89,6 +99,7 @@ pub struct PeRow<const W: usize> {
     /// The PEs' B bytes and sums, packed as lanes `c` of the row's buses.
     bpack: Pack<8, W>,
     rpack: Pack<32, W>,
+    cap_p: DFF<Bit>,
     cap_r: DFF<Bit>,
     row_idx: Constant<Bits<32>>,
     _cols: usize,
@@ -110,6 +121,7 @@ impl<const W: usize> PeRow<W> {
             pes: (0..cols).map(|_| Pe::default()).collect(),
             bpack: Pack::new(cols),
             rpack: Pack::new(cols),
+            cap_p: Default::default(),
             cap_r: Default::default(),
             row_idx: Constant::new((row as u64).to_bits()),
             _cols: cols,
@@ -120,7 +132,7 @@ impl<const W: usize> PeRow<W> {
 impl<const W: usize> Logic for PeRow<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, cap_r);
+        dff_setup!(self, clock, cap_p, cap_r);
         for c in 0..self._cols {
             self.pes[c].clock.next = self.clock.val();
             self.pes[c].clear.next = self.clear.val();
@@ -140,8 +152,9 @@ impl<const W: usize> Logic for PeRow<W> {
         }
         self.b_out.next = self.bpack.out.val();
         for l in (self._cols - 1)..self._cols {
-            // The last PE finishes its sum one cycle after it shows `last`.
-            self.cap_r.d.next = self.pes[l].valid_out.val() & self.pes[l].last_out.val();
+            // The last PE finishes its sum two cycles after it shows `last`.
+            self.cap_p.d.next = self.pes[l].valid_out.val() & self.pes[l].last_out.val();
+            self.cap_r.d.next = self.cap_p.q.val();
             self.res_sel.next = 0.into();
             if self.cap_r.q.val() {
                 self.res_sel.next = self.rpack.out.val();

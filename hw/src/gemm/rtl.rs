@@ -43,7 +43,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     bfifo: Fifo<W>,
     ofifo: Fifo<W>,
     ometa: Fifo<64>,
-    tiles: Fifo<64>,
+    /// Per tile in the array: `i0`, `j0` and the block's rows inside M.
+    tiles: Fifo<96>,
     row_mul: MulU32Pipe,
 
     // Derived from the arguments at ap_start.
@@ -58,6 +59,10 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     bk: DFF<Bits<32>>,
     baddr: DFF<Bits<64>>,
     b_inflight: DFF<Bits<16>>,
+    /// The B FIFO has room for one more read, from last cycle's reads in flight
+    /// and FIFO count with one slot to spare (a read issued last cycle is not in
+    /// them), so the issue decision reads a register.
+    b_room: DFF<Bit>,
     b_issue: Signal<Local, Bit>,
     b_recv: Signal<Local, Bit>,
     // Read-data receiver.
@@ -69,20 +74,49 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     feed_done: DFF<Bit>,
     since_last: DFF<Bits<16>>,
     promised: DFF<Bits<16>>,
-    f_is_last: Signal<Local, Bit>,
+    // The feeder's gate `f_go` reads only registers (it fans out to the B FIFO,
+    // `fk`, `fj0`, `promised` and the array inputs): these flags are computed a
+    // cycle ahead.
+    /// `fk` is the tile's last k-step (`fk == K − 1`).
+    f_last: DFF<Bit>,
+    /// K − 2 and K = 1, latched at start, to update `f_last`.
+    k_m2: DFF<Bits<32>>,
+    k_one: DFF<Bit>,
+    /// `since_last ≥ c_gap`.
+    gap_ok: DFF<Bit>,
+    /// The output FIFO has room for another tile's rows, as of last cycle: its
+    /// count plus `promised` only grows when a tile ends, and the next tile can
+    /// end no sooner than `c_gap ≥ 2` cycles later, so last cycle's answer is
+    /// never too optimistic.
+    room: DFF<Bit>,
     f_go: Signal<Local, Bit>,
+    /// Columns of B left from `fj0` (N − fj0), kept so the tile's column count
+    /// needs no subtraction.
+    f_left: DFF<Bits<32>>,
     f_cols: Signal<Local, Bits<32>>,
     s1_valid: DFF<Bit>,
     s1_last: DFF<Bit>,
     s1_sel: DFF<Bits<8>>,
     s1_b: DFF<Bits<W>>,
+    /// Byte lane `c` of `s1_b` lies inside N: the column feeds zero the others
+    /// (a registered lane enable, not a W-bit mask computed in the feed cycle).
+    s1_en: DFF<Bits<S>>,
     // Capture.
     bchain: Vec<Signal<Local, Bits<W>>>,
     rchain: Vec<Signal<Local, Bits<W>>>,
     ichain: Vec<Signal<Local, Bits<32>>>,
     cchain: Vec<Signal<Local, Bit>>,
     any_cap: Signal<Local, Bit>,
-    cap_row: Signal<Local, Bits<32>>,
+    /// The captured row's index in its tile.
+    cap_idx: Signal<Local, Bits<32>>,
+    /// A finished row, registered before the output FIFO push: the `tiles`
+    /// read, the row index and the M check get a cycle of their own.
+    cap_v: DFF<Bit>,
+    /// The row lies inside M (it is pushed).
+    cap_ok: DFF<Bit>,
+    cap_d: DFF<Bits<W>>,
+    /// The output row's index and `j0`, as `ometa` holds them.
+    cap_m: DFF<Bits<64>>,
     // Writer.
     wstate: DFF<WriterState>,
     w_data: DFF<Bits<W>>,
@@ -97,6 +131,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     w_beat: DFF<Bits<W>>,
     w_strb: DFF<Bits<S>>,
     bias_row: Signal<Local, Bits<W>>,
+    /// The row's bias lanes, registered so the bias RAM's read (its clock-to-out
+    /// is most of a cycle) and the lane add have a cycle each.
+    w_bias: DFF<Bits<W>>,
     p32: Vec<Signal<Local, Bits<W>>>,
     p8: Vec<Signal<Local, Bits<W>>>,
     w_col_cnt: Signal<Local, Bits<32>>,
@@ -106,10 +143,19 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The smallest C pitch that holds a row: N·4 bytes, or N with FLAGS.requant.
     ldc_min: Signal<Local, Bits<64>>,
     c_pmask: Constant<Bits<64>>,
+    /// The byte offsets in a beat that a tile's int32 row can start at: `j0` is a
+    /// multiple of `cols`, so the low bits of `4·j0` are known zero (none set
+    /// when a row fills the beat).
+    c_rmask: Constant<Bits<64>>,
+    /// Likewise for a tile's first byte of B: `fj0` is a multiple of `cols`.
+    c_bmask: Constant<Bits<64>>,
     c_rows: Constant<Bits<32>>,
     c_cols: Constant<Bits<32>>,
     c_gap: Constant<Bits<16>>,
-    c_rfifo: Constant<Bits<16>>,
+    c_gap1: Constant<Bits<16>>,
+    /// The B reads in flight or buffered that still leave a slot for a read issued
+    /// last cycle: the read FIFO's depth less one.
+    c_rspare: Constant<Bits<16>>,
     c_ofifo: Constant<Bits<16>>,
     c_kmax: Constant<Bits<32>>,
     c_nmax: Constant<Bits<32>>,
@@ -136,6 +182,8 @@ enum Phase {
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
 enum WriterState {
     Idle,
+    /// The bias RAM's word is read and its lanes registered.
+    Fetch,
     Bias,
     /// The requantizer pipeline (and the row address multiply) run.
     Wait,
@@ -182,6 +230,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             bk: Default::default(),
             baddr: Default::default(),
             b_inflight: Default::default(),
+            b_room: Default::default(),
             b_issue: Default::default(),
             b_recv: Default::default(),
             recv_cnt: Default::default(),
@@ -191,19 +240,29 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             feed_done: Default::default(),
             since_last: Default::default(),
             promised: Default::default(),
-            f_is_last: Default::default(),
+            f_last: Default::default(),
+            k_m2: Default::default(),
+            k_one: Default::default(),
+            gap_ok: Default::default(),
+            room: Default::default(),
             f_go: Default::default(),
+            f_left: Default::default(),
             f_cols: Default::default(),
             s1_valid: Default::default(),
             s1_last: Default::default(),
             s1_sel: Default::default(),
             s1_b: Default::default(),
+            s1_en: Default::default(),
             bchain: (0..c).map(|_| Default::default()).collect(),
             rchain: (0..r).map(|_| Default::default()).collect(),
             ichain: (0..r).map(|_| Default::default()).collect(),
             cchain: (0..r).map(|_| Default::default()).collect(),
             any_cap: Default::default(),
-            cap_row: Default::default(),
+            cap_idx: Default::default(),
+            cap_v: Default::default(),
+            cap_ok: Default::default(),
+            cap_d: Default::default(),
+            cap_m: Default::default(),
             wstate: Default::default(),
             w_data: Default::default(),
             w_i: Default::default(),
@@ -215,18 +274,22 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             w_beat: Default::default(),
             w_strb: Default::default(),
             bias_row: Default::default(),
+            w_bias: Default::default(),
             p32: (0..c).map(|_| Default::default()).collect(),
             p8: (0..c).map(|_| Default::default()).collect(),
             w_col_cnt: Default::default(),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
             ldc_min: Default::default(),
             c_pmask: Constant::new(k(p as u64 - 1)),
+            c_rmask: Constant::new(k((p as u64 - 1) & !(4 * c as u64 - 1))),
+            c_bmask: Constant::new(k((p as u64 - 1) & !(c as u64 - 1))),
             c_rows: Constant::new(k(r as u64)),
             c_cols: Constant::new(k(c as u64)),
             // Consecutive tiles' `last` steps must be this many cycles apart so a
             // row's results are captured before the next tile overwrites them.
             c_gap: Constant::new(k((r.max(c) + 1) as u64)),
-            c_rfifo: Constant::new(k(cfg.read_fifo_depth as u64)),
+            c_gap1: Constant::new(k(r.max(c) as u64)),
+            c_rspare: Constant::new(k(cfg.read_fifo_depth as u64 - 1)),
             c_ofifo: Constant::new(k(ofifo as u64)),
             c_kmax: Constant::new(k(cfg.k_max as u64)),
             c_nmax: Constant::new(k(cfg.n_max as u64)),
@@ -244,9 +307,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, recv_cnt, recv_row, fk, fj0,
-            feed_done, since_last, promised, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data, w_i, w_j0, w_addr,
-            w_base, w_wait, w_cols, w_beat, w_strb
+            self, ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, b_room, recv_cnt, recv_row, fk,
+            fj0, feed_done, since_last, promised, f_last, k_m2, k_one, gap_ok, room, s1_valid, s1_last, s1_sel, s1_b,
+            wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_beat, w_strb, w_bias, cap_v, cap_ok, cap_d,
+            cap_m, f_left, s1_en
         );
         // ---------------- Shell ----------------
         AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
@@ -298,10 +362,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.recv_cnt.d.next = 0.into();
                     self.recv_row.d.next = 0.into();
                     self.since_last.d.next = self.c_gap.val();
+                    self.gap_ok.d.next = true;
                     self.promised.d.next = 0.into();
                     self.b_inflight.d.next = 0.into();
                     self.fk.d.next = 0.into();
+                    self.f_last.d.next = self.now.k.val() == 1;
+                    self.k_m2.d.next = self.now.k.val() - 2;
+                    self.k_one.d.next = self.now.k.val() == 1;
                     self.fj0.d.next = 0.into();
+                    self.f_left.d.next = self.now.n.val();
                     self.feed_done.d.next = false;
                     self.shell.span_load.next = true;
                     self.shell.span_addr.next = self.now.a.val();
@@ -373,7 +442,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 if self.shell.slot_free.val() {
                     if self.bj0.q.val() >= self.run.n.val() {
                         self.phase.d.next = Phase::BDrain;
-                    } else if (self.b_inflight.q.val() + self.bfifo.count.val()) < self.c_rfifo.val() {
+                    } else if self.b_room.q.val() {
                         // One single-beat read per k: B[k][j0 .. j0+cols] sits in one beat.
                         self.b_issue.next = true;
                         self.shell.ar_req.next = true;
@@ -398,7 +467,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.shell.span_resume.next = true;
                     self.shell.span_rows.next = self.next_rows.val();
                     self.fk.d.next = 0.into();
+                    self.f_last.d.next = self.k_one.q.val();
                     self.fj0.d.next = 0.into();
+                    self.f_left.d.next = self.run.n.val();
                     self.feed_done.d.next = false;
                     self.rows_valid.d.next = self.next_rows.val();
                     self.phase.d.next = Phase::AReq;
@@ -448,6 +519,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bfifo.reset.next = !self.ap_rst_n.val();
         self.bfifo.push.next = self.b_recv.val();
         self.bfifo.din.next = self.m_axi_gmem.rdata.val();
+        self.b_room.d.next = (self.b_inflight.q.val() + self.bfifo.count.val()) < self.c_rspare.val();
         if self.b_issue.val() & !self.b_recv.val() {
             self.b_inflight.d.next = self.b_inflight.q.val() + 1;
         }
@@ -456,44 +528,50 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
 
         // ---------------- Feeder: one k-step per cycle into the array ----------------
-        self.f_is_last.next = self.fk.q.val() == self.run.k.val() - 1;
+        self.room.d.next = (self.ofifo.count.val() + self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val()))
+            <= self.c_ofifo.val();
         self.f_go.next = ((self.phase.q.val() == Phase::BStream) | (self.phase.q.val() == Phase::BDrain))
             & !self.feed_done.q.val()
             & !self.bfifo.empty.val()
-            & (!self.f_is_last.val()
-                | ((self.since_last.q.val() >= self.c_gap.val())
-                    & ((self.ofifo.count.val() + self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val()))
-                        <= self.c_ofifo.val())));
+            & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val()));
         self.bfifo.pop.next = self.f_go.val();
         // Columns of this tile inside N: the rest of the chunk is zeroed.
         self.f_cols.next = self.c_cols.val();
-        if (self.run.n.val() - self.fj0.q.val()) < self.c_cols.val() {
-            self.f_cols.next = self.run.n.val() - self.fj0.q.val();
+        if self.f_left.q.val() < self.c_cols.val() {
+            self.f_cols.next = self.f_left.q.val();
         }
         self.s1_valid.d.next = self.f_go.val();
-        self.s1_last.d.next = self.f_go.val() & self.f_is_last.val();
+        self.s1_last.d.next = self.f_go.val() & self.f_last.q.val();
         self.s1_sel.d.next = bit_cast::<8, 32>(self.fk.q.val() & bit_cast::<32, 64>(self.c_pmask.val()));
-        self.s1_b.d.next = (self.bfifo.dout.val()
-            >> (bit_cast::<16, 32>(self.fj0.q.val() & bit_cast::<32, 64>(self.c_pmask.val())) << 3))
-            & ((bits::<W>(1) << (self.f_cols.val() << 3)) - 1);
+        self.s1_b.d.next = self.bfifo.dout.val()
+            >> (bit_cast::<16, 32>(self.fj0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3);
+        self.s1_en.d.next = self.c_ones.val() >> (self.c_lanes.val() - bit_cast::<16, 32>(self.f_cols.val()));
         if self.since_last.q.val() < self.c_gap.val() {
             self.since_last.d.next = self.since_last.q.val() + 1;
         }
+        // Whether `since_last` reaches the gap next cycle.
+        self.gap_ok.d.next = self.since_last.q.val() >= self.c_gap1.val();
         self.tiles.clock.next = self.ap_clk.val();
         self.tiles.reset.next = !self.ap_rst_n.val();
-        self.tiles.push.next = self.f_go.val() & self.f_is_last.val();
-        self.tiles.din.next = bit_cast::<64, 32>(self.i0.q.val()) | (bit_cast::<64, 32>(self.fj0.q.val()) << 32);
+        self.tiles.push.next = self.f_go.val() & self.f_last.q.val();
+        self.tiles.din.next = bit_cast::<96, 32>(self.i0.q.val())
+            | (bit_cast::<96, 32>(self.fj0.q.val()) << 32)
+            | (bit_cast::<96, 32>(self.rows_valid.q.val()) << 64);
         if self.f_go.val() {
-            if self.f_is_last.val() {
+            if self.f_last.q.val() {
                 self.fk.d.next = 0.into();
+                self.f_last.d.next = self.k_one.q.val();
                 self.since_last.d.next = 0.into();
+                self.gap_ok.d.next = false;
                 if (self.fj0.q.val() + self.c_cols.val()) >= self.run.n.val() {
                     self.feed_done.d.next = true;
                 } else {
                     self.fj0.d.next = self.fj0.q.val() + self.c_cols.val();
+                    self.f_left.d.next = self.f_left.q.val() - self.c_cols.val();
                 }
             } else {
                 self.fk.d.next = self.fk.q.val() + 1;
+                self.f_last.d.next = self.fk.q.val() == self.k_m2.q.val();
             }
         }
         for r in 0..self._rows {
@@ -515,7 +593,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         for c in 0..self._cols {
             self.cols[c].clock.next = self.ap_clk.val();
-            self.cols[c].din.next = self.s1_b.q.val().get_bits::<8>(c * 8);
+            self.cols[c].din.next = 0.into();
+            if self.s1_en.q.val().get_bit(c) {
+                self.cols[c].din.next = self.s1_b.q.val().get_bits::<8>(c * 8);
+            }
         }
         self.bchain[0].next = self.cols[0].placed.val();
         for c in 1..self._cols {
@@ -538,30 +619,34 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.cchain[r].next = self.cchain[r - 1].val() | self.rows[r].cap.val();
         }
         self.any_cap.next = false;
-        self.cap_row.next = 0.into();
-        self.ofifo.din.next = 0.into();
         self.tiles.pop.next = false;
+        self.cap_idx.next = 0.into();
         for l in (self._rows - 1)..self._rows {
             self.any_cap.next = self.cchain[l].val();
-            self.cap_row.next = self.tiles.dout.val().get_bits::<32>(0) + self.ichain[l].val();
-            self.ofifo.din.next = self.rchain[l].val();
+            self.cap_idx.next = self.ichain[l].val();
+            self.cap_d.d.next = self.rchain[l].val();
             self.tiles.pop.next = self.rows[l].cap.val();
         }
+        self.cap_v.d.next = self.any_cap.val();
+        self.cap_ok.d.next = bit_cast::<16, 32>(self.cap_idx.val()) < self.tiles.dout.val().get_bits::<16>(64);
+        self.cap_m.d.next = bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(0) + self.cap_idx.val())
+            | (bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(32)) << 32);
         self.ofifo.clock.next = self.ap_clk.val();
         self.ofifo.reset.next = !self.ap_rst_n.val();
         self.ometa.clock.next = self.ap_clk.val();
         self.ometa.reset.next = !self.ap_rst_n.val();
-        self.ofifo.push.next = self.any_cap.val() & (self.cap_row.val() < self.run.m.val());
-        self.ometa.push.next = self.any_cap.val() & (self.cap_row.val() < self.run.m.val());
-        self.ometa.din.next = bit_cast::<64, 32>(self.cap_row.val())
-            | (bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(32)) << 32);
-        if self.f_go.val() & self.f_is_last.val() & !self.any_cap.val() {
+        self.ofifo.push.next = self.cap_v.q.val() & self.cap_ok.q.val();
+        self.ometa.push.next = self.cap_v.q.val() & self.cap_ok.q.val();
+        self.ofifo.din.next = self.cap_d.q.val();
+        self.ometa.din.next = self.cap_m.q.val();
+        // A captured row stays promised until it is pushed (or dropped, past M).
+        if self.f_go.val() & self.f_last.q.val() & !self.cap_v.q.val() {
             self.promised.d.next = self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val());
         }
-        if !(self.f_go.val() & self.f_is_last.val()) & self.any_cap.val() {
+        if !(self.f_go.val() & self.f_last.q.val()) & self.cap_v.q.val() {
             self.promised.d.next = self.promised.q.val() - 1;
         }
-        if self.f_go.val() & self.f_is_last.val() & self.any_cap.val() {
+        if self.f_go.val() & self.f_last.q.val() & self.cap_v.q.val() {
             self.promised.d.next = self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val()) - 1;
         }
 
@@ -574,7 +659,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bias_ram.raddr.next =
             bit_cast::<16, 32>((self.ometa.dout.val().get_bits::<32>(32) << 2) >> self.c_logp.val());
         self.bias_row.next = self.bias_ram.rdata.val()
-            >> (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_pmask.val())) << 3);
+            >> (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3);
         self.w_col_cnt.next = self.c_cols.val();
         if (self.run.n.val() - self.w_j0.q.val()) < self.c_cols.val() {
             self.w_col_cnt.next = self.run.n.val() - self.w_j0.q.val();
@@ -582,7 +667,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         for c in 0..self._cols {
             self.lanes[c].clock.next = self.ap_clk.val();
             self.lanes[c].acc.next = self.w_data.q.val().get_bits::<32>(c * 32);
-            self.lanes[c].bias.next = self.bias_row.val().get_bits::<32>(c * 32);
+            self.lanes[c].bias.next = self.w_bias.q.val().get_bits::<32>(c * 32);
             self.lanes[c].use_bias.next = self.run.use_bias.val();
             self.lanes[c].relu.next = self.run.relu.val();
             self.lanes[c].mult.next = self.run.qmult.val();
@@ -609,8 +694,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.w_data.d.next = self.ofifo.dout.val();
                     self.w_i.d.next = self.ometa.dout.val().get_bits::<32>(0);
                     self.w_j0.d.next = self.ometa.dout.val().get_bits::<32>(32);
-                    self.wstate.d.next = WriterState::Bias;
+                    self.wstate.d.next = WriterState::Fetch;
                 }
+            }
+            WriterState::Fetch => {
+                self.w_bias.d.next = self.bias_row.val();
+                self.wstate.d.next = WriterState::Bias;
             }
             WriterState::Bias => {
                 // Lanes add bias / apply ReLU this cycle; the row address less w_i · LDC.
@@ -660,6 +749,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
 
         if !self.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
+            self.f_last.d.next = false;
+            self.b_room.d.next = false;
+            self.gap_ok.d.next = false;
+            self.room.d.next = false;
+            self.cap_v.d.next = false;
             self.wstate.d.next = WriterState::Idle;
         }
     }
