@@ -9,7 +9,7 @@
 //! slots and load counters. A writer drains the tail's output FIFO: the token's
 //! route record (one burst), its dispatch entries (single words), and at the
 //! end the statistics.
-use super::config::{MoeConfig, RECORD_BYTES, T_LIMIT};
+use super::config::{MoeConfig, EXPERT_SLOTS, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
 use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_SUM, META_TOK, RB};
 use crate::blocks::{Fifo, MulU32, Pack, SyncRam};
@@ -1036,6 +1036,9 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
     }
 }
 
+// The instantiated slot counts must be `EXPERT_SLOTS` (macro arguments are literals).
+const _: () =
+    assert!(EXPERT_SLOTS.len() == 3 && EXPERT_SLOTS[0] == 16 && EXPERT_SLOTS[1] == 64 && EXPERT_SLOTS[2] == 256);
 crate::vitis_unit!(MoeUnit<EL, ZB, TB, PB>, MoeConfig, [128, 256, 512], expert_slots [16, 64, 256]);
 
 #[cfg(test)]
