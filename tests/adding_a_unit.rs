@@ -20,7 +20,8 @@ use std::sync::Arc;
 /// Step 1: the config, one type every layer reads.
 mod vadd {
     use super::*;
-    use ferrite_hw::shell::{AxiLiteSlave, AxiMaster, Shell};
+    use ferrite_hw::dff_setup;
+    use ferrite_hw::shell::{Shell, VitisPorts};
     use rust_hdl::prelude::*;
 
     /// Unit id in HWINFO's top byte; 0xF0 and up are free for out-of-tree units.
@@ -72,11 +73,7 @@ mod vadd {
     /// until N bytes are done (a toy: no overlap of reads and writes).
     #[derive(LogicBlock)]
     pub struct VaddUnit<const W: usize, const S: usize> {
-        pub ap_clk: Signal<In, Clock>,
-        pub ap_rst_n: Signal<In, Bit>,
-        pub interrupt: Signal<Out, Bit>,
-        pub s_axi_control: AxiLiteSlave,
-        pub m_axi_gmem: AxiMaster<W, S>,
+        pub vitis: VitisPorts<W, S>,
         shell: Shell<W, S>,
         now: regs::Args,
         run: regs::Args,
@@ -113,43 +110,28 @@ mod vadd {
     impl<const W: usize, const S: usize> VaddUnit<W, S> {
         pub fn new(cfg: &VaddConfig) -> Result<Self, HwError> {
             cfg.validate()?;
-            Ok(Self {
-                ap_clk: Default::default(),
-                ap_rst_n: Default::default(),
-                interrupt: Default::default(),
-                s_axi_control: Default::default(),
-                m_axi_gmem: Default::default(),
+            Ok(ferrite_hw::with_defaults!(Self {
                 shell: Shell::new(&regs::TABLE, cfg.hwinfo()),
-                now: Default::default(),
-                run: Default::default(),
-                state: Default::default(),
-                offset: Default::default(),
-                a_beat: Default::default(),
-                b_beat: Default::default(),
-                lane_a: (0..S).map(|_| Default::default()).collect(),
-                lane_b: (0..S).map(|_| Default::default()).collect(),
-                lane_sum: (0..S).map(|_| Default::default()).collect(),
-                lane_out: (0..S).map(|_| Default::default()).collect(),
-                packed: (0..S).map(|_| Default::default()).collect(),
-                left: Default::default(),
+                lane_a: ferrite_hw::many(S),
+                lane_b: ferrite_hw::many(S),
+                lane_sum: ferrite_hw::many(S),
+                lane_out: ferrite_hw::many(S),
+                packed: ferrite_hw::many(S),
                 c_lane_at: (0..S).map(|l| Constant::new(((8 * l) as u64).to_bits())).collect(),
                 c_byte: Constant::new(0xFFu64.to_bits()),
                 c_lanes: Constant::new((S as u64).to_bits()),
                 c_ones: Constant::new(Bits::<S>::mask()),
                 _lanes: S,
-            })
+                .. vitis, now, run, state, offset, a_beat, b_beat, left
+            }))
         }
     }
 
     impl<const W: usize, const S: usize> Logic for VaddUnit<W, S> {
         #[hdl_gen]
         fn update(&mut self) {
-            dff_setup!(self, ap_clk, state, offset, a_beat, b_beat);
-            AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
-            AxiMaster::<W, S>::link(&mut self.m_axi_gmem, &mut self.shell.m_axi_gmem);
-            self.shell.clock.next = self.ap_clk.val();
-            self.shell.rst_n.next = self.ap_rst_n.val();
-            self.interrupt.next = self.shell.interrupt.val();
+            dff_setup!(self, vitis.ap_clk, state, offset, a_beat, b_beat);
+            VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
             for i in 0..regs::TABLE.words() {
                 self.now.words[i].next = self.shell.args[i].val();
                 self.run.words[i].next = self.shell.run[i].val();
@@ -224,8 +206,8 @@ mod vadd {
                     }
                 }
                 State::WaitA => {
-                    if self.m_axi_gmem.rvalid.val() {
-                        self.a_beat.d.next = self.m_axi_gmem.rdata.val();
+                    if self.vitis.m_axi_gmem.rvalid.val() {
+                        self.a_beat.d.next = self.vitis.m_axi_gmem.rdata.val();
                         self.state.d.next = State::ReadB;
                     }
                 }
@@ -237,8 +219,8 @@ mod vadd {
                     }
                 }
                 State::WaitB => {
-                    if self.m_axi_gmem.rvalid.val() {
-                        self.b_beat.d.next = self.m_axi_gmem.rdata.val();
+                    if self.vitis.m_axi_gmem.rvalid.val() {
+                        self.b_beat.d.next = self.vitis.m_axi_gmem.rdata.val();
                         self.state.d.next = State::Write;
                     }
                 }
@@ -263,7 +245,7 @@ mod vadd {
                     self.state.d.next = State::Idle;
                 }
             }
-            if !self.ap_rst_n.val() {
+            if !self.vitis.ap_rst_n.val() {
                 self.state.d.next = State::Idle;
             }
         }

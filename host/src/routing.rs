@@ -47,7 +47,7 @@ pub fn losses(
     w: &[i8],
     bias: Option<&[i32]>,
 ) -> Result<RouterLosses, HwError> {
-    check_operands(p, x, w, bias)?;
+    check_operands(p, x.len(), w.len(), bias)?;
     if out.load.len() != p.experts {
         return Err(HwError::Problem(format!("{} loads for {} experts", out.load.len(), p.experts)));
     }
@@ -129,7 +129,7 @@ impl ExpertChoice {
 /// capacity factor (k is then the average experts per token).
 pub fn expert_choice(p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Result<ExpertChoice, HwError> {
     p.validate()?;
-    check_operands(p, x, w, bias)?;
+    check_operands(p, x.len(), w.len(), bias)?;
     let capacity = match p.capacity {
         Some(_) => p.capacity_slots(),
         None => (p.tokens * p.top_k).div_ceil(p.experts).min(p.tokens),

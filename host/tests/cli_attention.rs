@@ -52,7 +52,7 @@ fn cpu_npy_round_trip_matches_the_golden_model() {
     };
     let back: ArrayD<i32> = read_npy(path("o.npy")).unwrap();
     assert_eq!(back.shape(), [b, h, n, d]);
-    assert_eq!(AttentionOutput::Fixed(back.iter().copied().collect()), attention(&p, &q, &k, &v).unwrap());
+    assert_eq!(AttentionOutput::I32(back.iter().copied().collect()), attention(&p, &q, &k, &v).unwrap());
 
     // The same heads as [batch·heads, seq, dim] files, int8 output.
     let flat = |name: &str, rows: usize, data: &[i8]| {

@@ -335,7 +335,7 @@ impl Run {
         for i in 0..out.len() {
             let (h, e) = (i / per_head, i % per_head);
             match &out {
-                AttentionOutput::Fixed(o) => {
+                AttentionOutput::I32(o) => {
                     let dst = o0 + h * os + 4 * e;
                     self.mem[dst..dst + 4].copy_from_slice(&o[i].to_le_bytes());
                 }

@@ -12,15 +12,23 @@ fn to_u64<const N: usize>(b: Bits<N>) -> u64 {
     b.get_bits::<64>(0).to_u64()
 }
 
+/// A [`SyncRam`]'s inputs: its write port and read address. A block built
+/// around a RAM (a row feed, a gate lane) exposes the same interface and
+/// links it through.
+#[derive(LogicInterface, Default)]
+pub struct RamPort<const D: usize> {
+    pub we: Signal<In, Bit>,
+    pub waddr: Signal<In, Bits<16>>,
+    pub wdata: Signal<In, Bits<D>>,
+    pub raddr: Signal<In, Bits<16>>,
+}
+
 /// Simple dual-port RAM, synchronous read (one cycle), no read-during-write
 /// to the same address (the units never do it). Maps to BRAM/URAM.
 #[derive(LogicBlock)]
 pub struct SyncRam<const D: usize> {
     pub clock: Signal<In, Clock>,
-    pub we: Signal<In, Bit>,
-    pub waddr: Signal<In, Bits<16>>,
-    pub wdata: Signal<In, Bits<D>>,
-    pub raddr: Signal<In, Bits<16>>,
+    pub port: RamPort<D>,
     pub rdata: Signal<Out, Bits<D>>,
     _mem: Vec<Bits<D>>,
 }
@@ -28,15 +36,10 @@ pub struct SyncRam<const D: usize> {
 impl<const D: usize> SyncRam<D> {
     pub fn new(depth: usize) -> Self {
         assert!((1..=1 << 16).contains(&depth));
-        Self {
-            clock: Default::default(),
-            we: Default::default(),
-            waddr: Default::default(),
-            wdata: Default::default(),
-            raddr: Default::default(),
-            rdata: Default::default(),
+        with_defaults!(Self {
             _mem: vec![Bits::default(); depth],
-        }
+            .. clock, port, rdata
+        })
     }
 }
 
@@ -44,9 +47,10 @@ impl<const D: usize> Logic for SyncRam<D> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
             let depth = self._mem.len() as u64;
-            self.rdata.next = self._mem[(to_u64(self.raddr.val()) % depth) as usize];
-            if self.we.val() {
-                self._mem[(to_u64(self.waddr.val()) % depth) as usize] = self.wdata.val();
+            let p = &self.port;
+            self.rdata.next = self._mem[(to_u64(p.raddr.val()) % depth) as usize];
+            if p.we.val() {
+                self._mem[(to_u64(p.waddr.val()) % depth) as usize] = p.wdata.val();
             }
         }
     }
@@ -58,8 +62,8 @@ impl<const D: usize> Logic for SyncRam<D> {
             "\
 reg [{msb}:0] mem[0:{last}];
 always @(posedge clock) begin
-   if (we) mem[waddr] <= wdata;
-   rdata <= mem[raddr];
+   if (port$we) mem[port$waddr] <= port$wdata;
+   rdata <= mem[port$raddr];
 end",
             msb = D - 1,
             last = self._mem.len() - 1
@@ -88,18 +92,11 @@ pub struct Fifo<const D: usize> {
 impl<const D: usize> Fifo<D> {
     pub fn new(depth: usize) -> Self {
         assert!(depth.is_power_of_two() && depth <= 1 << 15);
-        Self {
-            clock: Default::default(),
-            reset: Default::default(),
-            push: Default::default(),
-            din: Default::default(),
-            pop: Default::default(),
-            dout: Default::default(),
-            empty: Default::default(),
-            count: Default::default(),
+        with_defaults!(Self {
             _mem: vec![Bits::default(); depth],
             _state: (0, 0),
-        }
+            .. clock, reset, push, din, pop, dout, empty, count
+        })
     }
 }
 
@@ -183,13 +180,11 @@ pub struct SkewLine<const D: usize> {
 impl<const D: usize> SkewLine<D> {
     pub fn new(depth: usize) -> Self {
         assert!(depth >= 1);
-        Self {
-            clock: Default::default(),
-            din: Default::default(),
-            dout: Default::default(),
-            stages: (0..depth).map(|_| Default::default()).collect(),
+        with_defaults!(Self {
+            stages: crate::many(depth),
             _depth: depth,
-        }
+            .. clock, din, dout
+        })
     }
 }
 
@@ -478,7 +473,7 @@ pub struct Pack<const L: usize, const W: usize> {
 impl<const L: usize, const W: usize> Pack<L, W> {
     pub fn new(n: usize) -> Self {
         assert!(n >= 1 && n * L <= W, "{n} lanes of {L} bits do not fit {W} bits");
-        Self { lanes: (0..n).map(|_| Default::default()).collect(), out: Default::default() }
+        Self { lanes: crate::many(n), out: Default::default() }
     }
 }
 
@@ -529,11 +524,8 @@ pub struct DotI8<const W: usize> {
 impl<const W: usize> DotI8<W> {
     pub fn new(n: usize) -> Self {
         assert!(n.is_power_of_two() && n <= 128 && 8 * n <= W, "{n} int8 pairs in {W} bits");
-        let sig = |k: usize| (0..(n >> k).max(1)).map(|_| Default::default()).collect();
-        Self {
-            a: Default::default(),
-            b: Default::default(),
-            dot: Default::default(),
+        let sig = |k: usize| crate::many((n >> k).max(1));
+        with_defaults!(Self {
             prod: sig(0),
             lv1: sig(1),
             lv2: sig(2),
@@ -545,7 +537,8 @@ impl<const W: usize> DotI8<W> {
             _n: n,
             _add: std::array::from_fn(|k| n >> (k + 1)),
             _pass: std::array::from_fn(|k| usize::from(n >> (k + 1) == 0)),
-        }
+            .. a, b, dot
+        })
     }
 }
 

@@ -58,38 +58,16 @@ pub struct Control {
 impl Control {
     pub fn new(n_args: usize, n_status: usize) -> Self {
         assert!(n_args >= 1 && n_status >= 1 && 0x10 + 4 * (n_args + n_status) <= 1 << CTRL_ADDR_BITS);
-        Self {
-            clock: Default::default(),
-            rst_n: Default::default(),
-            s_axi_control: Default::default(),
-            interrupt: Default::default(),
-            start: Default::default(),
-            core_done: Default::default(),
-            core_idle: Default::default(),
-            args: (0..n_args).map(|_| Default::default()).collect(),
-            status: (0..n_status).map(|_| Default::default()).collect(),
-            arg_regs: (0..n_args).map(|_| Default::default()).collect(),
-            wstate: Default::default(),
-            rstate: Default::default(),
-            waddr: Default::default(),
-            rdata_r: Default::default(),
-            ap_start: Default::default(),
-            ap_done: Default::default(),
-            auto_restart: Default::default(),
-            gie: Default::default(),
-            ier: Default::default(),
-            isr: Default::default(),
-            m0: Default::default(),
-            m1: Default::default(),
-            m2: Default::default(),
-            m3: Default::default(),
-            wmask: Default::default(),
-            go: Default::default(),
-            ctrl_word: Default::default(),
+        with_defaults!(Self {
+            args: crate::many(n_args),
+            status: crate::many(n_status),
+            arg_regs: crate::many(n_args),
             status_base: Constant::new(((0x10 + 4 * n_args) as u64).to_bits()),
             _n_args: n_args,
             _n_status: n_status,
-        }
+            .. clock, rst_n, s_axi_control, interrupt, start, core_done, core_idle, wstate, rstate, waddr, rdata_r,
+            ap_start, ap_done, auto_restart, gie, ier, isr, m0, m1, m2, m3, wmask, go, ctrl_word
+        })
     }
 }
 

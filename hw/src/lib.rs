@@ -6,6 +6,22 @@
 //! specification). All units share the Vitis RTL-kernel top-level port list
 //! described in [`vitis`], so one simulator shim, one memory model and one
 //! register-level driver serve every unit.
+/// A block's struct literal in which the fields named after `..` take their
+/// `Default`. rust-hdl blocks cannot use `..Default::default()`: `Constant`s
+/// and sized blocks (RAMs, FIFOs, lanes) have no default, so without this every
+/// signal and register would be listed a second time as `x: Default::default()`.
+#[macro_export]
+macro_rules! with_defaults {
+    ($ty:ident { $($field:ident: $value:expr,)* .. $($default:ident),+ $(,)? }) => {
+        $ty { $($field: $value,)* $($default: Default::default(),)+ }
+    };
+}
+
+/// `n` default-built blocks or signals, for a block's per-lane vectors.
+pub fn many<T: Default>(n: usize) -> Vec<T> {
+    std::iter::repeat_with(T::default).take(n).collect()
+}
+
 pub mod attention;
 pub mod block;
 pub mod blocks;
@@ -26,4 +42,21 @@ pub enum HwError {
     Config(String),
     #[error("invalid problem: {0}")]
     Problem(String),
+}
+
+/// rust-hdl's `dff_setup!`, also for a clock inside an interface
+/// (`vitis.ap_clk`): `#[hdl_gen]` reads the clock argument as an expression,
+/// rust-hdl's own macro takes only a field name. Imported by name where used
+/// (`use ferrite_hw::dff_setup`), which shadows the prelude's; the call is
+/// `#[rustfmt::skip]`, as rustfmt would give every register its own line.
+#[macro_export]
+macro_rules! dff_setup {
+    ($self:ident, $port:ident . $clock:ident, $($dff:ident),+ $(,)?) => {
+        $($self.$dff.clock.next = $self.$port.$clock.val();)+
+        $($self.$dff.d.next = $self.$dff.q.val();)+
+    };
+    ($self:ident, $clock:ident, $($dff:ident),+ $(,)?) => {
+        $($self.$dff.clock.next = $self.$clock.val();)+
+        $($self.$dff.d.next = $self.$dff.q.val();)+
+    };
 }

@@ -181,7 +181,7 @@ macro_rules! register_table {
         impl Default for Args {
             fn default() -> Self {
                 Self {
-                    words: (0..TABLE.words()).map(|_| Default::default()).collect(),
+                    words: $crate::many(TABLE.words()),
                     $($field: Default::default(), $($($flag: Default::default(),)*)?)*
                     bad_shift: Default::default(),
                     c_shift_max: Constant::new(($crate::numerics::MAX_REQUANT_SHIFT as u64).into()),

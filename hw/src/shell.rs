@@ -2,12 +2,12 @@
 //! ([`Control`]), the arguments latched for a run, the CYCLES/HWINFO/STATUS
 //! words, the AXI4 master's read-address issuer (4 KiB-safe bursts), its
 //! write handshake and response count, and the interrupt. A unit's top level
-//! holds the Vitis ports as the two interfaces below, links them to its
+//! holds the Vitis ports as one [`VitisPorts`] interface, links it to its
 //! [`Shell`] and keeps only its controller and datapath.
 //!
 //! Interfaces rather than a macro that writes the port list: rust-hdl flattens
-//! an interface into the same ports (`s_axi_control$awvalid`, renamed to the
-//! Vitis `s_axi_control_awvalid` by [`crate::vitis::rename_top`]), and a linked
+//! an interface into the same ports (`vitis$s_axi_control$awvalid`, renamed to
+//! the Vitis `s_axi_control_awvalid` by [`crate::vitis::rename_top`]), and a linked
 //! interface connects each top-level port straight to the shell instance
 //! (`.s_axi_control_awvalid(s_axi_control_awvalid)`), where wiring the ports by
 //! hand, as a generated port list would, copies each through a `reg` in the
@@ -15,6 +15,7 @@
 //! before). `LogicLink::link` is also an ordinary statement inside `update`,
 //! where a macro cannot be expanded.
 use crate::control::Control;
+use crate::dff_setup;
 use crate::regmap::{Table, CTRL_ADDR_BITS, STATUS_WORDS};
 use crate::vitis::GMEM_ADDR_BITS;
 use rust_hdl::prelude::*;
@@ -71,6 +72,19 @@ pub struct AxiMaster<const W: usize, const S: usize> {
     pub rresp: Signal<In, Bits<2>>,
 }
 
+/// The Vitis RTL kernel's ports, as the unit's top level declares them and
+/// hands them to its [`Shell`] with one `link` (exported without the `vitis`
+/// prefix by [`crate::vitis::rename_top`]).
+#[derive(LogicInterface, Default)]
+pub struct VitisPorts<const W: usize, const S: usize> {
+    pub ap_clk: Signal<In, Clock>,
+    /// Active low, synchronous.
+    pub ap_rst_n: Signal<In, Bit>,
+    pub interrupt: Signal<Out, Bit>,
+    pub s_axi_control: AxiLiteSlave,
+    pub m_axi_gmem: AxiMaster<W, S>,
+}
+
 /// The shell. The unit drives `idle`, `done` and `fail`, reads its arguments
 /// from `args` (as written, for the start cycle) and `run` (latched at `start`),
 /// reads `m_axi_gmem`'s R channel itself, and asks for reads and writes here:
@@ -87,11 +101,7 @@ pub struct AxiMaster<const W: usize, const S: usize> {
 ///   `writes_done` says every write issued this run has its response.
 #[derive(LogicBlock)]
 pub struct Shell<const W: usize, const S: usize> {
-    pub clock: Signal<In, Clock>,
-    pub rst_n: Signal<In, Bit>,
-    pub s_axi_control: AxiLiteSlave,
-    pub m_axi_gmem: AxiMaster<W, S>,
-    pub interrupt: Signal<Out, Bit>,
+    pub vitis: VitisPorts<W, S>,
     /// One-cycle pulse: the unit starts a run.
     pub start: Signal<Out, Bit>,
     pub args: Vec<Signal<Out, Bits<32>>>,
@@ -152,64 +162,20 @@ impl<const W: usize, const S: usize> Shell<W, S> {
     /// The shell of a unit with register table `table` and HWINFO word `hwinfo`.
     pub fn new(table: &Table, hwinfo: u32) -> Self {
         let n = table.words();
-        Self {
-            clock: Default::default(),
-            rst_n: Default::default(),
-            s_axi_control: Default::default(),
-            m_axi_gmem: Default::default(),
-            interrupt: Default::default(),
-            start: Default::default(),
-            args: (0..n).map(|_| Default::default()).collect(),
-            run: (0..n).map(|_| Default::default()).collect(),
-            idle: Default::default(),
-            done: Default::default(),
-            fail: Default::default(),
-            slot_free: Default::default(),
-            span_load: Default::default(),
-            span_resume: Default::default(),
-            span_addr: Default::default(),
-            span_beats: Default::default(),
-            span_rows: Default::default(),
-            span_pitch: Default::default(),
-            span_go: Default::default(),
-            span_row: Default::default(),
-            span_done: Default::default(),
-            ar_req: Default::default(),
-            ar_req_addr: Default::default(),
-            ar_req_len: Default::default(),
-            wr_send: Default::default(),
-            wr_addr: Default::default(),
-            wr_len: Default::default(),
-            wr_data: Default::default(),
-            wr_strb: Default::default(),
-            wr_last: Default::default(),
-            wr_beat: Default::default(),
-            wr_fire: Default::default(),
-            writes_done: Default::default(),
+        with_defaults!(Self {
+            args: crate::many(n),
+            run: crate::many(n),
             ctrl: Control::new(n, STATUS_WORDS),
-            run_regs: (0..n).map(|_| Default::default()).collect(),
-            err: Default::default(),
-            cycles: Default::default(),
-            ar_valid: Default::default(),
-            ar_addr: Default::default(),
-            ar_len: Default::default(),
-            rd_addr: Default::default(),
-            rd_rem: Default::default(),
-            row_addr: Default::default(),
-            row_beats: Default::default(),
-            pitch: Default::default(),
-            rows: Default::default(),
-            row: Default::default(),
-            to_page: Default::default(),
-            burst: Default::default(),
-            aw_done: Default::default(),
-            w_done: Default::default(),
-            wr_issued: Default::default(),
-            wr_acked: Default::default(),
+            run_regs: crate::many(n),
             c_logp: Constant::new((S.trailing_zeros() as u64).to_bits()),
             c_hwinfo: Constant::new((hwinfo as u64).to_bits()),
             _n_args: n,
-        }
+            .. vitis, start, idle, done, fail, slot_free, span_load,
+            span_resume, span_addr, span_beats, span_rows, span_pitch, span_go, span_row, span_done, ar_req,
+            ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len, wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done,
+            err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_addr, row_beats, pitch, rows, row, to_page,
+            burst, aw_done, w_done, wr_issued, wr_acked
+        })
     }
 
     /// Argument and status words the control slave was built with.
@@ -221,19 +187,20 @@ impl<const W: usize, const S: usize> Shell<W, S> {
 impl<const W: usize, const S: usize> Logic for Shell<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
+        #[rustfmt::skip]
         dff_setup!(
-            self, clock, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_addr, row_beats, pitch, rows,
-            row, aw_done, w_done, wr_issued, wr_acked
+            self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_addr, row_beats, pitch,
+            rows, row, aw_done, w_done, wr_issued, wr_acked
         );
-        AxiLiteSlave::link(&mut self.s_axi_control, &mut self.ctrl.s_axi_control);
-        self.ctrl.clock.next = self.clock.val();
-        self.ctrl.rst_n.next = self.rst_n.val();
-        self.interrupt.next = self.ctrl.interrupt.val();
+        AxiLiteSlave::link(&mut self.vitis.s_axi_control, &mut self.ctrl.s_axi_control);
+        self.ctrl.clock.next = self.vitis.ap_clk.val();
+        self.ctrl.rst_n.next = self.vitis.ap_rst_n.val();
+        self.vitis.interrupt.next = self.ctrl.interrupt.val();
         self.ctrl.core_idle.next = self.idle.val();
         self.ctrl.core_done.next = self.done.val();
         self.start.next = self.ctrl.start.val();
         for i in 0..self._n_args {
-            self.run_regs[i].clock.next = self.clock.val();
+            self.run_regs[i].clock.next = self.vitis.ap_clk.val();
             self.run_regs[i].d.next = self.run_regs[i].q.val();
             if self.ctrl.start.val() {
                 self.run_regs[i].d.next = self.ctrl.args[i].val();
@@ -248,12 +215,12 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         if !self.idle.val() {
             self.cycles.d.next = self.cycles.q.val() + 1;
         }
-        if self.m_axi_gmem.rvalid.val() & (self.m_axi_gmem.rresp.val() != 0) {
+        if self.vitis.m_axi_gmem.rvalid.val() & (self.vitis.m_axi_gmem.rresp.val() != 0) {
             self.err.d.next = true;
         }
-        if self.m_axi_gmem.bvalid.val() {
+        if self.vitis.m_axi_gmem.bvalid.val() {
             self.wr_acked.d.next = self.wr_acked.q.val() + 1;
-            if self.m_axi_gmem.bresp.val() != 0 {
+            if self.vitis.m_axi_gmem.bresp.val() != 0 {
                 self.err.d.next = true;
             }
         }
@@ -268,17 +235,17 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         }
 
         // Reads: one request in flight on AR at a time.
-        self.m_axi_gmem.arvalid.next = self.ar_valid.q.val();
-        self.m_axi_gmem.araddr.next = self.ar_addr.q.val();
-        self.m_axi_gmem.arlen.next = self.ar_len.q.val();
-        self.m_axi_gmem.arsize.next = self.c_logp.val().get_bits::<3>(0);
-        self.m_axi_gmem.arburst.next = 1.into();
-        self.m_axi_gmem.rready.next = true;
+        self.vitis.m_axi_gmem.arvalid.next = self.ar_valid.q.val();
+        self.vitis.m_axi_gmem.araddr.next = self.ar_addr.q.val();
+        self.vitis.m_axi_gmem.arlen.next = self.ar_len.q.val();
+        self.vitis.m_axi_gmem.arsize.next = self.c_logp.val().get_bits::<3>(0);
+        self.vitis.m_axi_gmem.arburst.next = 1.into();
+        self.vitis.m_axi_gmem.rready.next = true;
         // `slot_free` is an output only: the shell re-derives it where it needs it, as
         // Verilator cannot split an always block that reads back what it writes, and the
         // unit's requests (computed from `slot_free`) would close a combinational loop.
-        self.slot_free.next = !self.ar_valid.q.val() | self.m_axi_gmem.arready.val();
-        if !self.ar_valid.q.val() | self.m_axi_gmem.arready.val() {
+        self.slot_free.next = !self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val();
+        if !self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val() {
             self.ar_valid.d.next = false;
         }
         // Beats to the next 4 KiB page: AXI bursts must not cross one.
@@ -290,9 +257,9 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         }
         self.span_row.next = self.row.q.val();
         self.span_done.next =
-            (!self.ar_valid.q.val() | self.m_axi_gmem.arready.val()) & (self.row.q.val() >= self.rows.q.val());
+            (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val()) & (self.row.q.val() >= self.rows.q.val());
         if self.span_go.val()
-            & (!self.ar_valid.q.val() | self.m_axi_gmem.arready.val())
+            & (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val())
             & (self.row.q.val() < self.rows.q.val())
         {
             self.ar_valid.d.next = true;
@@ -326,26 +293,26 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         }
 
         // Writes: address and data handshakes complete in either order.
-        self.m_axi_gmem.awvalid.next = self.wr_send.val() & !self.aw_done.q.val();
-        self.m_axi_gmem.awaddr.next = self.wr_addr.val();
-        self.m_axi_gmem.awlen.next = self.wr_len.val();
-        self.m_axi_gmem.awsize.next = self.c_logp.val().get_bits::<3>(0);
-        self.m_axi_gmem.awburst.next = 1.into();
-        self.m_axi_gmem.wvalid.next = self.wr_send.val() & !self.w_done.q.val();
-        self.m_axi_gmem.wdata.next = self.wr_data.val();
-        self.m_axi_gmem.wstrb.next = self.wr_strb.val();
-        self.m_axi_gmem.wlast.next = self.wr_last.val();
-        self.m_axi_gmem.bready.next = true;
-        self.wr_beat.next = self.wr_send.val() & !self.w_done.q.val() & self.m_axi_gmem.wready.val();
-        if self.wr_send.val() & self.m_axi_gmem.awready.val() {
+        self.vitis.m_axi_gmem.awvalid.next = self.wr_send.val() & !self.aw_done.q.val();
+        self.vitis.m_axi_gmem.awaddr.next = self.wr_addr.val();
+        self.vitis.m_axi_gmem.awlen.next = self.wr_len.val();
+        self.vitis.m_axi_gmem.awsize.next = self.c_logp.val().get_bits::<3>(0);
+        self.vitis.m_axi_gmem.awburst.next = 1.into();
+        self.vitis.m_axi_gmem.wvalid.next = self.wr_send.val() & !self.w_done.q.val();
+        self.vitis.m_axi_gmem.wdata.next = self.wr_data.val();
+        self.vitis.m_axi_gmem.wstrb.next = self.wr_strb.val();
+        self.vitis.m_axi_gmem.wlast.next = self.wr_last.val();
+        self.vitis.m_axi_gmem.bready.next = true;
+        self.wr_beat.next = self.wr_send.val() & !self.w_done.q.val() & self.vitis.m_axi_gmem.wready.val();
+        if self.wr_send.val() & self.vitis.m_axi_gmem.awready.val() {
             self.aw_done.d.next = true;
         }
         if self.wr_beat.val() & self.wr_last.val() {
             self.w_done.d.next = true;
         }
         self.wr_fire.next = self.wr_send.val()
-            & (self.aw_done.q.val() | self.m_axi_gmem.awready.val())
-            & (self.w_done.q.val() | (self.m_axi_gmem.wready.val() & self.wr_last.val()));
+            & (self.aw_done.q.val() | self.vitis.m_axi_gmem.awready.val())
+            & (self.w_done.q.val() | (self.vitis.m_axi_gmem.wready.val() & self.wr_last.val()));
         if self.wr_fire.val() {
             self.wr_issued.d.next = self.wr_issued.q.val() + 1;
             self.aw_done.d.next = false;
@@ -353,7 +320,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         }
         self.writes_done.next = self.wr_issued.q.val() == self.wr_acked.q.val();
 
-        if !self.rst_n.val() {
+        if !self.vitis.ap_rst_n.val() {
             self.ar_valid.d.next = false;
             self.aw_done.d.next = false;
             self.w_done.d.next = false;

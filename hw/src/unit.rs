@@ -49,6 +49,83 @@ pub trait Unit: Send + Sync {
     }
 }
 
+/// A GEMM or attention output, row-major: int32 (attention: Q16 fixed point
+/// in V's units), or int8 when requantized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    I32(Vec<i32>),
+    I8(Vec<i8>),
+}
+
+impl Output {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::I32(v) => v.len(),
+            Self::I8(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Element `i` widened to i32.
+    pub fn get(&self, i: usize) -> i32 {
+        match self {
+            Self::I32(v) => v[i],
+            Self::I8(v) => v[i] as i32,
+        }
+    }
+
+    /// Index and both values of the first element where `self` and `other` differ.
+    pub fn first_mismatch(&self, other: &Output) -> Option<(usize, i32, i32)> {
+        if std::mem::discriminant(self) != std::mem::discriminant(other) || self.len() != other.len() {
+            return Some((0, self.len() as i32, other.len() as i32));
+        }
+        (0..self.len()).find(|&i| self.get(i) != other.get(i)).map(|i| (i, self.get(i), other.get(i)))
+    }
+}
+
+/// An operand's length against its shape (`dims`, e.g. `M×K = 4×8`): the
+/// one-line error every unit's operand check gives.
+pub fn check_len(name: &str, got: usize, want: usize, dims: impl FnOnce() -> String) -> Result<(), HwError> {
+    if got == want {
+        Ok(())
+    } else {
+        Err(HwError::Problem(format!("{name} has {got} elements, expected {want} ({})", dims())))
+    }
+}
+
+/// An optional int32 bias of `n` entries against the problem's bias flag.
+pub fn check_bias(flag: bool, bias: Option<&[i32]>, n: usize, dims: impl FnOnce() -> String) -> Result<(), HwError> {
+    match (flag, bias) {
+        (true, Some(b)) => check_len("bias", b.len(), n, dims),
+        (true, None) => Err(HwError::Problem("bias enabled but no bias given".into())),
+        (false, Some(_)) => Err(HwError::Problem("bias given but the bias flag is off".into())),
+        (false, None) => Ok(()),
+    }
+}
+
+/// A problem size against the unit's built-in limit: `what` (e.g. `K = 300`)
+/// over `limit` (e.g. `k_max = 256 (A-panel buffer)`).
+pub fn check_limit(value: usize, max: usize, what: impl FnOnce() -> (String, String)) -> Result<(), HwError> {
+    if value <= max {
+        return Ok(());
+    }
+    let (what, limit) = what();
+    Err(HwError::Problem(format!("{what} exceeds this unit's {limit}")))
+}
+
+/// Each buffer's extent against the unit's 32-bit pitch/offset registers.
+pub fn check_extents(buffers: &[(&str, u64)]) -> Result<(), HwError> {
+    match buffers.iter().find(|(_, bytes)| *bytes > u32::MAX as u64) {
+        Some((name, bytes)) => {
+            Err(HwError::Problem(format!("{name} needs {bytes} bytes, over the unit's 32-bit pitch/offset range")))
+        }
+        None => Ok(()),
+    }
+}
+
 /// Device memory as a register-level golden model sees it: byte addresses,
 /// as the unit's AXI4 master issues them.
 pub trait Memory {

@@ -5,8 +5,7 @@
 //! AXI4 master `m_axi_gmem_*` (single ID, in-order, INCR bursts) and
 //! `interrupt`. The simulator shim is generated from [`ports`], so a unit that
 //! follows this list needs no simulator code of its own.
-use crate::regmap::CTRL_ADDR_BITS;
-use crate::shell::{AxiLiteSlave, AxiMaster};
+use crate::shell::{AxiLiteSlave, AxiMaster, VitisPorts};
 use crate::HwError;
 use rust_hdl::prelude::*;
 
@@ -27,64 +26,44 @@ pub struct Port {
     pub bits: usize,
 }
 
-/// The full port list of a unit whose memory port is `data_bits` wide.
+/// The full port list of a unit whose memory port is `data_bits` bits wide
+/// (128, 256, 512 or 1024), read off [`VitisPorts`] itself so that the list
+/// the simulators' shims and harnesses are generated from is the RTL's.
 pub fn ports(data_bits: usize) -> Vec<Port> {
-    use Dir::*;
-    let p = |name: &str, dir, bits| Port { name: name.to_string(), dir, bits };
-    let c = CTRL_ADDR_BITS;
-    let (a, d, s) = (GMEM_ADDR_BITS, data_bits, data_bits / 8);
-    let mut v = vec![p("ap_clk", In, 1), p("ap_rst_n", In, 1), p("interrupt", Out, 1)];
-    for (name, dir, bits) in [
-        ("awvalid", In, 1),
-        ("awready", Out, 1),
-        ("awaddr", In, c),
-        ("wvalid", In, 1),
-        ("wready", Out, 1),
-        ("wdata", In, 32),
-        ("wstrb", In, 4),
-        ("bvalid", Out, 1),
-        ("bready", In, 1),
-        ("bresp", Out, 2),
-        ("arvalid", In, 1),
-        ("arready", Out, 1),
-        ("araddr", In, c),
-        ("rvalid", Out, 1),
-        ("rready", In, 1),
-        ("rdata", Out, 32),
-        ("rresp", Out, 2),
-    ] {
-        v.push(p(&format!("s_axi_control_{name}"), dir, bits));
+    /// Collects each signal's path below the top namespace, `_`-joined.
+    #[derive(Default)]
+    struct Collect {
+        path: Vec<String>,
+        ports: Vec<Port>,
     }
-    for (name, dir, bits) in [
-        ("awvalid", Out, 1),
-        ("awready", In, 1),
-        ("awaddr", Out, a),
-        ("awlen", Out, 8),
-        ("awsize", Out, 3),
-        ("awburst", Out, 2),
-        ("wvalid", Out, 1),
-        ("wready", In, 1),
-        ("wdata", Out, d),
-        ("wstrb", Out, s),
-        ("wlast", Out, 1),
-        ("bvalid", In, 1),
-        ("bready", Out, 1),
-        ("bresp", In, 2),
-        ("arvalid", Out, 1),
-        ("arready", In, 1),
-        ("araddr", Out, a),
-        ("arlen", Out, 8),
-        ("arsize", Out, 3),
-        ("arburst", Out, 2),
-        ("rvalid", In, 1),
-        ("rready", Out, 1),
-        ("rdata", In, d),
-        ("rlast", In, 1),
-        ("rresp", In, 2),
-    ] {
-        v.push(p(&format!("m_axi_gmem_{name}"), dir, bits));
+    impl Probe for Collect {
+        fn visit_start_namespace(&mut self, name: &str, _: &dyn Block) {
+            self.path.push(name.to_string());
+        }
+        fn visit_atom(&mut self, name: &str, signal: &dyn Atom) {
+            let dir = match signal.kind() {
+                AtomKind::InputParameter => Dir::In,
+                _ => Dir::Out,
+            };
+            let name = self.path[1..].iter().map(String::as_str).chain([name]).collect::<Vec<_>>().join("_");
+            self.ports.push(Port { name, dir, bits: signal.bits() });
+        }
+        fn visit_end_namespace(&mut self, _: &str, _: &dyn Block) {
+            self.path.pop();
+        }
     }
-    v
+    fn collect<const W: usize, const S: usize>() -> Vec<Port> {
+        let mut probe = Collect::default();
+        VitisPorts::<W, S>::default().accept("vitis", &mut probe);
+        probe.ports
+    }
+    match data_bits {
+        128 => collect::<128, 16>(),
+        256 => collect::<256, 32>(),
+        512 => collect::<512, 64>(),
+        1024 => collect::<1024, 128>(),
+        other => panic!("no Vitis port list for a {other}-bit memory port (128, 256, 512 or 1024)"),
+    }
 }
 
 #[cfg(test)]
@@ -132,6 +111,29 @@ mod tests {
             &moe::regs::TABLE,
             m.register_map(),
         );
+    }
+
+    #[test]
+    fn port_list_is_the_vitis_one() {
+        use super::{Dir, Port};
+        let ports = super::ports(256);
+        let port = |name: &str| ports.iter().find(|p| p.name == name).cloned();
+        let p = |name: &str, dir, bits| Some(Port { name: name.to_string(), dir, bits });
+        assert_eq!(ports.len(), 3 + 17 + 25);
+        assert_eq!(
+            ports[..3],
+            [
+                p("ap_clk", Dir::In, 1).unwrap(),
+                p("ap_rst_n", Dir::In, 1).unwrap(),
+                p("interrupt", Dir::Out, 1).unwrap()
+            ]
+        );
+        assert_eq!(port("s_axi_control_awaddr"), p("s_axi_control_awaddr", Dir::In, crate::regmap::CTRL_ADDR_BITS));
+        assert_eq!(port("s_axi_control_rdata"), p("s_axi_control_rdata", Dir::Out, 32));
+        assert_eq!(port("m_axi_gmem_araddr"), p("m_axi_gmem_araddr", Dir::Out, super::GMEM_ADDR_BITS));
+        assert_eq!(port("m_axi_gmem_rdata"), p("m_axi_gmem_rdata", Dir::In, 256));
+        assert_eq!(port("m_axi_gmem_wstrb"), p("m_axi_gmem_wstrb", Dir::Out, 32));
+        assert_eq!(super::ports(1024).iter().find(|p| p.name == "m_axi_gmem_wdata").unwrap().bits, 1024);
     }
 
     #[test]
@@ -229,13 +231,14 @@ pub trait PinLevel {
 }
 
 /// Rename rust-hdl's `top` module to the kernel name Vitis expects, the
-/// interface ports rust-hdl names `s_axi_control$awvalid` to the Vitis names
-/// (`s_axi_control_awvalid`) in every module that carries them, and make the
+/// interface ports rust-hdl names `vitis$s_axi_control$awvalid` to the Vitis
+/// names (`s_axi_control_awvalid`) in every module that carries them, and make the
 /// text portable ([`crate::portable`]). Every unit's export goes through here.
 pub fn rename_top(verilog: &str, kernel: &str) -> String {
     crate::portable::portable(
         &verilog
             .replacen("module top(", &format!("module {kernel}("), 1)
+            .replace("vitis$", "")
             .replace("s_axi_control$", "s_axi_control_")
             .replace("m_axi_gmem$", "m_axi_gmem_"),
     )
@@ -279,6 +282,22 @@ pub fn bits_to_words<const N: usize>(b: Bits<N>, words: &mut [u32]) {
 }
 
 /// Driven and sampled by [`vitis_unit!`] for the simulators.
+impl<const W: usize, const S: usize> VitisPorts<W, S> {
+    pub fn drive(&mut self, i: &Inputs, clock: bool) {
+        self.ap_clk.next = Clock::from(clock);
+        self.ap_rst_n.next = i.ap_rst_n != 0;
+        self.s_axi_control.drive(i);
+        self.m_axi_gmem.drive(i);
+    }
+
+    pub fn sample(&self) -> Outputs {
+        let mut o = Outputs { interrupt: self.interrupt.val() as u8, ..Default::default() };
+        self.s_axi_control.sample(&mut o);
+        self.m_axi_gmem.sample(&mut o);
+        o
+    }
+}
+
 impl AxiLiteSlave {
     pub fn drive(&mut self, i: &Inputs) {
         self.awvalid.next = i.ctrl_awvalid != 0;
@@ -338,8 +357,7 @@ impl<const W: usize, const S: usize> AxiMaster<W, S> {
     }
 }
 
-/// Make `$unit<W, S>` a Vitis unit: [`VitisTop`] (its fields `ap_clk`,
-/// `ap_rst_n`, `interrupt`, `s_axi_control`, `m_axi_gmem`, `shell`),
+/// Make `$unit<W, S>` a Vitis unit: [`VitisTop`] (its fields `vitis` and `shell`),
 /// [`VitisUnit`] (built by `$unit::new(&$cfg)`), and the unit module's
 /// `verilog` and `hdl_model` functions over the listed data widths.
 #[macro_export]
@@ -372,16 +390,10 @@ macro_rules! vitis_unit {
     (@impls $unit:ident<$($p:ident),*>, $cfg:ident) => {
         impl<const W: usize, const S: usize $(, const $p: usize)*> $crate::vitis::VitisTop for $unit<W, S $(, $p)*> {
             fn drive(&mut self, i: &$crate::vitis::Inputs, clock: bool) {
-                self.ap_clk.next = Clock::from(clock);
-                self.ap_rst_n.next = i.ap_rst_n != 0;
-                self.s_axi_control.drive(i);
-                self.m_axi_gmem.drive(i);
+                self.vitis.drive(i, clock);
             }
             fn sample(&self) -> $crate::vitis::Outputs {
-                let mut o = $crate::vitis::Outputs { interrupt: self.interrupt.val() as u8, ..Default::default() };
-                self.s_axi_control.sample(&mut o);
-                self.m_axi_gmem.sample(&mut o);
-                o
+                self.vitis.sample()
             }
             fn data_bits(&self) -> usize {
                 W

@@ -195,7 +195,7 @@ pub fn read_i8_heads(path: &Path) -> Result<ArrayD<i8>, NpyError> {
 pub fn write_attention(path: &Path, out: &AttentionOutput, shape: &[usize]) -> Result<(), NpyError> {
     let shape_err = |_| NpyError::TensorShape { path: path.into(), len: out.len(), shape: shape.to_vec() };
     let written = match out {
-        AttentionOutput::Fixed(v) => {
+        AttentionOutput::I32(v) => {
             write_npy(path, &ArrayD::from_shape_vec(IxDyn(shape), v.clone()).map_err(shape_err)?)
         }
         AttentionOutput::I8(v) => write_npy(path, &ArrayD::from_shape_vec(IxDyn(shape), v.clone()).map_err(shape_err)?),

@@ -2,10 +2,10 @@
 use crate::device::{AttentionArgs, Buffer, Device, DeviceError, GemmArgs, Launch, Layout, MoeArgs, Problem, RunStats};
 use ferrite_hw::attention::model::check_operands as check_attention;
 use ferrite_hw::attention::{AttentionLayout, AttentionOutput, AttentionProblem};
-use ferrite_hw::gemm::model::{check_lengths, check_operands};
+use ferrite_hw::gemm::model::check_operands;
 use ferrite_hw::gemm::{GemmLayout, GemmOutput, GemmProblem};
 use ferrite_hw::moe::config::RECORD_BYTES;
-use ferrite_hw::moe::model::{check_lengths as check_moe_lengths, check_operands as check_moe};
+use ferrite_hw::moe::model::check_operands as check_moe;
 use ferrite_hw::moe::{MoeLayout, MoeOutput, MoeProblem};
 
 /// Byte the output buffer is filled with before a launch, so elements the unit
@@ -21,7 +21,7 @@ pub fn gemm(
     b: &[i8],
     bias: Option<&[i32]>,
 ) -> Result<(GemmOutput, RunStats), DeviceError> {
-    check_operands(p, a, b, bias)?;
+    check_operands(p, a.len(), b.len(), bias)?;
     let Layout::Gemm(layout) = dev.layout(&Problem::Gemm(*p))? else {
         return Err(DeviceError::Problem("device answered a GEMM problem with another layout".into()));
     };
@@ -37,7 +37,7 @@ pub fn gemm_packed(
     b: &Packed,
     bias: Option<&[i32]>,
 ) -> Result<(GemmOutput, RunStats), DeviceError> {
-    check_lengths(p, a.len(), b.rows * b.cols, bias)?;
+    check_operands(p, a.len(), b.rows * b.cols, bias)?;
     let Layout::Gemm(layout) = dev.layout(&Problem::Gemm(*p))? else {
         return Err(DeviceError::Problem("device answered a GEMM problem with another layout".into()));
     };
@@ -81,8 +81,8 @@ pub fn gemm_pair(
     b1: &[i8],
     b2: &[i8],
 ) -> Result<(GemmOutput, [RunStats; 2]), DeviceError> {
-    check_operands(p1, a, b1, None)?;
-    check_lengths(p2, p2.m * p2.k, b2.len(), None)?;
+    check_operands(p1, a.len(), b1.len(), None)?;
+    check_operands(p2, p2.m * p2.k, b2.len(), None)?;
     let (l1, l2) = pair_layouts(dev, p1, p2)?;
     staged(dev, |s| pair_staged(s, [p1, p2], [l1, l2], a, [Weights::Host(b1), Weights::Host(b2)]))
 }
@@ -96,8 +96,8 @@ pub fn gemm_pair_packed(
     b1: &Packed,
     b2: &Packed,
 ) -> Result<(GemmOutput, [RunStats; 2]), DeviceError> {
-    check_lengths(p1, a.len(), b1.rows * b1.cols, None)?;
-    check_lengths(p2, p2.m * p2.k, b2.rows * b2.cols, None)?;
+    check_operands(p1, a.len(), b1.rows * b1.cols, None)?;
+    check_operands(p2, p2.m * p2.k, b2.rows * b2.cols, None)?;
     let (l1, l2) = pair_layouts(dev, p1, p2)?;
     b1.check("B1", p1.k, p1.n, l1.ldb, l1.b_bytes)?;
     b2.check("B2", p2.k, p2.n, l2.ldb, l2.b_bytes)?;
@@ -199,9 +199,9 @@ pub(crate) fn unpack_attention(bytes: &[u8], p: &AttentionProblem, stride: usize
     let dense = unpack_rows(bytes, p.heads_total(), p.seq_q * p.dim * elem, stride);
     match p.params.out {
         Some(_) => AttentionOutput::I8(dense.into_iter().map(|b| b as i8).collect()),
-        None => AttentionOutput::Fixed(
-            dense.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect(),
-        ),
+        None => {
+            AttentionOutput::I32(dense.chunks_exact(4).map(|w| i32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect())
+        }
     }
 }
 
@@ -226,7 +226,7 @@ pub fn moe(
     w: &[i8],
     bias: Option<&[i32]>,
 ) -> Result<(MoeOutput, RunStats), DeviceError> {
-    check_moe(p, x, w, bias)?;
+    check_moe(p, x.len(), w.len(), bias)?;
     let Layout::Moe(l) = dev.layout(&Problem::Moe(*p))? else {
         return Err(DeviceError::Problem("device answered an MoE problem with another layout".into()));
     };
@@ -241,7 +241,7 @@ pub fn moe_packed(
     w: &Packed,
     bias: Option<&[i32]>,
 ) -> Result<(MoeOutput, RunStats), DeviceError> {
-    check_moe_lengths(p, x.len(), w.rows * w.cols, bias)?;
+    check_moe(p, x.len(), w.rows * w.cols, bias)?;
     let Layout::Moe(l) = dev.layout(&Problem::Moe(*p))? else {
         return Err(DeviceError::Problem("device answered an MoE problem with another layout".into()));
     };

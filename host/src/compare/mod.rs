@@ -424,7 +424,7 @@ impl Inputs {
                 };
                 let max_abs = reference.iter().enumerate().fold(0f64, |m, (i, &r)| {
                     let got = match o {
-                        AttentionOutput::Fixed(_) => o.get(i) as f64 / 65536.0,
+                        AttentionOutput::I32(_) => o.get(i) as f64 / 65536.0,
                         AttentionOutput::I8(_) => o.get(i) as f64,
                     };
                     m.max((got - r).abs())
@@ -523,7 +523,7 @@ fn attention_output_rows(o: &AttentionOutput, p: &AttentionProblem, rows: &[(usi
     let d = p.dim;
     let at = |&(h, i): &(usize, usize)| (h * p.seq_q + i) * d..(h * p.seq_q + i + 1) * d;
     match o {
-        AttentionOutput::Fixed(v) => AttentionOutput::Fixed(rows.iter().flat_map(|r| v[at(r)].to_vec()).collect()),
+        AttentionOutput::I32(v) => AttentionOutput::I32(rows.iter().flat_map(|r| v[at(r)].to_vec()).collect()),
         AttentionOutput::I8(v) => AttentionOutput::I8(rows.iter().flat_map(|r| v[at(r)].to_vec()).collect()),
     }
 }

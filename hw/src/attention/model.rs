@@ -13,51 +13,19 @@
 //! as Q16 fixed point, optionally requantized to int8.
 use super::AttentionProblem;
 use crate::numerics::{exp2_fixed, exp2_lut, requantize, round_shift, EXP2_FRAC_BITS};
+use crate::unit::{check_len, Output};
 use crate::HwError;
 
-/// Row-major [batch·heads][seq_q][dim].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AttentionOutput {
-    /// Q16 fixed point in V's integer units.
-    Fixed(Vec<i32>),
-    I8(Vec<i8>),
-}
-
-impl AttentionOutput {
-    pub fn len(&self) -> usize {
-        match self {
-            Self::Fixed(v) => v.len(),
-            Self::I8(v) => v.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    pub fn get(&self, i: usize) -> i32 {
-        match self {
-            Self::Fixed(v) => v[i],
-            Self::I8(v) => v[i] as i32,
-        }
-    }
-}
+/// Row-major [batch·heads][seq_q][dim]: Q16 fixed point in V's integer units
+/// (`I32`), or int8 when requantized.
+pub type AttentionOutput = Output;
 
 pub fn check_operands(p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> Result<(), HwError> {
     p.validate()?;
-    let hq = p.heads_total() * p.seq_q * p.dim;
-    let hkv = p.heads_total() * p.seq_kv * p.dim;
-    for (name, got, want) in [("Q", q.len(), hq), ("K", k.len(), hkv), ("V", v.len(), hkv)] {
-        if got != want {
-            return Err(HwError::Problem(format!(
-                "{name} has {got} elements, expected {want} (batch·heads={}, seq={}, dim={})",
-                p.heads_total(),
-                if name == "Q" { p.seq_q } else { p.seq_kv },
-                p.dim
-            )));
-        }
-    }
-    Ok(())
+    let dims = |seq: usize| move || format!("batch·heads={}, seq={seq}, dim={}", p.heads_total(), p.dim);
+    check_len("Q", q.len(), p.heads_total() * p.seq_q * p.dim, dims(p.seq_q))?;
+    check_len("K", k.len(), p.heads_total() * p.seq_kv * p.dim, dims(p.seq_kv))?;
+    check_len("V", v.len(), p.heads_total() * p.seq_kv * p.dim, dims(p.seq_kv))
 }
 
 /// Keys that query `i` of batch entry `b` attends to.
@@ -112,7 +80,7 @@ pub fn attention(p: &AttentionProblem, q: &[i8], k: &[i8], v: &[i8]) -> Result<A
         }
     }
     Ok(match p.params.out {
-        None => AttentionOutput::Fixed(fixed),
+        None => AttentionOutput::I32(fixed),
         Some(rq) => AttentionOutput::I8(fixed.into_iter().map(|x| requantize(x, rq)).collect()),
     })
 }
@@ -155,11 +123,11 @@ pub fn attention_rows(
     for &row in rows {
         let (one, (q1, k1, v1)) = row_problem(p, (q, k, v), row)?;
         match attention(&one, q1, k1, v1)? {
-            AttentionOutput::Fixed(x) => fixed.extend(x),
+            AttentionOutput::I32(x) => fixed.extend(x),
             AttentionOutput::I8(x) => int8.extend(x),
         }
     }
-    Ok(if p.params.out.is_some() { AttentionOutput::I8(int8) } else { AttentionOutput::Fixed(fixed) })
+    Ok(if p.params.out.is_some() { AttentionOutput::I8(int8) } else { AttentionOutput::I32(fixed) })
 }
 
 /// [`attention_f64`] on the same rows as [`attention_rows`].
@@ -211,7 +179,7 @@ pub fn rel_fro_error(out: &AttentionOutput, reference: &[f64]) -> f64 {
     let (mut num, mut den) = (0f64, 0f64);
     for (i, &r) in reference.iter().enumerate() {
         let got = match out {
-            AttentionOutput::Fixed(_) => out.get(i) as f64 / 65536.0,
+            AttentionOutput::I32(_) => out.get(i) as f64 / 65536.0,
             AttentionOutput::I8(_) => out.get(i) as f64,
         };
         num += (got - r) * (got - r);

@@ -9,7 +9,8 @@ use super::lane::{Lane, ROW32_BITS, ROW8_BITS};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
 use crate::blocks::{Fifo, MulU32};
-use crate::shell::{AxiLiteSlave, AxiMaster, Shell};
+use crate::dff_setup;
+use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
 use rust_hdl::prelude::*;
 
@@ -18,11 +19,7 @@ const CHUNK: u64 = 8;
 
 #[derive(LogicBlock)]
 pub struct AttentionUnit<const W: usize, const S: usize> {
-    pub ap_clk: Signal<In, Clock>,
-    pub ap_rst_n: Signal<In, Bit>,
-    pub interrupt: Signal<Out, Bit>,
-    pub s_axi_control: AxiLiteSlave,
-    pub m_axi_gmem: AxiMaster<W, S>,
+    pub vitis: VitisPorts<W, S>,
 
     shell: Shell<W, S>,
     /// The arguments as written (read on the start cycle) and as latched for the run.
@@ -170,94 +167,13 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
         }
         let (l, d, p) = (cfg.lanes, cfg.head_dim as u64, cfg.port_bytes() as u64);
         let logd = d.trailing_zeros() as u64;
-        Ok(Self {
-            ap_clk: Default::default(),
-            ap_rst_n: Default::default(),
-            interrupt: Default::default(),
-            s_axi_control: Default::default(),
-            m_axi_gmem: Default::default(),
+        Ok(with_defaults!(Self {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
-            now: Default::default(),
-            run: Default::default(),
             lanes: (0..l).map(|_| Lane::new(cfg.head_dim)).collect(),
             kfifo: Fifo::new(cfg.read_fifo_depth),
             vfifo: Fifo::new(cfg.read_fifo_depth),
-            mul_q: Default::default(),
-            mul_kv: Default::default(),
-            mul_o: Default::default(),
-            phase: Default::default(),
-            h: Default::default(),
-            hb: Default::default(),
-            b: Default::default(),
-            qh: Default::default(),
-            kh: Default::default(),
-            vh: Default::default(),
-            oh: Default::default(),
-            nkv: Default::default(),
-            bh: Default::default(),
-            bad_args: Default::default(),
-            o_row_log: Default::default(),
-            kv_word: Default::default(),
-            kv_shift: Default::default(),
-            k_addr: Default::default(),
-            v_addr: Default::default(),
-            q0: Default::default(),
-            lv: Default::default(),
-            nk: Default::default(),
-            lv_next: Default::default(),
-            qs: Default::default(),
-            qrow_base: Default::default(),
-            q_total: Default::default(),
-            qb: Default::default(),
-            q_rx: Default::default(),
-            kv_off: Default::default(),
-            kv_rem: Default::default(),
-            kv_turn: Default::default(),
-            kv_last: Default::default(),
-            k_page: Default::default(),
-            v_page: Default::default(),
-            kv_len: Default::default(),
-            k_inflight: Default::default(),
-            v_inflight: Default::default(),
-            k_issue: Default::default(),
-            v_issue: Default::default(),
-            recv_v: Default::default(),
-            kv_rx: Default::default(),
-            j: Default::default(),
-            rib: Default::default(),
-            go: Default::default(),
-            is_last: Default::default(),
-            st_valid: Default::default(),
-            st_first: Default::default(),
-            st_j: Default::default(),
-            k_row: Default::default(),
-            v0: Default::default(),
-            v1: Default::default(),
-            v2: Default::default(),
-            v3: Default::default(),
-            last_pipe: Default::default(),
-            fin: Default::default(),
-            p_q0: Default::default(),
-            p_lv: Default::default(),
-            p_oh: Default::default(),
-            f_q0: Default::default(),
-            f_lv: Default::default(),
-            f_oh: Default::default(),
-            fx: Default::default(),
-            wi: Default::default(),
-            wb: Default::default(),
-            w_addr: Default::default(),
-            w_beat: Default::default(),
-            w_strb: Default::default(),
-            rm32: (0..l).map(|_| Default::default()).collect(),
-            rm8: (0..l).map(|_| Default::default()).collect(),
-            row32: Default::default(),
-            row8: Default::default(),
-            row_bytes_log: Default::default(),
-            row_byte: Default::default(),
-            beats_per_row: Default::default(),
-            beat32: Default::default(),
-            beat8: Default::default(),
+            rm32: crate::many(l),
+            rm8: crate::many(l),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
             c_pmask: Constant::new(k(p - 1)),
             c_pmask32: Constant::new(k(p - 1)),
@@ -273,24 +189,27 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
-        })
+            .. vitis, now, run, mul_q, mul_kv, mul_o, phase, h, hb, b,
+            qh, kh, vh, oh, nkv, bh, bad_args, o_row_log, kv_word, kv_shift, k_addr, v_addr, q0, lv, nk, lv_next, qs,
+            qrow_base, q_total, qb, q_rx, kv_off, kv_rem, kv_turn, kv_last, k_page, v_page, kv_len, k_inflight,
+            v_inflight, k_issue, v_issue, recv_v, kv_rx, j, rib, go, is_last, st_valid, st_first, st_j, k_row, v0, v1,
+            v2, v3, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb, row32, row8,
+            row_bytes_log, row_byte, beats_per_row, beat32, beat8
+        }))
     }
 }
 
 impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
+        #[rustfmt::skip]
         dff_setup!(
-            self, ap_clk, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, kv_off, kv_rem,
-            kv_turn, kv_last, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first, st_j, k_row, v0, v1, v2, v3,
-            last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb
+            self, vitis.ap_clk, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, kv_off,
+            kv_rem, kv_turn, kv_last, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first, st_j, k_row, v0, v1,
+            v2, v3, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb
         );
         // ---------------- Shell ----------------
-        AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
-        AxiMaster::<W, S>::link(&mut self.m_axi_gmem, &mut self.shell.m_axi_gmem);
-        self.shell.clock.next = self.ap_clk.val();
-        self.shell.rst_n.next = self.ap_rst_n.val();
-        self.interrupt.next = self.shell.interrupt.val();
+        VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
             self.now.words[i].next = self.shell.args[i].val();
             self.run.words[i].next = self.shell.run[i].val();
@@ -306,8 +225,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.mul_o.a.next = self.h.q.val();
         self.mul_o.b.next = self.run.o_stride.val();
         // Verilog cannot slice an expression: shift into a local first.
-        self.kv_shift.next =
-            self.m_axi_gmem.rdata.val() >> (bit_cast::<16, 32>((self.b.q.val() << 2) & self.c_pmask32.val()) << 3);
+        self.kv_shift.next = self.vitis.m_axi_gmem.rdata.val()
+            >> (bit_cast::<16, 32>((self.b.q.val() << 2) & self.c_pmask32.val()) << 3);
         self.kv_word.next = self.kv_shift.val().get_bits::<32>(0);
         self.lv_next.next = self.c_lanes.val();
         if (self.run.seq_q.val() - self.q0.q.val()) < self.c_lanes.val() {
@@ -325,9 +244,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.shell.span_rows.next = 1.into();
         self.shell.span_pitch.next = 0.into();
         self.shell.span_go.next = self.phase.q.val() == Phase::QReq;
-        self.q_rx.next =
-            self.m_axi_gmem.rvalid.val() & ((self.phase.q.val() == Phase::QReq) | (self.phase.q.val() == Phase::QWait));
-        self.kv_rx.next = self.m_axi_gmem.rvalid.val() & (self.phase.q.val() == Phase::Stream);
+        self.q_rx.next = self.vitis.m_axi_gmem.rvalid.val()
+            & ((self.phase.q.val() == Phase::QReq) | (self.phase.q.val() == Phase::QWait));
+        self.kv_rx.next = self.vitis.m_axi_gmem.rvalid.val() & (self.phase.q.val() == Phase::Stream);
         // K/V bursts: the same length for K and V, never crossing a page in either.
         self.k_addr.next = self.kh.q.val() + self.kv_off.q.val();
         self.v_addr.next = self.vh.q.val() + self.kv_off.q.val();
@@ -449,7 +368,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 }
             }
             Phase::KvCheckWait => {
-                if self.m_axi_gmem.rvalid.val() {
+                if self.vitis.m_axi_gmem.rvalid.val() {
                     self.b.d.next = self.b.q.val() + 1;
                     self.bh.d.next = self.bh.q.val() + self.run.hpb.val();
                     self.phase.d.next = Phase::KvCheckReq;
@@ -486,7 +405,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 }
             }
             Phase::KvWait => {
-                if self.m_axi_gmem.rvalid.val() {
+                if self.vitis.m_axi_gmem.rvalid.val() {
                     // Checked in KvCheckWait; clamped again only in case KVLEN
                     // changed during the run, so the unit still finishes.
                     self.nkv.d.next = self.kv_word.val();
@@ -655,15 +574,15 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
 
         // ---------------- K/V receive ----------------
-        self.kfifo.clock.next = self.ap_clk.val();
-        self.vfifo.clock.next = self.ap_clk.val();
-        self.kfifo.reset.next = !self.ap_rst_n.val();
-        self.vfifo.reset.next = !self.ap_rst_n.val();
-        self.kfifo.din.next = self.m_axi_gmem.rdata.val();
-        self.vfifo.din.next = self.m_axi_gmem.rdata.val();
+        self.kfifo.clock.next = self.vitis.ap_clk.val();
+        self.vfifo.clock.next = self.vitis.ap_clk.val();
+        self.kfifo.reset.next = !self.vitis.ap_rst_n.val();
+        self.vfifo.reset.next = !self.vitis.ap_rst_n.val();
+        self.kfifo.din.next = self.vitis.m_axi_gmem.rdata.val();
+        self.vfifo.din.next = self.vitis.m_axi_gmem.rdata.val();
         self.kfifo.push.next = self.kv_rx.val() & !self.recv_v.q.val();
         self.vfifo.push.next = self.kv_rx.val() & self.recv_v.q.val();
-        if self.kv_rx.val() & self.m_axi_gmem.rlast.val() {
+        if self.kv_rx.val() & self.vitis.m_axi_gmem.rlast.val() {
             self.recv_v.d.next = !self.recv_v.q.val();
         }
         self.k_inflight.d.next = self.k_inflight.q.val() + self.k_issue.val()
@@ -699,12 +618,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
 
         // ---------------- Lanes ----------------
         for i in 0..self._lanes {
-            self.lanes[i].clock.next = self.ap_clk.val();
+            self.lanes[i].clock.next = self.vitis.ap_clk.val();
             self.lanes[i].q_we.next = self.q_rx.val()
                 & ((((self.qrow_base.q.val() + self.c_lane_off[i].val()) >> self.c_logp.val())
                     - (self.qrow_base.q.val() >> self.c_logp.val()))
                     == self.qb.q.val());
-            self.lanes[i].q_row.next = self.m_axi_gmem.rdata.val()
+            self.lanes[i].q_row.next = self.vitis.m_axi_gmem.rdata.val()
                 >> (((self.qrow_base.q.val() + self.c_lane_off[i].val()) & self.c_pmask32.val()) << 3);
             self.lanes[i].q_idx.next = self.q0.q.val() + self.c_lane_idx[i].val();
             self.lanes[i].causal.next = self.run.causal.val();
@@ -733,7 +652,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.shell.wr_strb.next = self.w_strb.q.val();
         self.shell.wr_last.next = true;
 
-        if !self.ap_rst_n.val() {
+        if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.fin.d.next = Fin::Idle;
             self.k_inflight.d.next = 0.into();

@@ -8,7 +8,7 @@
 //! exactly once, so the memory port only streams int8 operands. A `last` flag
 //! travels with A; when it reaches a PE, that PE moves its sum to a result
 //! register and starts the next tile without a bubble.
-use crate::blocks::{Pack, SkewLine, SyncRam};
+use crate::blocks::{Pack, RamPort, SkewLine, SyncRam};
 use rust_hdl::prelude::*;
 
 /// One multiply-accumulate cell: int8×int8 → int32. The product is
@@ -107,25 +107,14 @@ pub struct PeRow<const W: usize> {
 
 impl<const W: usize> PeRow<W> {
     pub fn new(row: usize, cols: usize) -> Self {
-        Self {
-            clock: Default::default(),
-            clear: Default::default(),
-            a_in: Default::default(),
-            valid_in: Default::default(),
-            last_in: Default::default(),
-            b_in: Default::default(),
-            b_out: Default::default(),
-            cap: Default::default(),
-            res_sel: Default::default(),
-            idx_sel: Default::default(),
+        with_defaults!(Self {
             pes: (0..cols).map(|_| Pe::default()).collect(),
             bpack: Pack::new(cols),
             rpack: Pack::new(cols),
-            cap_p: Default::default(),
-            cap_r: Default::default(),
             row_idx: Constant::new((row as u64).to_bits()),
             _cols: cols,
-        }
+            .. clock, clear, a_in, valid_in, last_in, b_in, b_out, cap, res_sel, idx_sel, cap_p, cap_r
+        })
     }
 }
 
@@ -173,10 +162,7 @@ impl<const W: usize> Logic for PeRow<W> {
 #[derive(LogicBlock)]
 pub struct RowFeed<const W: usize> {
     pub clock: Signal<In, Clock>,
-    pub we: Signal<In, Bit>,
-    pub waddr: Signal<In, Bits<16>>,
-    pub wdata: Signal<In, Bits<W>>,
-    pub raddr: Signal<In, Bits<16>>,
+    pub ram_port: RamPort<W>,
     /// Byte of the beat read last cycle that holds A[i0 + r][k].
     pub sel: Signal<In, Bits<8>>,
     pub valid_in: Signal<In, Bit>,
@@ -190,21 +176,11 @@ pub struct RowFeed<const W: usize> {
 
 impl<const W: usize> RowFeed<W> {
     pub fn new(row: usize, depth_beats: usize) -> Self {
-        Self {
-            clock: Default::default(),
-            we: Default::default(),
-            waddr: Default::default(),
-            wdata: Default::default(),
-            raddr: Default::default(),
-            sel: Default::default(),
-            valid_in: Default::default(),
-            last_in: Default::default(),
-            a_out: Default::default(),
-            valid_out: Default::default(),
-            last_out: Default::default(),
+        with_defaults!(Self {
             ram: SyncRam::new(depth_beats),
             line: SkewLine::new(row + 1),
-        }
+            .. clock, ram_port, sel, valid_in, last_in, a_out, valid_out, last_out
+        })
     }
 }
 
@@ -213,10 +189,7 @@ impl<const W: usize> Logic for RowFeed<W> {
     fn update(&mut self) {
         self.ram.clock.next = self.clock.val();
         self.line.clock.next = self.clock.val();
-        self.ram.we.next = self.we.val();
-        self.ram.waddr.next = self.waddr.val();
-        self.ram.wdata.next = self.wdata.val();
-        self.ram.raddr.next = self.raddr.val();
+        RamPort::<W>::link(&mut self.ram_port, &mut self.ram.port);
         self.line.din.next = bit_cast::<10, 8>(self.ram.rdata.val().get_bits::<8>(self.sel.val().index() * 8))
             | (bit_cast::<10, 1>(self.valid_in.val().into()) << 8)
             | (bit_cast::<10, 1>(self.last_in.val().into()) << 9);
@@ -238,13 +211,11 @@ pub struct ColFeed<const W: usize> {
 
 impl<const W: usize> ColFeed<W> {
     pub fn new(col: usize) -> Self {
-        Self {
-            clock: Default::default(),
-            din: Default::default(),
-            placed: Default::default(),
+        with_defaults!(Self {
             line: SkewLine::new(col + 1),
             shift: Constant::new(((col * 8) as u64).to_bits()),
-        }
+            .. clock, din, placed
+        })
     }
 }
 

@@ -2,6 +2,7 @@
 //! the golden model, the drivers and the reports all read.
 use crate::numerics::{Requant, MAX_REQUANT_SHIFT};
 use crate::regmap::RegisterMap;
+use crate::unit::{check_extents, check_limit};
 use crate::HwError;
 use serde::{Deserialize, Serialize};
 
@@ -154,26 +155,16 @@ impl GemmProblem {
     /// Checks against what a unit built with `cfg` can run.
     pub fn validate_for(&self, cfg: &GemmConfig) -> Result<(), HwError> {
         self.validate()?;
-        if self.k > cfg.k_max {
-            return Err(HwError::Problem(format!(
-                "K = {} exceeds this unit's k_max = {} (A-panel buffer)",
-                self.k, cfg.k_max
-            )));
-        }
-        if self.bias && self.n > cfg.n_max {
-            return Err(HwError::Problem(format!(
-                "N = {} exceeds this unit's n_max = {} (bias buffer)",
-                self.n, cfg.n_max
-            )));
+        check_limit(self.k, cfg.k_max, || {
+            (format!("K = {}", self.k), format!("k_max = {} (A-panel buffer)", cfg.k_max))
+        })?;
+        if self.bias {
+            check_limit(self.n, cfg.n_max, || {
+                (format!("N = {}", self.n), format!("n_max = {} (bias buffer)", cfg.n_max))
+            })?;
         }
         let layout = GemmLayout::new(cfg, self);
-        for (name, bytes) in [("A", layout.a_bytes), ("B", layout.b_bytes), ("C", layout.c_bytes)] {
-            if bytes > u32::MAX as u64 {
-                return Err(HwError::Problem(format!(
-                    "{name} needs {bytes} bytes, over the unit's 32-bit pitch/offset range"
-                )));
-            }
-        }
+        check_extents(&[("A", layout.a_bytes), ("B", layout.b_bytes), ("C", layout.c_bytes)])?;
         Ok(())
     }
 

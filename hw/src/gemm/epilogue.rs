@@ -26,23 +26,11 @@ pub struct EpilogueLane<const W: usize> {
 
 impl<const W: usize> EpilogueLane<W> {
     pub fn new(col: usize) -> Self {
-        Self {
-            clock: Default::default(),
-            acc: Default::default(),
-            bias: Default::default(),
-            use_bias: Default::default(),
-            relu: Default::default(),
-            en_add: Default::default(),
-            mult: Default::default(),
-            shift: Default::default(),
-            out32: Default::default(),
-            out8: Default::default(),
-            value: Default::default(),
-            sum: Default::default(),
-            rq: Default::default(),
+        with_defaults!(Self {
             s32: Constant::new(((col * 32) as u64).to_bits()),
             s8: Constant::new(((col * 8) as u64).to_bits()),
-        }
+            .. clock, acc, bias, use_bias, relu, en_add, mult, shift, out32, out8, value, sum, rq
+        })
     }
 }
 

@@ -8,68 +8,18 @@
 use super::config::{FLAG_BIAS, FLAG_RELU, FLAG_REQUANT};
 use super::{GemmConfig, GemmProblem};
 use crate::numerics::{requantize, Requant, MAX_REQUANT_SHIFT};
-use crate::unit::{Memory, RegisterValues};
+use crate::unit::{check_bias, check_len, Memory, Output, RegisterValues};
 use crate::HwError;
 
 /// Output of one GEMM: int32, or int8 when requantized. Row-major M×N.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GemmOutput {
-    I32(Vec<i32>),
-    I8(Vec<i8>),
-}
+pub type GemmOutput = Output;
 
-impl GemmOutput {
-    pub fn len(&self) -> usize {
-        match self {
-            Self::I32(v) => v.len(),
-            Self::I8(v) => v.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Element `i` widened to i32.
-    pub fn get(&self, i: usize) -> i32 {
-        match self {
-            Self::I32(v) => v[i],
-            Self::I8(v) => v[i] as i32,
-        }
-    }
-
-    /// Index and both values of the first element where `self` and `other` differ.
-    pub fn first_mismatch(&self, other: &GemmOutput) -> Option<(usize, i32, i32)> {
-        if std::mem::discriminant(self) != std::mem::discriminant(other) || self.len() != other.len() {
-            return Some((0, self.len() as i32, other.len() as i32));
-        }
-        (0..self.len()).find(|&i| self.get(i) != other.get(i)).map(|i| (i, self.get(i), other.get(i)))
-    }
-}
-
-/// Check that buffer lengths match the problem's shapes.
-pub fn check_operands(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result<(), HwError> {
-    check_lengths(p, a.len(), b.len(), bias)
-}
-
-/// [`check_operands`] by lengths, for a B that is already on a device.
-pub fn check_lengths(p: &GemmProblem, a_len: usize, b_len: usize, bias: Option<&[i32]>) -> Result<(), HwError> {
+/// Check operand lengths (host or device buffers) against the problem's shapes.
+pub fn check_operands(p: &GemmProblem, a_len: usize, b_len: usize, bias: Option<&[i32]>) -> Result<(), HwError> {
     p.validate()?;
-    let shape = |name: &str, got: usize, want: usize, dims: String| {
-        if got == want {
-            Ok(())
-        } else {
-            Err(HwError::Problem(format!("{name} has {got} elements, expected {want} ({dims})")))
-        }
-    };
-    shape("A", a_len, p.m * p.k, format!("M×K = {}×{}", p.m, p.k))?;
-    shape("B", b_len, p.k * p.n, format!("K×N = {}×{}", p.k, p.n))?;
-    match (p.bias, bias) {
-        (true, Some(bias)) => shape("bias", bias.len(), p.n, format!("N = {}", p.n)),
-        (true, None) => Err(HwError::Problem("bias enabled but no bias given".into())),
-        (false, Some(_)) => Err(HwError::Problem("bias given but the bias flag is off".into())),
-        (false, None) => Ok(()),
-    }
+    check_len("A", a_len, p.m * p.k, || format!("M×K = {}×{}", p.m, p.k))?;
+    check_len("B", b_len, p.k * p.n, || format!("K×N = {}×{}", p.k, p.n))?;
+    check_bias(p.bias, bias, p.n, || format!("N = {}", p.n))
 }
 
 /// The int32 value of output (i, j) before requantization.
@@ -90,7 +40,7 @@ fn finish(p: &GemmProblem, acc: i32, bias: Option<&[i32]>, j: usize) -> i32 {
 
 /// The golden model: exactly what the hardware writes to C.
 pub fn gemm(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result<GemmOutput, HwError> {
-    check_operands(p, a, b, bias)?;
+    check_operands(p, a.len(), b.len(), bias)?;
     let vals = (0..p.m).flat_map(|i| (0..p.n).map(move |j| (i, j)));
     Ok(match p.requant {
         None => GemmOutput::I32(vals.map(|(i, j)| pre_requant(p, a, b, bias, i, j)).collect()),
@@ -110,7 +60,7 @@ pub fn gemm_rows(
     bias: Option<&[i32]>,
     rows: &[usize],
 ) -> Result<(GemmOutput, Vec<f64>), HwError> {
-    check_operands(p, a, b, bias)?;
+    check_operands(p, a.len(), b.len(), bias)?;
     if let Some(&bad) = rows.iter().find(|&&i| i >= p.m) {
         return Err(HwError::Problem(format!("row {bad} outside M = {}", p.m)));
     }
@@ -146,7 +96,7 @@ pub fn gemm_rows(
 /// Float64 reference of the same computation: real-valued scale, no rounding
 /// and no saturation. Comparing it with [`gemm`] measures the model's error.
 pub fn gemm_f64(p: &GemmProblem, a: &[i8], b: &[i8], bias: Option<&[i32]>) -> Result<Vec<f64>, HwError> {
-    check_operands(p, a, b, bias)?;
+    check_operands(p, a.len(), b.len(), bias)?;
     let scale = p.requant.map_or(1.0, |rq| rq.multiplier as f64 / 2f64.powi(rq.shift as i32));
     let mut out = Vec::with_capacity(p.m * p.n);
     for i in 0..p.m {

@@ -17,7 +17,8 @@ use super::epilogue::EpilogueLane;
 use super::regs::{Args, TABLE};
 use super::GemmConfig;
 use crate::blocks::{Fifo, MulU32Pipe, RequantPipe, SyncRam};
-use crate::shell::{AxiLiteSlave, AxiMaster, Shell};
+use crate::dff_setup;
+use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
 use rust_hdl::prelude::*;
 
@@ -25,11 +26,7 @@ use rust_hdl::prelude::*;
 /// (see [`crate::vitis::ports`]); `W` is the memory data width, `S = W / 8`.
 #[derive(LogicBlock)]
 pub struct GemmUnit<const W: usize, const S: usize> {
-    pub ap_clk: Signal<In, Clock>,
-    pub ap_rst_n: Signal<In, Bit>,
-    pub interrupt: Signal<Out, Bit>,
-    pub s_axi_control: AxiLiteSlave,
-    pub m_axi_gmem: AxiMaster<W, S>,
+    pub vitis: VitisPorts<W, S>,
 
     shell: Shell<W, S>,
     /// The arguments as written (read on the start cycle) and as latched for the run.
@@ -202,15 +199,8 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
         fn k<const N: usize>(v: u64) -> Bits<N> {
             v.to_bits()
         }
-        Ok(Self {
-            ap_clk: Default::default(),
-            ap_rst_n: Default::default(),
-            interrupt: Default::default(),
-            s_axi_control: Default::default(),
-            m_axi_gmem: Default::default(),
+        Ok(with_defaults!(Self {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
-            now: Default::default(),
-            run: Default::default(),
             feeds: (0..r).map(|row| RowFeed::new(row, cfg.k_max / p)).collect(),
             cols: (0..c).map(ColFeed::new).collect(),
             rows: (0..r).map(|row| PeRow::new(row, c)).collect(),
@@ -220,66 +210,13 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             ofifo: Fifo::new(ofifo),
             ometa: Fifo::new(ofifo),
             tiles: Fifo::new(4),
-            row_mul: Default::default(),
-            row_beats: Default::default(),
-            phase: Default::default(),
-            i0: Default::default(),
-            rows_valid: Default::default(),
-            next_rows: Default::default(),
-            bj0: Default::default(),
-            bk: Default::default(),
-            baddr: Default::default(),
-            b_inflight: Default::default(),
-            b_room: Default::default(),
-            b_issue: Default::default(),
-            b_recv: Default::default(),
-            recv_cnt: Default::default(),
-            recv_row: Default::default(),
-            fk: Default::default(),
-            fj0: Default::default(),
-            feed_done: Default::default(),
-            since_last: Default::default(),
-            promised: Default::default(),
-            f_last: Default::default(),
-            k_m2: Default::default(),
-            k_one: Default::default(),
-            gap_ok: Default::default(),
-            room: Default::default(),
-            f_go: Default::default(),
-            f_left: Default::default(),
-            f_cols: Default::default(),
-            s1_valid: Default::default(),
-            s1_last: Default::default(),
-            s1_sel: Default::default(),
-            s1_b: Default::default(),
-            s1_en: Default::default(),
-            bchain: (0..c).map(|_| Default::default()).collect(),
-            rchain: (0..r).map(|_| Default::default()).collect(),
-            ichain: (0..r).map(|_| Default::default()).collect(),
-            cchain: (0..r).map(|_| Default::default()).collect(),
-            any_cap: Default::default(),
-            cap_idx: Default::default(),
-            cap_v: Default::default(),
-            cap_ok: Default::default(),
-            cap_d: Default::default(),
-            cap_m: Default::default(),
-            wstate: Default::default(),
-            w_data: Default::default(),
-            w_i: Default::default(),
-            w_j0: Default::default(),
-            w_addr: Default::default(),
-            w_base: Default::default(),
-            w_wait: Default::default(),
-            w_cols: Default::default(),
-            w_beat: Default::default(),
-            w_strb: Default::default(),
-            bias_row: Default::default(),
-            w_bias: Default::default(),
-            p32: (0..c).map(|_| Default::default()).collect(),
-            p8: (0..c).map(|_| Default::default()).collect(),
-            w_col_cnt: Default::default(),
+            bchain: crate::many(c),
+            rchain: crate::many(r),
+            ichain: crate::many(r),
+            cchain: crate::many(r),
+            p32: crate::many(c),
+            p8: crate::many(c),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
-            ldc_min: Default::default(),
             c_pmask: Constant::new(k(p as u64 - 1)),
             c_rmask: Constant::new(k((p as u64 - 1) & !(4 * c as u64 - 1))),
             c_bmask: Constant::new(k((p as u64 - 1) & !(c as u64 - 1))),
@@ -299,25 +236,27 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             c_wait: Constant::new(k(RequantPipe::LATENCY.max(MulU32Pipe::LATENCY) as u64 - 1)),
             _rows: r,
             _cols: c,
-        })
+            .. vitis, now, run, row_mul, row_beats, phase, i0,
+            rows_valid, next_rows, bj0, bk, baddr, b_inflight, b_room, b_issue, b_recv, recv_cnt, recv_row, fk, fj0,
+            feed_done, since_last, promised, f_last, k_m2, k_one, gap_ok, room, f_go, f_left, f_cols, s1_valid, s1_last,
+            s1_sel, s1_b, s1_en, any_cap, cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr,
+            w_base, w_wait, w_cols, w_beat, w_strb, bias_row, w_bias, w_col_cnt, ldc_min
+        }))
     }
 }
 
 impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
     #[hdl_gen]
     fn update(&mut self) {
+        #[rustfmt::skip]
         dff_setup!(
-            self, ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, b_room, recv_cnt, recv_row, fk,
-            fj0, feed_done, since_last, promised, f_last, k_m2, k_one, gap_ok, room, s1_valid, s1_last, s1_sel, s1_b,
-            wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_beat, w_strb, w_bias, cap_v, cap_ok, cap_d,
-            cap_m, f_left, s1_en
+            self, vitis.ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, b_room, recv_cnt,
+            recv_row, fk, fj0, feed_done, since_last, promised, f_last, k_m2, k_one, gap_ok, room, s1_valid, s1_last,
+            s1_sel, s1_b, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_beat, w_strb, w_bias, cap_v,
+            cap_ok, cap_d, cap_m, f_left, s1_en
         );
         // ---------------- Shell ----------------
-        AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
-        AxiMaster::<W, S>::link(&mut self.m_axi_gmem, &mut self.shell.m_axi_gmem);
-        self.shell.clock.next = self.ap_clk.val();
-        self.shell.rst_n.next = self.ap_rst_n.val();
-        self.interrupt.next = self.shell.interrupt.val();
+        VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
             self.now.words[i].next = self.shell.args[i].val();
             self.run.words[i].next = self.shell.run[i].val();
@@ -497,17 +436,19 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
 
         // ---------------- Read-data receiver ----------------
-        self.b_recv.next = self.m_axi_gmem.rvalid.val()
+        self.b_recv.next = self.vitis.m_axi_gmem.rvalid.val()
             & ((self.phase.q.val() == Phase::BStream) | (self.phase.q.val() == Phase::BDrain));
-        self.bias_ram.clock.next = self.ap_clk.val();
-        self.bias_ram.we.next = self.m_axi_gmem.rvalid.val()
+        self.bias_ram.clock.next = self.vitis.ap_clk.val();
+        self.bias_ram.port.we.next = self.vitis.m_axi_gmem.rvalid.val()
             & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait));
-        self.bias_ram.waddr.next = self.recv_cnt.q.val();
-        self.bias_ram.wdata.next = self.m_axi_gmem.rdata.val();
-        if self.bias_ram.we.val() {
+        self.bias_ram.port.waddr.next = self.recv_cnt.q.val();
+        self.bias_ram.port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
+        if self.bias_ram.port.we.val() {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
-        if self.m_axi_gmem.rvalid.val() & ((self.phase.q.val() == Phase::AReq) | (self.phase.q.val() == Phase::AWait)) {
+        if self.vitis.m_axi_gmem.rvalid.val()
+            & ((self.phase.q.val() == Phase::AReq) | (self.phase.q.val() == Phase::AWait))
+        {
             if self.recv_cnt.q.val() == self.row_beats.q.val() - 1 {
                 self.recv_cnt.d.next = 0.into();
                 self.recv_row.d.next = self.recv_row.q.val() + 1;
@@ -515,10 +456,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
             }
         }
-        self.bfifo.clock.next = self.ap_clk.val();
-        self.bfifo.reset.next = !self.ap_rst_n.val();
+        self.bfifo.clock.next = self.vitis.ap_clk.val();
+        self.bfifo.reset.next = !self.vitis.ap_rst_n.val();
         self.bfifo.push.next = self.b_recv.val();
-        self.bfifo.din.next = self.m_axi_gmem.rdata.val();
+        self.bfifo.din.next = self.vitis.m_axi_gmem.rdata.val();
         self.b_room.d.next = (self.b_inflight.q.val() + self.bfifo.count.val()) < self.c_rspare.val();
         if self.b_issue.val() & !self.b_recv.val() {
             self.b_inflight.d.next = self.b_inflight.q.val() + 1;
@@ -551,8 +492,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         // Whether `since_last` reaches the gap next cycle.
         self.gap_ok.d.next = self.since_last.q.val() >= self.c_gap1.val();
-        self.tiles.clock.next = self.ap_clk.val();
-        self.tiles.reset.next = !self.ap_rst_n.val();
+        self.tiles.clock.next = self.vitis.ap_clk.val();
+        self.tiles.reset.next = !self.vitis.ap_rst_n.val();
         self.tiles.push.next = self.f_go.val() & self.f_last.q.val();
         self.tiles.din.next = bit_cast::<96, 32>(self.i0.q.val())
             | (bit_cast::<96, 32>(self.fj0.q.val()) << 32)
@@ -575,24 +516,24 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
         for r in 0..self._rows {
-            self.feeds[r].clock.next = self.ap_clk.val();
-            self.feeds[r].we.next = self.m_axi_gmem.rvalid.val()
+            self.feeds[r].clock.next = self.vitis.ap_clk.val();
+            self.feeds[r].ram_port.we.next = self.vitis.m_axi_gmem.rvalid.val()
                 & ((self.phase.q.val() == Phase::AReq) | (self.phase.q.val() == Phase::AWait))
                 & (self.recv_row.q.val().index() == r);
-            self.feeds[r].waddr.next = self.recv_cnt.q.val();
-            self.feeds[r].wdata.next = self.m_axi_gmem.rdata.val();
-            self.feeds[r].raddr.next = bit_cast::<16, 32>(self.fk.q.val() >> self.c_logp.val());
+            self.feeds[r].ram_port.waddr.next = self.recv_cnt.q.val();
+            self.feeds[r].ram_port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
+            self.feeds[r].ram_port.raddr.next = bit_cast::<16, 32>(self.fk.q.val() >> self.c_logp.val());
             self.feeds[r].sel.next = self.s1_sel.q.val();
             self.feeds[r].valid_in.next = self.s1_valid.q.val();
             self.feeds[r].last_in.next = self.s1_last.q.val();
-            self.rows[r].clock.next = self.ap_clk.val();
-            self.rows[r].clear.next = !self.ap_rst_n.val();
+            self.rows[r].clock.next = self.vitis.ap_clk.val();
+            self.rows[r].clear.next = !self.vitis.ap_rst_n.val();
             self.rows[r].a_in.next = self.feeds[r].a_out.val();
             self.rows[r].valid_in.next = self.feeds[r].valid_out.val();
             self.rows[r].last_in.next = self.feeds[r].last_out.val();
         }
         for c in 0..self._cols {
-            self.cols[c].clock.next = self.ap_clk.val();
+            self.cols[c].clock.next = self.vitis.ap_clk.val();
             self.cols[c].din.next = 0.into();
             if self.s1_en.q.val().get_bit(c) {
                 self.cols[c].din.next = self.s1_b.q.val().get_bits::<8>(c * 8);
@@ -631,10 +572,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.cap_ok.d.next = bit_cast::<16, 32>(self.cap_idx.val()) < self.tiles.dout.val().get_bits::<16>(64);
         self.cap_m.d.next = bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(0) + self.cap_idx.val())
             | (bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(32)) << 32);
-        self.ofifo.clock.next = self.ap_clk.val();
-        self.ofifo.reset.next = !self.ap_rst_n.val();
-        self.ometa.clock.next = self.ap_clk.val();
-        self.ometa.reset.next = !self.ap_rst_n.val();
+        self.ofifo.clock.next = self.vitis.ap_clk.val();
+        self.ofifo.reset.next = !self.vitis.ap_rst_n.val();
+        self.ometa.clock.next = self.vitis.ap_clk.val();
+        self.ometa.reset.next = !self.vitis.ap_rst_n.val();
         self.ofifo.push.next = self.cap_v.q.val() & self.cap_ok.q.val();
         self.ometa.push.next = self.cap_v.q.val() & self.cap_ok.q.val();
         self.ofifo.din.next = self.cap_d.q.val();
@@ -651,12 +592,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
 
         // ---------------- Writer: epilogue and one beat per output row ----------------
-        self.row_mul.clock.next = self.ap_clk.val();
+        self.row_mul.clock.next = self.vitis.ap_clk.val();
         self.row_mul.a.next = self.w_i.q.val();
         self.row_mul.b.next = self.run.ldc.val();
         self.ofifo.pop.next = false;
         self.ometa.pop.next = false;
-        self.bias_ram.raddr.next =
+        self.bias_ram.port.raddr.next =
             bit_cast::<16, 32>((self.ometa.dout.val().get_bits::<32>(32) << 2) >> self.c_logp.val());
         self.bias_row.next = self.bias_ram.rdata.val()
             >> (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3);
@@ -665,7 +606,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.w_col_cnt.next = self.run.n.val() - self.w_j0.q.val();
         }
         for c in 0..self._cols {
-            self.lanes[c].clock.next = self.ap_clk.val();
+            self.lanes[c].clock.next = self.vitis.ap_clk.val();
             self.lanes[c].acc.next = self.w_data.q.val().get_bits::<32>(c * 32);
             self.lanes[c].bias.next = self.w_bias.q.val().get_bits::<32>(c * 32);
             self.lanes[c].use_bias.next = self.run.use_bias.val();
@@ -747,7 +688,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
 
-        if !self.ap_rst_n.val() {
+        if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.f_last.d.next = false;
             self.b_room.d.next = false;

@@ -2,6 +2,7 @@
 //! generator, the golden model, the drivers and the reports.
 use crate::numerics::{Requant, MAX_REQUANT_SHIFT};
 use crate::regmap::RegisterMap;
+use crate::unit::{check_extents, check_limit};
 use crate::HwError;
 use serde::{Deserialize, Serialize};
 
@@ -263,26 +264,13 @@ impl MoeProblem {
     /// Checks against what a unit built with `cfg` runs.
     pub fn validate_for(&self, cfg: &MoeConfig) -> Result<(), HwError> {
         self.validate()?;
-        if self.experts > cfg.e_max {
-            return Err(HwError::Problem(format!("E = {} exceeds this unit's e_max = {}", self.experts, cfg.e_max)));
-        }
-        if self.top_k > cfg.k_max {
-            return Err(HwError::Problem(format!("top-k = {} exceeds this unit's k_max = {}", self.top_k, cfg.k_max)));
-        }
-        if self.hidden > cfg.h_max {
-            return Err(HwError::Problem(format!(
-                "H = {} exceeds this unit's h_max = {} (on-chip gate weights)",
-                self.hidden, cfg.h_max
-            )));
-        }
+        check_limit(self.experts, cfg.e_max, || (format!("E = {}", self.experts), format!("e_max = {}", cfg.e_max)))?;
+        check_limit(self.top_k, cfg.k_max, || (format!("top-k = {}", self.top_k), format!("k_max = {}", cfg.k_max)))?;
+        check_limit(self.hidden, cfg.h_max, || {
+            (format!("H = {}", self.hidden), format!("h_max = {} (on-chip gate weights)", cfg.h_max))
+        })?;
         let l = MoeLayout::new(cfg, self);
-        for (name, bytes) in [("X", l.x_bytes), ("DISPATCH", l.dispatch_bytes), ("ROUTE", l.route_bytes)] {
-            if bytes > u32::MAX as u64 {
-                return Err(HwError::Problem(format!(
-                    "{name} needs {bytes} bytes, over the unit's 32-bit offset range"
-                )));
-            }
-        }
+        check_extents(&[("X", l.x_bytes), ("DISPATCH", l.dispatch_bytes), ("ROUTE", l.route_bytes)])?;
         Ok(())
     }
 

@@ -15,6 +15,7 @@
 //! token routed to e, kept or dropped.
 use super::config::{GateMode, MoeProblem, RECORD_BYTES, REC_IDS, REC_SLOTS, REC_WEIGHTS};
 use crate::numerics::{exp2_fixed, exp2_lut, round_shift, EXP2_FRAC_BITS};
+use crate::unit::{check_bias, check_len};
 use crate::HwError;
 
 /// Numerator of the per-token reciprocal `r = floor(2^RECIP_BITS / L)`.
@@ -68,29 +69,12 @@ impl MoeOutput {
     }
 }
 
-/// Check buffer lengths against the problem.
-pub fn check_operands(p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Result<(), HwError> {
-    check_lengths(p, x.len(), w.len(), bias)
-}
-
-/// [`check_operands`] by lengths, for gate weights already on a device.
-pub fn check_lengths(p: &MoeProblem, x_len: usize, w_len: usize, bias: Option<&[i32]>) -> Result<(), HwError> {
+/// Check operand lengths (host or device buffers) against the problem's shapes.
+pub fn check_operands(p: &MoeProblem, x_len: usize, w_len: usize, bias: Option<&[i32]>) -> Result<(), HwError> {
     p.validate()?;
-    let shape = |name: &str, got: usize, want: usize, dims: String| {
-        if got == want {
-            Ok(())
-        } else {
-            Err(HwError::Problem(format!("{name} has {got} elements, expected {want} ({dims})")))
-        }
-    };
-    shape("x", x_len, p.tokens * p.hidden, format!("T×H = {}×{}", p.tokens, p.hidden))?;
-    shape("W_g", w_len, p.experts * p.hidden, format!("E×H = {}×{}", p.experts, p.hidden))?;
-    match (p.bias, bias) {
-        (true, Some(b)) => shape("bias", b.len(), p.experts, format!("E = {}", p.experts)),
-        (true, None) => Err(HwError::Problem("bias enabled but no bias given".into())),
-        (false, Some(_)) => Err(HwError::Problem("bias given but the bias flag is off".into())),
-        (false, None) => Ok(()),
-    }
+    check_len("x", x_len, p.tokens * p.hidden, || format!("T×H = {}×{}", p.tokens, p.hidden))?;
+    check_len("W_g", w_len, p.experts * p.hidden, || format!("E×H = {}×{}", p.experts, p.hidden))?;
+    check_bias(p.bias, bias, p.experts, || format!("E = {}", p.experts))
 }
 
 /// Exact int32 logits of token `t`.
@@ -150,7 +134,7 @@ fn over_chosen(p: &MoeProblem) -> bool {
 
 /// The golden model: exactly what the unit writes.
 pub fn route(p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Result<MoeOutput, HwError> {
-    check_operands(p, x, w, bias)?;
+    check_operands(p, x.len(), w.len(), bias)?;
     let lut = exp2_lut();
     let (k, cap) = (p.top_k, p.capacity_slots());
     let mut out = MoeOutput {
@@ -199,7 +183,7 @@ pub struct RouterF64 {
 }
 
 pub fn route_f64(p: &MoeProblem, x: &[i8], w: &[i8], bias: Option<&[i32]>) -> Result<RouterF64, HwError> {
-    check_operands(p, x, w, bias)?;
+    check_operands(p, x.len(), w.len(), bias)?;
     let scale = p.logit.multiplier as f64 / 2f64.powi(p.logit.shift as i32) / (1u32 << EXP2_FRAC_BITS) as f64;
     let mut r = RouterF64 { experts: Vec::new(), weights: Vec::new(), keys: Vec::new() };
     for tok in 0..p.tokens {

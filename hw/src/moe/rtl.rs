@@ -13,7 +13,8 @@ use super::config::{MoeConfig, EXPERT_SLOTS, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
 use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_SUM, META_TOK, RB};
 use crate::blocks::{Fifo, MulU32, Pack, SyncRam};
-use crate::shell::{AxiLiteSlave, AxiMaster, Shell};
+use crate::dff_setup;
+use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
 use rust_hdl::prelude::*;
 
@@ -28,11 +29,7 @@ const OB: usize = RB + 32;
 /// packed per-expert buses (`ZB`, `TB`, `PB` bits: see [`super::tail`]).
 #[derive(LogicBlock)]
 pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB: usize, const PB: usize> {
-    pub ap_clk: Signal<In, Clock>,
-    pub ap_rst_n: Signal<In, Bit>,
-    pub interrupt: Signal<Out, Bit>,
-    pub s_axi_control: AxiLiteSlave,
-    pub m_axi_gmem: AxiMaster<W, S>,
+    pub vitis: VitisPorts<W, S>,
 
     shell: Shell<W, S>,
     /// The arguments as written (read on the start cycle) and as latched for the run.
@@ -257,129 +254,28 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         let (l, g, p, cm) = (cfg.lanes, cfg.groups(), cfg.port_bytes(), cfg.row_beats());
         let nr = cfg.k_max - 1;
-        Ok(Self {
-            ap_clk: Default::default(),
-            ap_rst_n: Default::default(),
-            interrupt: Default::default(),
-            s_axi_control: Default::default(),
-            m_axi_gmem: Default::default(),
+        Ok(with_defaults!(Self {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
-            now: Default::default(),
-            run: Default::default(),
             lanes: (0..l).map(|_| GateLane::new(g * cm)).collect(),
             posts: (0..l).map(PostLane::new).collect(),
             xbuf: SyncRam::new(2 * cm),
             r0: TopkRound::new(0, cfg.e_max),
             exps: (0..cfg.e_max).map(ExpUnit::new).collect(),
             rounds: (1..cfg.k_max).map(|r| TopkRound::new(r, cfg.e_max)).collect(),
-            divs: (0..DIV_STAGES).map(|_| Default::default()).collect(),
+            divs: crate::many(DIV_STAGES),
             choices: (0..cfg.k_max).map(Choice::new).collect(),
             ofifo: Fifo::new(OUT_DEPTH),
-            mul_a: Default::default(),
-            mul_b: Default::default(),
-            use_sk: Default::default(),
-            beats: Default::default(),
-            groups: Default::default(),
-            emask: Default::default(),
-            phase: Default::default(),
-            bad_args: Default::default(),
-            groups_of: Default::default(),
-            recv_cnt: Default::default(),
-            recv_rows: Default::default(),
-            recv_lane: Default::default(),
-            recv_grp: Default::default(),
-            rx: Default::default(),
-            row_end: Default::default(),
-            bias_bus: Default::default(),
-            tk: Default::default(),
-            cap_num: Default::default(),
-            cap_rem: Default::default(),
-            cap_q: Default::default(),
-            cap_den: Default::default(),
-            cap_i: Default::default(),
-            cap_r2: Default::default(),
-            cap: Default::default(),
-            ct: Default::default(),
-            cg: Default::default(),
-            cc: Default::default(),
-            cgoff: Default::default(),
-            go: Default::default(),
-            tok_start: Default::default(),
-            inflight: Default::default(),
-            s1_valid: Default::default(),
-            s1_first: Default::default(),
-            s1_last: Default::default(),
-            s1_g: Default::default(),
-            s1_goff: Default::default(),
-            s1_lastg: Default::default(),
-            s1_tok: Default::default(),
-            s2_valid: Default::default(),
-            s2_g: Default::default(),
-            s2_goff: Default::default(),
-            s2_lastg: Default::default(),
-            s2_tok: Default::default(),
-            s3_valid: Default::default(),
-            s3_g: Default::default(),
-            s3_goff: Default::default(),
-            s3_lastg: Default::default(),
-            s3_tok: Default::default(),
-            s4_valid: Default::default(),
-            s4_g: Default::default(),
-            s4_lastg: Default::default(),
-            s4_tok: Default::default(),
             zpack: Pack::new(l),
             tpack: Pack::new(l),
-            mz: Default::default(),
-            mt: Default::default(),
-            coll_z: Default::default(),
-            coll_t: Default::default(),
-            a_valid: Default::default(),
-            a_z: Default::default(),
-            a_t: Default::default(),
-            a_tok: Default::default(),
-            sel0: Default::default(),
-            tmax: Default::default(),
             ppack: Pack::new(cfg.e_max),
             schain: locals(cfg.e_max),
-            p_valid: Default::default(),
-            p_z: Default::default(),
-            p_p: Default::default(),
-            p_mask: Default::default(),
-            p_meta: Default::default(),
-            ssum: Default::default(),
-            q_meta: Default::default(),
-            q_valid: Default::default(),
             ps: locals(cfg.k_max),
             sk: locals(cfg.k_max),
-            d_valid: Default::default(),
-            d_l: Default::default(),
-            d_meta: Default::default(),
             rec_chain: locals(cfg.k_max),
             drop_chain: locals(cfg.k_max),
             loads: locals(cfg.e_max),
             sels: locals(cfg.k_max),
             hits: locals(cfg.e_max),
-            s_load: Default::default(),
-            dropped: Default::default(),
-            o_valid: Default::default(),
-            o_rec: Default::default(),
-            o_tok: Default::default(),
-            tokens_out: Default::default(),
-            wstate: Default::default(),
-            w_rec: Default::default(),
-            w_beats: Default::default(),
-            w_tok: Default::default(),
-            w_addr: Default::default(),
-            w_word: Default::default(),
-            w_stats: Default::default(),
-            rb: Default::default(),
-            di: Default::default(),
-            si: Default::default(),
-            stats_done: Default::default(),
-            xmask: Default::default(),
-            d_slot: Default::default(),
-            d_sel: Default::default(),
-            lane_off: Default::default(),
             c_beat_ones: Constant::new(Bits::<W>::mask()),
             c_logp: k(p.trailing_zeros() as u64),
             c_pmask: k(p as u64 - 1),
@@ -415,7 +311,15 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _rounds: nr,
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
-        })
+            .. vitis, now, run, mul_a, mul_b, use_sk, beats, groups,
+            emask, phase, bad_args, groups_of, recv_cnt, recv_rows, recv_lane, recv_grp, rx, row_end, bias_bus, tk,
+            cap_num, cap_rem, cap_q, cap_den, cap_i, cap_r2, cap, ct, cg, cc, cgoff, go, tok_start, inflight, s1_valid,
+            s1_first, s1_last, s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid,
+            s3_g, s3_goff, s3_lastg, s3_tok, s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z,
+            a_t, a_tok, sel0, tmax, p_valid, p_z, p_p, p_mask, p_meta, ssum, q_meta, q_valid, d_valid, d_l, d_meta,
+            s_load, dropped, o_valid, o_rec, o_tok, tokens_out, wstate, w_rec, w_beats, w_tok, w_addr, w_word, w_stats,
+            rb, di, si, stats_done, xmask, d_slot, d_sel, lane_off
+        }))
     }
 }
 
@@ -424,20 +328,17 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 {
     #[hdl_gen]
     fn update(&mut self) {
+        #[rustfmt::skip]
         dff_setup!(
-            self, ap_clk, use_sk, beats, groups, emask, phase, recv_cnt, recv_rows, recv_lane, recv_grp, bias_bus, tk,
-            cap_num, cap_rem, cap_q, cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid, s1_first, s1_last,
-            s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
-            s3_lastg, s3_tok, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok, p_valid, p_z,
-            p_p, p_mask, p_meta, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out, wstate, w_rec,
-            w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, xmask
+            self, vitis.ap_clk, use_sk, beats, groups, emask, phase, recv_cnt, recv_rows, recv_lane, recv_grp,
+            bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid,
+            s1_first, s1_last, s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid,
+            s3_g, s3_goff, s3_lastg, s3_tok, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t,
+            a_tok, p_valid, p_z, p_p, p_mask, p_meta, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
+            wstate, w_rec, w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, xmask
         );
         // ---------------- Shell ----------------
-        AxiLiteSlave::link(&mut self.s_axi_control, &mut self.shell.s_axi_control);
-        AxiMaster::<W, S>::link(&mut self.m_axi_gmem, &mut self.shell.m_axi_gmem);
-        self.shell.clock.next = self.ap_clk.val();
-        self.shell.rst_n.next = self.ap_rst_n.val();
-        self.interrupt.next = self.shell.interrupt.val();
+        VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
             self.now.words[i].next = self.shell.args[i].val();
             self.run.words[i].next = self.shell.run[i].val();
@@ -634,11 +535,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
 
         // ---------------- Read-data receiver ----------------
-        self.rx.next = self.m_axi_gmem.rvalid.val();
+        self.rx.next = self.vitis.m_axi_gmem.rvalid.val();
         self.row_end.next = self.recv_cnt.q.val() == self.beats.q.val() - 1;
         if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
             self.bias_bus.d.next = self.bias_bus.q.val()
-                | (bit_cast::<ZB, W>(self.m_axi_gmem.rdata.val())
+                | (bit_cast::<ZB, W>(self.vitis.m_axi_gmem.rdata.val())
                     << (bit_cast::<16, 16>(self.recv_cnt.q.val()) << self.c_logw.val()));
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
@@ -655,26 +556,26 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
         }
         for j in 0..self._lanes {
-            self.lanes[j].clock.next = self.ap_clk.val();
-            self.lanes[j].we.next = self.rx.val()
+            self.lanes[j].clock.next = self.vitis.ap_clk.val();
+            self.lanes[j].ram_port.we.next = self.rx.val()
                 & ((self.phase.q.val() == Phase::WReq) | (self.phase.q.val() == Phase::WWait))
                 & (self.recv_lane.q.val().index() == j);
-            self.lanes[j].waddr.next = (self.recv_grp.q.val() << self.c_logcm.val()) + self.recv_cnt.q.val();
-            self.lanes[j].wdata.next = self.m_axi_gmem.rdata.val();
-            self.lanes[j].raddr.next = (self.cg.q.val() << self.c_logcm.val()) + self.cc.q.val();
+            self.lanes[j].ram_port.waddr.next = (self.recv_grp.q.val() << self.c_logcm.val()) + self.recv_cnt.q.val();
+            self.lanes[j].ram_port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
+            self.lanes[j].ram_port.raddr.next = (self.cg.q.val() << self.c_logcm.val()) + self.cc.q.val();
             self.lanes[j].x.next = self.xbuf.rdata.val();
             self.lanes[j].valid.next = self.s1_valid.q.val();
             self.lanes[j].first.next = self.s1_first.q.val();
             self.lanes[j].last.next = self.s1_last.q.val();
         }
-        self.xbuf.clock.next = self.ap_clk.val();
-        self.xbuf.we.next = self.rx.val() & (self.phase.q.val() == Phase::Run);
-        self.xbuf.waddr.next =
+        self.xbuf.clock.next = self.vitis.ap_clk.val();
+        self.xbuf.port.we.next = self.rx.val() & (self.phase.q.val() == Phase::Run);
+        self.xbuf.port.waddr.next =
             (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.recv_cnt.q.val();
         // Zero X's row padding: W's padding then multiplies zeros.
-        self.xbuf.wdata.next = self.m_axi_gmem.rdata.val();
+        self.xbuf.port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
         if self.row_end.val() {
-            self.xbuf.wdata.next = self.m_axi_gmem.rdata.val() & self.xmask.q.val();
+            self.xbuf.port.wdata.next = self.vitis.m_axi_gmem.rdata.val() & self.xmask.q.val();
         }
         if self.rx.val() & (self.phase.q.val() == Phase::Run) {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
@@ -691,7 +592,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             & (self.ct.q.val() < self.run.t.val())
             & (self.recv_rows.q.val() > self.ct.q.val())
             & (!self.tok_start.val() | ((self.ofifo.count.val() + self.inflight.q.val()) < self.c_depth.val()));
-        self.xbuf.raddr.next =
+        self.xbuf.port.raddr.next =
             (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.cc.q.val();
         self.s1_valid.d.next = self.go.val();
         self.s1_first.d.next = self.cc.q.val() == 0;
@@ -728,7 +629,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.s4_lastg.d.next = self.s3_lastg.q.val();
         self.s4_tok.d.next = self.s3_tok.q.val();
         for j in 0..self._lanes {
-            self.posts[j].clock.next = self.ap_clk.val();
+            self.posts[j].clock.next = self.vitis.ap_clk.val();
             self.posts[j].res.next = self.lanes[j].res.val();
             self.posts[j].bias.next = self.bias_bus.q.val();
             self.posts[j].boff.next = self.s3_goff.q.val();
@@ -766,7 +667,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         // ---------------- Tail: one token per cycle ----------------
         // Round 0 finds the top-1 expert, whose t is the maximum (t is monotone in z).
-        self.r0.clock.next = self.ap_clk.val();
+        self.r0.clock.next = self.vitis.ap_clk.val();
         self.r0.z.next = self.a_z.q.val();
         self.r0.aux.next = self.a_t.q.val();
         self.r0.mask.next = self.emask.q.val();
@@ -795,7 +696,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         self.p_meta.d.next = self.r0.meta_o.val() | (bit_cast::<MB, 32>(self.ssum.val()) << self.c_meta_sum.val());
         for r in 0..self._rounds {
-            self.rounds[r].clock.next = self.ap_clk.val();
+            self.rounds[r].clock.next = self.vitis.ap_clk.val();
         }
         for r in 0..self._rounds.min(1) {
             self.rounds[r].z.next = self.p_z.q.val();
@@ -837,7 +738,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
         }
         for s in 0..DIV_STAGES {
-            self.divs[s].clock.next = self.ap_clk.val();
+            self.divs[s].clock.next = self.vitis.ap_clk.val();
         }
         self.divs[0].rem.next = self.c_rem0.val();
         self.divs[0].q.next = 0.into();
@@ -890,7 +791,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.hits[e].next = 1.into();
                 }
             }
-            self.loads[e].clock.next = self.ap_clk.val();
+            self.loads[e].clock.next = self.vitis.ap_clk.val();
             self.loads[e].d.next = self.loads[e].q.val() + self.hits[e].val();
         }
         for last in (self._kmax - 1)..self._kmax {
@@ -906,8 +807,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
             self.dropped.d.next = 0.into();
         }
-        self.ofifo.clock.next = self.ap_clk.val();
-        self.ofifo.reset.next = !self.ap_rst_n.val();
+        self.ofifo.clock.next = self.vitis.ap_clk.val();
+        self.ofifo.reset.next = !self.vitis.ap_rst_n.val();
         self.ofifo.push.next = self.o_valid.q.val();
         self.ofifo.din.next =
             bit_cast::<OB, RB>(self.o_rec.q.val()) | (bit_cast::<OB, 32>(self.o_tok.q.val()) << self.c_rb.val());
@@ -1024,7 +925,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
         }
 
-        if !self.ap_rst_n.val() {
+        if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.wstate.d.next = WriterState::Idle;
             self.a_valid.d.next = false;

@@ -10,7 +10,7 @@
 //! log2-domain values, `PB = 16·EL` of Q1.14 exponentials. They are const
 //! parameters because rust-hdl's widths are types; sizing them for the largest
 //! unit made every unit pay for 256 experts in synthesis and simulation.
-use crate::blocks::{DotI8, Exp2Fixed, MulRoundSat16, ScaleRound, SyncRam};
+use crate::blocks::{DotI8, Exp2Fixed, MulRoundSat16, RamPort, ScaleRound, SyncRam};
 use rust_hdl::prelude::*;
 
 /// Per-token metadata through the tail: ids (8×8 bits @0), chosen exponentials
@@ -32,10 +32,7 @@ pub const RB: usize = 512;
 #[derive(LogicBlock)]
 pub struct GateLane<const W: usize> {
     pub clock: Signal<In, Clock>,
-    pub we: Signal<In, Bit>,
-    pub waddr: Signal<In, Bits<16>>,
-    pub wdata: Signal<In, Bits<W>>,
-    pub raddr: Signal<In, Bits<16>>,
+    pub ram_port: RamPort<W>,
     /// The token's beat matching this cycle's RAM data.
     pub x: Signal<In, Bits<W>>,
     pub valid: Signal<In, Bit>,
@@ -55,27 +52,11 @@ pub struct GateLane<const W: usize> {
 
 impl<const W: usize> GateLane<W> {
     pub fn new(depth: usize) -> Self {
-        Self {
-            clock: Default::default(),
-            we: Default::default(),
-            waddr: Default::default(),
-            wdata: Default::default(),
-            raddr: Default::default(),
-            x: Default::default(),
-            valid: Default::default(),
-            first: Default::default(),
-            last: Default::default(),
-            res: Default::default(),
+        with_defaults!(Self {
             ram: SyncRam::new(depth),
             xw: DotI8::new(W / 8),
-            dot: Default::default(),
-            v2: Default::default(),
-            f2: Default::default(),
-            l2: Default::default(),
-            acc: Default::default(),
-            acc_new: Default::default(),
-            res_r: Default::default(),
-        }
+            .. clock, ram_port, x, valid, first, last, res, dot, v2, f2, l2, acc, acc_new, res_r
+        })
     }
 }
 
@@ -84,10 +65,7 @@ impl<const W: usize> Logic for GateLane<W> {
     fn update(&mut self) {
         dff_setup!(self, clock, dot, v2, f2, l2, acc, res_r);
         self.ram.clock.next = self.clock.val();
-        self.ram.we.next = self.we.val();
-        self.ram.waddr.next = self.waddr.val();
-        self.ram.wdata.next = self.wdata.val();
-        self.ram.raddr.next = self.raddr.val();
+        RamPort::<W>::link(&mut self.ram_port, &mut self.ram.port);
         self.xw.a.next = self.x.val();
         self.xw.b.next = self.ram.rdata.val();
         self.dot.d.next = self.xw.dot.val();
@@ -134,22 +112,11 @@ pub struct PostLane<const ZB: usize> {
 impl<const ZB: usize> PostLane<ZB> {
     pub fn new(j: usize) -> Self {
         let k = |v: usize| Constant::new((v as u64).to_bits());
-        Self {
-            clock: Default::default(),
-            res: Default::default(),
-            bias: Default::default(),
-            boff: Default::default(),
-            smult: Default::default(),
-            sshift: Default::default(),
-            z_o: Default::default(),
-            t_o: Default::default(),
-            off: Default::default(),
-            z: Default::default(),
-            zr: Default::default(),
-            scale: Default::default(),
+        with_defaults!(Self {
             c_j32: k(32 * j),
             c_top: k(ZB - 32),
-        }
+            .. clock, res, bias, boff, smult, sshift, z_o, t_o, off, z, zr, scale
+        })
     }
 }
 
@@ -190,16 +157,11 @@ pub struct ExpUnit<const TB: usize> {
 impl<const TB: usize> ExpUnit<TB> {
     pub fn new(e: usize) -> Self {
         let k = |v: usize| Constant::new((v as u64).to_bits());
-        Self {
-            t: Default::default(),
-            tmax: Default::default(),
-            experts: Default::default(),
-            p: Default::default(),
-            p32: Default::default(),
-            exp: Default::default(),
+        with_defaults!(Self {
             c_e: k(e),
             c_t: k(40 * e),
-        }
+            .. t, tmax, experts, p, p32, exp
+        })
     }
 }
 
@@ -293,23 +255,7 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
         }
         let n: [usize; 8] = std::array::from_fn(|l| sz[l] / 2);
         let k = |v: usize| Constant::new((v as u64).to_bits());
-        Self {
-            clock: Default::default(),
-            z: Default::default(),
-            aux: Default::default(),
-            mask: Default::default(),
-            meta: Default::default(),
-            valid: Default::default(),
-            z_o: Default::default(),
-            aux_o: Default::default(),
-            mask_o: Default::default(),
-            meta_o: Default::default(),
-            valid_o: Default::default(),
-            zr: Default::default(),
-            auxr: Default::default(),
-            maskr: Default::default(),
-            metar: Default::default(),
-            validr: Default::default(),
+        with_defaults!(Self {
             k0: locals(sz[0]),
             i0: locals(sz[0]),
             v0: locals(sz[0]),
@@ -337,8 +283,6 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
             k8: locals(sz[8]),
             i8: locals(sz[8]),
             v8: locals(sz[8]),
-            sel: Default::default(),
-            psel: Default::default(),
             c_e: (0..e_max).map(|e| Constant::new((e as u64).to_bits())).collect(),
             c_sign: Constant::new((1u64 << 31).to_bits()),
             c_sel_sh: k(8 * round),
@@ -348,7 +292,9 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
             _e: e_max,
             _n: n,
             _sz: sz,
-        }
+            .. clock, z, aux, mask, meta, valid, z_o, aux_o, mask_o, meta_o, valid_o, zr, auxr, maskr, metar, validr,
+            sel, psel
+        })
     }
 }
 
@@ -577,24 +523,14 @@ impl Choice {
     pub fn new(i: usize) -> Self {
         use super::config::{REC_IDS, REC_SLOTS, REC_WEIGHTS};
         let k = |v: usize| Constant::new((v as u64).to_bits());
-        Self {
-            meta: Default::default(),
-            r: Default::default(),
-            ld: Default::default(),
-            cap: Default::default(),
-            active: Default::default(),
-            sel: Default::default(),
-            drop: Default::default(),
-            rec: Default::default(),
-            slot: Default::default(),
-            full: Default::default(),
-            wm: Default::default(),
+        with_defaults!(Self {
             c_p: k(META_P + 16 * i),
             c_id_sh: k(8 * (REC_IDS + i)),
             c_w_sh: k(8 * (REC_WEIGHTS + 2 * i)),
             c_s_sh: k(8 * (REC_SLOTS + 4 * i)),
             c_neg1: Constant::new(u32::MAX.to_bits()),
-        }
+            .. meta, r, ld, cap, active, sel, drop, rec, slot, full, wm
+        })
     }
 }
 
