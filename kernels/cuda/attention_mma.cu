@@ -42,6 +42,8 @@
 // drift apart), else two stages under a CTA barrier per block (KV_STAGES).
 
 #include "fixed.cuh"
+#include "common_bf16.cuh"    // cp_async16, ldmatrix_x4, ldmatrix_x4_trans
+#include "common_hopper.cuh"  // mbarriers
 
 #define WARPS 4
 #define ROWS (16 * WARPS)
@@ -98,51 +100,13 @@ __device__ __forceinline__ void mma_u8s8(int* c, const unsigned* a, unsigned b0,
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_t(unsigned* r, unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-
-// One arrival (release: this thread's earlier shared-memory reads and writes
-// happen before a waiter's acquire).
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
 }
 
 // One arrival once this thread's earlier cp.async copies have landed.
 __device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
-// Until the barrier's phase of this parity has completed (acquire).
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
 }
 
 __device__ __forceinline__ int quad_max(int x) {
@@ -225,7 +189,7 @@ __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2]
 #pragma unroll
         for (int G = 0; G < DP / 16; G++) {
             unsigned r[4];
-            ldsm_x4_t(r, smem_addr(vs + (32 * ks + lane) * LD + 16 * G));
+            ldmatrix_x4_trans(r, smem_addr(vs + (32 * ks + lane) * LD + 16 * G));
             const unsigned be0 = __byte_perm(r[0], r[1], 0x6420), bo0 = __byte_perm(r[0], r[1], 0x7531);
             const unsigned be1 = __byte_perm(r[2], r[3], 0x6420), bo1 = __byte_perm(r[2], r[3], 0x7531);
             mma_u8s8(H[G][0], hi, be0, be1);
@@ -242,6 +206,17 @@ __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2]
 // so l < 2^22 gives |o| < 2^29 + 131.
 #define NARROW_L (1ll << 22)
 
+// f(H, L) on each accumulator pair of row g (rr = 0) or g + 8 (rr = 1) of this thread.
+template <int DP, int rr, class F>
+__device__ __forceinline__ void each_row_acc(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], F f) {
+#pragma unroll
+    for (int G = 0; G < DP / 16; G++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int cc = 0; cc < 2; cc++) f(H[G][j][2 * rr + cc], L[G][j][2 * rr + cc]);
+}
+
 // o = round(o / 2^dl) (o = 256·H + L) for the accumulators of row g (rr = 0)
 // or g + 8 (rr = 1) of this thread. narrow (warp-uniform): every row's l before
 // the rescale is below NARROW_L, so o and the rounding fit in int32 (a shift
@@ -252,31 +227,19 @@ __device__ __forceinline__ void rescale_rows(int (&H)[DP / 16][2][4], int (&L)[D
     if (narrow) {
         const unsigned d2 = min(dl, 31u);
         const int half = d2 ? 1 << (d2 - 1) : 0, neg = d2 ? -1 : 0;
-#pragma unroll
-        for (int G = 0; G < DP / 16; G++)
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int cc = 0; cc < 2; cc++) {
-                    const int c = 2 * rr + cc;
-                    int o = (int)((unsigned)H[G][j][c] * 256u + (unsigned)L[G][j][c]);
-                    o = (o + half + ((o >> 31) & neg)) >> d2;
-                    H[G][j][c] = o >> 8;
-                    L[G][j][c] = o & 255;
-                }
-        return;
+        each_row_acc<DP, rr>(H, L, [&](int& h, int& l) {
+            int o = (int)((unsigned)h * 256u + (unsigned)l);
+            o = (o + half + ((o >> 31) & neg)) >> d2;
+            h = o >> 8;
+            l = o & 255;
+        });
+    } else {
+        each_row_acc<DP, rr>(H, L, [&](int& h, int& l) {
+            const long long o = round_shift((long long)h * 256 + l, dl);
+            h = (int)(o >> 8);
+            l = (int)(o & 255);
+        });
     }
-#pragma unroll
-    for (int G = 0; G < DP / 16; G++)
-#pragma unroll
-        for (int j = 0; j < 2; j++)
-#pragma unroll
-            for (int cc = 0; cc < 2; cc++) {
-                const int c = 2 * rr + cc;
-                const long long o = round_shift((long long)H[G][j][c] * 256 + L[G][j][c], dl);
-                H[G][j][c] = (int)(o >> 8);
-                L[G][j][c] = (int)(o & 255);
-            }
 }
 
 // rr as a compile-time index, so H and L stay in registers.
@@ -425,7 +388,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                 for (int ks = 0; ks < DP / 32; ks++) {
                     unsigned r[4];
                     // matrices: keys 8t.. (dims +0, +16), keys 8t+8.. (dims +0, +16)
-                    ldsm_x4(r, smem_addr(ks_ + (8 * t + 8 * (lane >> 4) + (lane & 7)) * LD + 32 * ks +
+                    ldmatrix_x4(r, smem_addr(ks_ + (8 * t + 8 * (lane >> 4) + (lane & 7)) * LD + 32 * ks +
                                          16 * ((lane >> 3) & 1)));
                     mma_s8(S[t], qa[ks], r[0], r[1]);
                     mma_s8(S[t + 1], qa[ks], r[2], r[3]);
