@@ -394,7 +394,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                     unsigned r[4];
                     // matrices: keys 8t.. (dims +0, +16), keys 8t+8.. (dims +0, +16)
                     ldmatrix_x4(r, smem_addr(ks_ + (8 * t + 8 * (lane >> 4) + (lane & 7)) * LD + 32 * ks +
-                                         16 * ((lane >> 3) & 1)));
+                                             16 * ((lane >> 3) & 1)));
                     mma_s8(S[t], qa[ks], r[0], r[1]);
                     mma_s8(S[t + 1], qa[ks], r[2], r[3]);
                 }
