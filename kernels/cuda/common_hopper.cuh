@@ -17,12 +17,18 @@ __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
 __device__ __forceinline__ void mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Until the barrier's phase of this parity has completed (acquire).
+// Until the barrier's phase of this parity has completed (acquire). Before
+// sm_90 (the attention twin's mbarrier ring on Ampere) try_wait does not
+// exist and test_wait polls instead.
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     unsigned done;
     do {
         asm volatile(
+#if __CUDA_ARCH__ >= 900
             "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+#else
+            "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+#endif
             : "=r"(done)
             : "r"(bar), "r"(parity)
             : "memory");
