@@ -29,19 +29,22 @@
 //   * P·V exactly: p < 2^15, so P = 256·P_hi + P_lo with both in u8, and two
 //     mma.sync m16n8k32 u8·s8 products accumulate o/256 and o mod 256 in int32
 //     (H and L, o = 256·H + L); a rescale recombines them in int32 where
-//     every row of the warp has l < NARROW_L (then o fits), else in 64 bits.
-//     Without a rescale L grows by < 2^15 per key, so every 32768 keys it is
-//     folded into H (o unchanged); the host limits keys to 2^17 so H fits.
+//     every row of the warp has l < NARROW_L (then o fits, and L takes all
+//     of it, H = 0), else in 64 bits. Without a rescale L grows by < 2^15 per
+//     key, so every 32768 keys it is folded into H (o unchanged); the host
+//     limits keys to 2^17 so H fits.
 //   * l is summed per thread and only reduced over the quad where a rescale
 //     needs the exact row total.
 // V is read from shared memory with ldmatrix.trans on 16-bit pairs: a thread
 // gets two keys × two dims per matrix; byte permutes give each n8 tile of
 // P·V four keys of one dim, so the tiles alternate even and odd dims and a
 // thread ends up owning four consecutive output dims. K and V blocks come
-// through cp.async: at DP = 128 into a ring of stages under mbarriers (warps
+// through cp.async: at DP ≥ 64 into a ring of stages under mbarriers (warps
 // drift apart), else two stages under a CTA barrier per block (KV_STAGES).
 
 #include "fixed.cuh"
+#include "common_bf16.cuh"    // cp_async16, ldmatrix_x4, ldmatrix_x4_trans
+#include "common_hopper.cuh"  // mbarriers
 
 #define WARPS 4
 #define ROWS (16 * WARPS)
@@ -50,17 +53,16 @@
 // every real m, so its p is 0 (every row's key 0 is valid, so m is real before
 // a masked key). Differences of e are taken unsigned: they stay below 2^32.
 #define EMASK (-(3 << 29))
-// Blocks between folds of L into H: 32768 keys keep |L| < 2^30.
+// Keys between folds of L into H: 32768 keys add |L| < 2^30 (to the < 2^29 +
+// 131 an int32 rescale leaves there, see NARROW_L).
 #define FOLD_KEYS 32768
-// d = 128 (DP = 128): K/V stages in shared memory, and how many blocks ahead
-// a warp issues its share of a block's loads. Warps are tied only by
-// mbarriers: a block's stage is refilled once every warp is done with it, so
-// a warp may run min(KV_AHEAD, KV_STAGES − 1 − KV_AHEAD) blocks ahead of the
-// slowest (a warp on a rescaling block no longer holds the others up at a CTA
-// barrier). DP ≤ 64 keeps two stages and a CTA barrier per block: at d = 64
-// the ring made the causal case 7 % slower for 3.5 % on the full one (before
-// the int32 rescale; docs/gpu.md). The host sizes shared memory as the LUT
-// plus 2·stages·BK·(DP + 16) bytes, stages = kv_stages(DP).
+// DP ≥ 64: K/V stages in shared memory, and how many blocks ahead a warp
+// issues its share of a block's loads. Warps are tied only by mbarriers: a
+// block's stage is refilled once every warp is done with it, so a warp may run
+// min(KV_AHEAD, KV_STAGES − 1 − KV_AHEAD) blocks ahead of the slowest (a warp
+// on a rescaling block no longer holds the others up at a CTA barrier).
+// DP = 32 keeps two stages and a CTA barrier per block. The host sizes shared
+// memory as the LUT plus 2·stages·BK·(DP + 16) bytes, stages = kv_stages(DP).
 #ifndef KV_STAGES
 #define KV_STAGES 6
 #endif
@@ -70,10 +72,13 @@
 static_assert(KV_AHEAD >= 1 && KV_AHEAD < KV_STAGES, "loads run 1 to KV_STAGES - 1 blocks ahead");
 // Per instance (DP dims): keys a block, whether K/V go through the mbarrier
 // ring, and its stages; the host sizes shared memory by ATTENTION_MMA_STAGES
-// and ATTENTION_MMA_BK.
-#define ATTENTION_MMA_BK(dp) ((dp) == 128 ? 32 : 64)
-#define ATTENTION_MMA_RING(dp) ((dp) == 128)
+// and ATTENTION_MMA_BK. 32-key blocks at DP ≥ 64 keep the score tile small
+// (d = 64: 168 registers, three CTAs an SM; docs/gpu.md).
+#define ATTENTION_MMA_BK(dp) ((dp) >= 64 ? 32 : 64)
+#define ATTENTION_MMA_RING(dp) ((dp) >= 64)
 #define ATTENTION_MMA_STAGES(dp) (ATTENTION_MMA_RING(dp) ? KV_STAGES : 2)
+// CTAs an SM each instance is compiled for (__launch_bounds__).
+#define ATTENTION_MMA_MIN_CTAS(dp) ((dp) == 64 ? 3 : 1)
 template <int DP>
 struct KvRing {
     static constexpr bool on = ATTENTION_MMA_RING(DP);
@@ -98,51 +103,13 @@ __device__ __forceinline__ void mma_u8s8(int* c, const unsigned* a, unsigned b0,
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_t(unsigned* r, unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
-}
-
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return (unsigned)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-
-// One arrival (release: this thread's earlier shared-memory reads and writes
-// happen before a waiter's acquire).
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
 }
 
 // One arrival once this thread's earlier cp.async copies have landed.
 __device__ __forceinline__ void mbar_arrive_cp_async(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
-// Until the barrier's phase of this parity has completed (acquire).
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    unsigned done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
 }
 
 __device__ __forceinline__ int quad_max(int x) {
@@ -225,7 +192,7 @@ __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2]
 #pragma unroll
         for (int G = 0; G < DP / 16; G++) {
             unsigned r[4];
-            ldsm_x4_t(r, smem_addr(vs + (32 * ks + lane) * LD + 16 * G));
+            ldmatrix_x4_trans(r, smem_addr(vs + (32 * ks + lane) * LD + 16 * G));
             const unsigned be0 = __byte_perm(r[0], r[1], 0x6420), bo0 = __byte_perm(r[0], r[1], 0x7531);
             const unsigned be1 = __byte_perm(r[2], r[3], 0x6420), bo1 = __byte_perm(r[2], r[3], 0x7531);
             mma_u8s8(H[G][0], hi, be0, be1);
@@ -239,54 +206,55 @@ __device__ __forceinline__ void pv(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2]
 // l below which a row's o fits in 32 bits with room for the rounding addend:
 // |o| ≤ 128·l + 130 always (|v| ≤ 128, so adding p·v keeps it, and a rescale
 // by δ ≥ 1 gives |rnd(o/2^δ)| ≤ (128·l + 130)/2^δ + 1/2 ≤ 128·rnd(l/2^δ) + 130),
-// so l < 2^22 gives |o| < 2^29 + 131.
+// so l < 2^22 gives |o| < 2^29 + 131. Such a rescale leaves all of o in L
+// (H = 0): one instruction fewer than splitting it, and FOLD_KEYS keys of
+// p_lo·v on top keep |L| < 2^29 + 131 + 2^30 < 2^31.
 #define NARROW_L (1ll << 22)
 
-// o = round(o / 2^dl) (o = 256·H + L) for the accumulators of row g (rr = 0)
-// or g + 8 (rr = 1) of this thread. narrow (warp-uniform): every row's l before
-// the rescale is below NARROW_L, so o and the rounding fit in int32 (a shift
-// by 31 then gives 0, as by any dl ≥ 31).
-template <int DP, int rr>
-__device__ __forceinline__ void rescale_rows(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], unsigned dl,
-                                             bool narrow) {
-    if (narrow) {
-        const unsigned d2 = min(dl, 31u);
-        const int half = d2 ? 1 << (d2 - 1) : 0, neg = d2 ? -1 : 0;
-#pragma unroll
-        for (int G = 0; G < DP / 16; G++)
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int cc = 0; cc < 2; cc++) {
-                    const int c = 2 * rr + cc;
-                    int o = (int)((unsigned)H[G][j][c] * 256u + (unsigned)L[G][j][c]);
-                    o = (o + half + ((o >> 31) & neg)) >> d2;
-                    H[G][j][c] = o >> 8;
-                    L[G][j][c] = o & 255;
-                }
-        return;
-    }
+// f(H, L) on each accumulator pair of row g (rr = 0) or g + 8 (rr = 1) of this thread.
+template <int DP, int rr, class F>
+__device__ __forceinline__ void each_row_acc(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], F f) {
 #pragma unroll
     for (int G = 0; G < DP / 16; G++)
 #pragma unroll
         for (int j = 0; j < 2; j++)
 #pragma unroll
-            for (int cc = 0; cc < 2; cc++) {
-                const int c = 2 * rr + cc;
-                const long long o = round_shift((long long)H[G][j][c] * 256 + L[G][j][c], dl);
-                H[G][j][c] = (int)(o >> 8);
-                L[G][j][c] = (int)(o & 255);
-            }
+            for (int cc = 0; cc < 2; cc++) f(H[G][j][2 * rr + cc], L[G][j][2 * rr + cc]);
+}
+
+// o = round(o / 2^dl) (o = 256·H + L) for the accumulators of row g (rr = 0)
+// or g + 8 (rr = 1) of this thread. narrow (warp-uniform): every row's l before
+// the rescale is below NARROW_L, so o and the rounding fit in int32 (a shift
+// by 31 then gives 0, as by any dl ≥ 31). RISE: the caller knows dl ≥ 1, so
+// the rounding needs no case for dl = 0.
+template <int DP, int rr, bool RISE>
+__device__ __forceinline__ void rescale_rows(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], unsigned dl,
+                                             bool narrow) {
+    if (narrow) {
+        const unsigned d2 = min(dl, 31u);
+        const int half = RISE || d2 ? 1 << (d2 - 1) : 0, neg = RISE || d2 ? -1 : 0;
+        each_row_acc<DP, rr>(H, L, [&](int& h, int& l) {
+            const int o = (int)((unsigned)h * 256u + (unsigned)l);
+            h = 0;
+            l = (o + half + ((o >> 31) & neg)) >> d2;
+        });
+    } else {
+        each_row_acc<DP, rr>(H, L, [&](int& h, int& l) {
+            const long long o = round_shift((long long)h * 256 + l, dl);
+            h = (int)(o >> 8);
+            l = (int)(o & 255);
+        });
+    }
 }
 
 // rr as a compile-time index, so H and L stay in registers.
-template <int DP>
+template <int DP, bool RISE>
 __device__ __forceinline__ void rescale_half(int (&H)[DP / 16][2][4], int (&L)[DP / 16][2][4], int rr, unsigned dl,
                                              bool narrow) {
     if (rr == 0)
-        rescale_rows<DP, 0>(H, L, dl, narrow);
+        rescale_rows<DP, 0, RISE>(H, L, dl, narrow);
     else
-        rescale_rows<DP, 1>(H, L, dl, narrow);
+        rescale_rows<DP, 1, RISE>(H, L, dl, narrow);
 }
 
 // DP: d rounded up to a multiple of 32 (the Q·Kᵀ k-step); BK keys a block.
@@ -425,8 +393,8 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                 for (int ks = 0; ks < DP / 32; ks++) {
                     unsigned r[4];
                     // matrices: keys 8t.. (dims +0, +16), keys 8t+8.. (dims +0, +16)
-                    ldsm_x4(r, smem_addr(ks_ + (8 * t + 8 * (lane >> 4) + (lane & 7)) * LD + 32 * ks +
-                                         16 * ((lane >> 3) & 1)));
+                    ldmatrix_x4(r, smem_addr(ks_ + (8 * t + 8 * (lane >> 4) + (lane & 7)) * LD + 32 * ks +
+                                             16 * ((lane >> 3) & 1)));
                     mma_s8(S[t], qa[ks], r[0], r[1]);
                     mma_s8(S[t + 1], qa[ks], r[2], r[3]);
                 }
@@ -538,7 +506,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                                 const unsigned dl = min((unsigned)qm[rr] - (unsigned)m[rr], 62u);
                                 lpart[rr] = (tig ? 0 : round_shift(lt, dl)) + la[rr];
                                 m[rr] = qm[rr];
-                                rescale_half<DP>(H, L, rr, dl, narrow);
+                                rescale_half<DP, true>(H, L, rr, dl, narrow);
                             } else {
                                 lpart[rr] += lb[rr];
                             }
@@ -611,7 +579,7 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
                         auto rescale = [&](const int rr) {
                             const bool narrow = __all_sync(0xffffffffu, lt[rr] < NARROW_L);
                             lt[rr] = round_shift(lt[rr], dl[rr]);
-                            if (__any_sync(0xffffffffu, dl[rr])) rescale_half<DP>(H, L, rr, dl[rr], narrow);
+                            if (__any_sync(0xffffffffu, dl[rr])) rescale_half<DP, false>(H, L, rr, dl[rr], narrow);
                         };
                         rescale(0);
                         rescale(1);
@@ -676,11 +644,11 @@ __device__ __forceinline__ void attention_mma(const i8* __restrict__ Q, const i8
     Q, K, V, lut, kv_len, out, heads, heads_total, seq_q, seq_kv, d, q_stride, kv_stride, o_stride, causal, \
         score_mult, score_shift, out_requant, out_mult, out_shift
 
-// d ≤ 32, d ≤ 64, d ≤ 128 (128: 32-key blocks keep the accumulators in
-// registers), each for any score shift and for shifts ≥ 33 (_hi).
-#define ATTENTION_MMA_KERNEL(name, dp, bk, hi)                                                           \
-    extern "C" __global__ void __launch_bounds__(32 * WARPS) name(ATTENTION_MMA_ARGS) {                   \
-        attention_mma<dp, bk, hi>(ATTENTION_MMA_PASS);                                                    \
+// d ≤ 32, d ≤ 64, d ≤ 128, each for any score shift and for shifts ≥ 33 (_hi).
+#define ATTENTION_MMA_KERNEL(name, dp, bk, hi)                                           \
+    extern "C" __global__ void __launch_bounds__(32 * WARPS, ATTENTION_MMA_MIN_CTAS(dp)) \
+        name(ATTENTION_MMA_ARGS) {                                                       \
+        attention_mma<dp, bk, hi>(ATTENTION_MMA_PASS);                                   \
     }
 ATTENTION_MMA_KERNEL(ferrite_attention_mma_d32, 32, ATTENTION_MMA_BK(32), false)
 ATTENTION_MMA_KERNEL(ferrite_attention_mma_d64, 64, ATTENTION_MMA_BK(64), false)

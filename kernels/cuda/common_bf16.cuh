@@ -1,7 +1,8 @@
 // Shared helpers of the bf16 kernels (included by gemm_bf16.cu and flash_attn.cu
-// through the host's include step: NVRTC sees one translation unit). No CUDA
-// headers: bf16 values travel as raw 16-bit patterns and are converted with PTX,
-// so the kernels compile with NVRTC's built-ins alone.
+// through the host's include step: NVRTC sees one translation unit); the int8
+// twins take smem_u32, cp.async and ldmatrix from here too. No CUDA headers:
+// bf16 values travel as raw 16-bit patterns and are converted with PTX, so the
+// kernels compile with NVRTC's built-ins alone.
 typedef unsigned short bf16_t;
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {

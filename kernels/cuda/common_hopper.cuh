@@ -1,6 +1,6 @@
-// Hopper (sm_90a) helpers shared by the wgmma kernels (expanded into each
-// source by the host, like common_bf16.cuh): TMA descriptors and loads,
-// mbarriers, shared-memory matrix descriptors.
+// Hopper (sm_90a) helpers shared by the wgmma kernels and the attention twin
+// (expanded into each source by the host, like common_bf16.cuh): TMA
+// descriptors and loads, mbarriers, shared-memory matrix descriptors.
 // CUtensorMap: 128 opaque bytes, passed by value as a __grid_constant__.
 struct __align__(64) TmaMap {
     unsigned long long v[16];
@@ -12,14 +12,23 @@ __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
 __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
+// One arrival (release: this thread's earlier shared-memory reads and writes
+// happen before a waiter's acquire).
 __device__ __forceinline__ void mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// Until the barrier's phase of this parity has completed (acquire). Before
+// sm_90 (the attention twin's mbarrier ring on Ampere) try_wait does not
+// exist and test_wait polls instead.
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     unsigned done;
     do {
         asm volatile(
+#if __CUDA_ARCH__ >= 900
             "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+#else
+            "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+#endif
             : "=r"(done)
             : "r"(bar), "r"(parity)
             : "memory");

@@ -12,6 +12,16 @@
 
 namespace oldk {
 #include "old.cu"
+// K/V keys in shared memory per launch (two stages of bk before the macros existed).
+static int kv_keys(int dp, int bk) {
+#ifdef ATTENTION_MMA_STAGES
+    (void)bk;
+    return ATTENTION_MMA_STAGES(dp) * ATTENTION_MMA_BK(dp);
+#else
+    (void)dp;
+    return 2 * bk;
+#endif
+}
 }
 #undef WARPS
 #undef ROWS
@@ -26,6 +36,7 @@ namespace oldk {
 #undef ATTENTION_MMA_STAGES
 #undef ATTENTION_MMA_BK
 #undef ATTENTION_MMA_RING
+#undef ATTENTION_MMA_MIN_CTAS
 #ifndef NEWFILE
 #define NEWFILE "attention_mma.cu"
 #endif
@@ -50,6 +61,7 @@ static void from_scale(double scale, int* mult, unsigned* shift) {
 
 struct Prob { int batch, heads, seq_q, seq_kv, d, causal, requant; std::vector<int> kvl; int sm; unsigned ss; int om; unsigned os; };
 
+// bk: keys a block of a kernel older than ATTENTION_MMA_BK (oldk::kv_keys).
 static void pick(const Prob& p, Kern* oldf, Kern* newf, int* bk, int* dp) {
     bool hi = p.ss >= 33;
     if (p.d <= 32) { *dp = 32; *bk = 64; *oldf = hi ? oldk::old_attention_mma_d32_hi : oldk::old_attention_mma_d32; *newf = hi ? ferrite_attention_mma_d32_hi : ferrite_attention_mma_d32; }
@@ -61,15 +73,10 @@ static unsigned* d_lut;
 
 static float launch(Kern f, const Prob& p, int bk, int dp, const i8* q, const i8* k, const i8* v, const int* kvl, void* o, int iters) {
     int ht = p.batch * p.heads;
-    // The LUT copies and the new kernel's stages of K and V blocks (2 of bk
-    // keys before ATTENTION_MMA_STAGES and ATTENTION_MMA_BK existed); the
-    // larger of the two kernels' needs serves both.
-#ifdef ATTENTION_MMA_STAGES
-    const int keys_new = ATTENTION_MMA_STAGES(dp) * ATTENTION_MMA_BK(dp);
-#else
-    const int keys_new = 2 * bk;
-#endif
-    const int keys = keys_new > 2 * bk ? keys_new : 2 * bk;
+    // The LUT copies and the K/V stages; the larger of the two kernels' needs
+    // serves both.
+    const int keys_new = ATTENTION_MMA_STAGES(dp) * ATTENTION_MMA_BK(dp), keys_old = oldk::kv_keys(dp, bk);
+    const int keys = keys_new > keys_old ? keys_new : keys_old;
     int smem = 256 * 32 * 4 + 2 * keys * (dp + 16);
     CK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int blocks = ht * ((p.seq_q + 63) / 64);

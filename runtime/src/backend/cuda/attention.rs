@@ -15,11 +15,11 @@ const MAX_KEYS: usize = 1 << 17;
 const LUT_SMEM: u32 = 256 * 32 * 4;
 
 /// K/V stages in shared memory for the instance holding `dp` dims: the
-/// kernel's `ATTENTION_MMA_STAGES` (d = 128 keeps a six-stage mbarrier ring so
-/// warps drift apart, the others two stages and a CTA barrier per block).
+/// kernel's `ATTENTION_MMA_STAGES` (dp ≥ 64 keeps a six-stage mbarrier ring so
+/// warps drift apart, dp = 32 two stages and a CTA barrier per block).
 /// Keys a block are `ATTENTION_MMA_BK` ([`kernel_for`]).
 fn kv_stages(dp: u32) -> u32 {
-    if dp == 128 {
+    if dp >= 64 {
         6
     } else {
         2
@@ -32,7 +32,7 @@ fn kv_stages(dp: u32) -> u32 {
 fn kernel_for(d: usize, score_shift: u32) -> (String, u32, u32) {
     let (dp, bk) = match d {
         0..=32 => (32, 64),
-        33..=64 => (64, 64),
+        33..=64 => (64, 32),
         _ => (128, 32),
     };
     (format!("ferrite_attention_mma_d{dp}{}", if score_shift >= 33 { "_hi" } else { "" }), dp, bk)
@@ -182,14 +182,14 @@ mod tests {
             format!("#define FOLD_KEYS {FOLD_KEYS}"),
             format!("#define NARROW_L (1ll << {})", NARROW_L.trailing_zeros()),
             format!("#define KV_STAGES {}", super::kv_stages(128)),
-            "#define ATTENTION_MMA_BK(dp) ((dp) == 128 ? 32 : 64)".to_string(),
-            "#define ATTENTION_MMA_RING(dp) ((dp) == 128)".to_string(),
+            "#define ATTENTION_MMA_BK(dp) ((dp) >= 64 ? 32 : 64)".to_string(),
+            "#define ATTENTION_MMA_RING(dp) ((dp) >= 64)".to_string(),
             "#define ATTENTION_MMA_STAGES(dp) (ATTENTION_MMA_RING(dp) ? KV_STAGES : 2)".to_string(),
         ] {
             assert!(text.contains(&line), "attention_mma.cu lacks `{line}`");
         }
-        assert_eq!((super::kv_stages(32), super::kv_stages(64)), (2, 2));
-        for (d, bk) in [(32, 64), (64, 64), (128, 32)] {
+        assert_eq!((super::kv_stages(32), super::kv_stages(64)), (2, 6));
+        for (d, bk) in [(32, 64), (64, 32), (128, 32)] {
             assert_eq!(super::kernel_for(d, 0).2, bk, "d = {d}");
         }
     }
@@ -237,7 +237,8 @@ mod tests {
                     let x = round_shift(*h as i64 * 256 + *o as i64, dl);
                     if narrow {
                         // The kernel's int32 rescale (`rescale_rows`, narrow):
-                        // o wrapped to 32 bits, the shift clamped to 31.
+                        // o wrapped to 32 bits, the shift clamped to 31, all of
+                        // the result kept in the low accumulator.
                         let o32 = (*h as u32).wrapping_mul(256).wrapping_add(*o as u32) as i32;
                         assert_eq!(o32 as i64, *h as i64 * 256 + *o as i64, "o beyond int32 with l < NARROW_L");
                         let d2 = dl.min(31);
@@ -245,8 +246,10 @@ mod tests {
                         let sum = o32.checked_add(half).and_then(|y| y.checked_add((o32 >> 31) & neg));
                         let y = sum.expect("narrow rescale overflows int32") >> d2;
                         assert_eq!(y as i64, x, "narrow rescale differs from round_shift");
+                        (*h, *o) = (0, y);
+                    } else {
+                        (*h, *o) = ((x >> 8) as i32, (x & 255) as i32);
                     }
-                    (*h, *o) = ((x >> 8) as i32, (x & 255) as i32);
                 }
                 cur = nxt;
             }
