@@ -1,17 +1,20 @@
 //! One query lane of the attention unit: its query row, the score pipeline,
 //! the online-softmax state (m, l, o[d]) and the finalizer (divider, output row).
 //!
-//! Timing, for a step issued by the top in cycle c: S1 (end of c) latches
-//! s = q·k; S2 (end of c+1) latches t = round(s·Ms/2^Ss); S3 (end of c+2)
-//! latches p, δ and updates m; S4 (end of c+3) updates l and o with the V row
-//! the top presents in cycle c+3.
-use crate::blocks::{DotI8, Exp2Fixed, MulRound16, Requantizer, RoundShift, ScaleRound};
+//! Timing, for a step issued by the top in cycle c, with L =
+//! [`ScaleRoundPipe::LATENCY`]: S1 (end of c) latches s = q·k; S2 (end of
+//! c+L) has t = round(s·Ms/2^Ss); S3 (end of c+L+1) latches p, δ and updates
+//! m; S4 (end of c+[`V_AT`]) updates l and o with the V row the top presents
+//! in cycle c+`V_AT`.
+use crate::blocks::{DotI8, Exp2Fixed, MulRound16, Requantizer, RoundShift, ScaleRoundPipe, SkewLine};
 use rust_hdl::prelude::*;
 
 /// Widest output row: 128 Q16 values.
 pub const ROW32_BITS: usize = 4096;
 /// Widest int8 output row.
 pub const ROW8_BITS: usize = 1024;
+/// The cycle after a step's issue in which S4 reads its V row (see the module doc).
+pub const V_AT: usize = ScaleRoundPipe::LATENCY + 2;
 
 #[derive(LogicBlock)]
 pub struct Lane<const W: usize> {
@@ -45,8 +48,9 @@ pub struct Lane<const W: usize> {
     qk: DotI8<W>,
     s1: DFF<Signed<32>>,
     f1: DFF<Bits<3>>,
-    f2: DFF<Bits<3>>,
-    scale: ScaleRound,
+    /// The flags of `f1` when `scale` has the step's t.
+    f2: SkewLine<3>,
+    scale: ScaleRoundPipe,
     mask0: Signal<Local, Bit>,
     e: Signal<Local, Signed<32>>,
     m: DFF<Signed<32>>,
@@ -115,7 +119,7 @@ impl<const W: usize> Lane<W> {
             qk: DotI8::new(d),
             s1: Default::default(),
             f1: Default::default(),
-            f2: Default::default(),
+            f2: SkewLine::new(ScaleRoundPipe::LATENCY),
             scale: Default::default(),
             mask0: Default::default(),
             e: Default::default(),
@@ -160,12 +164,13 @@ impl<const W: usize> Lane<W> {
 impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, qrow, s1, f1, f2, m, p3, d3, upd3, first3, l, div_cnt, rem, quo, r32, r8);
+        dff_setup!(self, clock, qrow, s1, f1, m, p3, d3, upd3, first3, l, div_cnt, rem, quo, r32, r8);
         for x in 0..self._d {
             self.o[x].clock.next = self.clock.val();
             self.o[x].d.next = self.o[x].q.val();
         }
         self.scale.clock.next = self.clock.val();
+        self.f2.clock.next = self.clock.val();
         self.mulr.clock.next = self.clock.val();
         self.mulr_o.clock.next = self.clock.val();
         self.rq.clock.next = self.clock.val();
@@ -184,16 +189,16 @@ impl<const W: usize> Logic for Lane<W> {
             | (bit_cast::<3, 1>(self.st_first.val().into()) << 1)
             | (bit_cast::<3, 1>(self.mask0.val().into()) << 2);
 
-        // S2: t = round(s · Ms / 2^Ss), log2 domain with 8 fraction bits.
+        // S2: t = round(s · Ms / 2^Ss), log2 domain with 8 fraction bits, pipelined.
         self.scale.x.next = self.s1.q.val();
         self.scale.mult.next = self.smult.val();
         self.scale.shift.next = self.sshift.val();
-        self.f2.d.next = self.f1.q.val();
+        self.f2.din.next = self.f1.q.val();
 
         // S3: running max on the integer grid, p = 2^(t − m).
         self.e.next = self.scale.y.val().get_bits::<32>(8);
         self.m_new.next = self.m.q.val();
-        if self.f2.q.val().get_bit(1) | (self.e.val() > self.m.q.val()) {
+        if self.f2.dout.val().get_bit(1) | (self.e.val() > self.m.q.val()) {
             self.m_new.next = self.e.val();
         }
         self.delta.next = self.m_new.val() - self.m.q.val();
@@ -201,18 +206,18 @@ impl<const W: usize> Logic for Lane<W> {
         self.m40.next = signed_bit_cast::<40, 32>(self.m_new.val());
         self.u.next = self.scale.y.val() - signed_cast(unsigned_cast(self.m40.val()) << 8);
         self.exp2.u.next = self.u.val();
-        self.upd3.d.next = self.f2.q.val().get_bit(0) & !self.f2.q.val().get_bit(2);
-        self.first3.d.next = self.f2.q.val().get_bit(1);
+        self.upd3.d.next = self.f2.dout.val().get_bit(0) & !self.f2.dout.val().get_bit(2);
+        self.first3.d.next = self.f2.dout.val().get_bit(1);
         self.p3.d.next = self.exp2.p.val();
         self.delta_bits.next = unsigned_cast(self.delta.val());
         self.d3.d.next = self.delta_bits.val().get_bits::<6>(0);
         if self.delta.val() > signed_cast(bits::<32>(62)) {
             self.d3.d.next = 62.into();
         }
-        if self.f2.q.val().get_bit(1) {
+        if self.f2.dout.val().get_bit(1) {
             self.d3.d.next = 0.into();
         }
-        if self.f2.q.val().get_bit(0) & !self.f2.q.val().get_bit(2) {
+        if self.f2.dout.val().get_bit(0) & !self.f2.dout.val().get_bit(2) {
             self.m.d.next = self.m_new.val();
         }
 
