@@ -802,34 +802,46 @@ fn from_i64<const N: usize>(v: i64) -> Signed<N> {
     signed_cast(((v as u64) & (u64::MAX >> (64 - N))).to_bits())
 }
 
-/// `x / 2^sh` rounded half away from zero (combinational): the online-softmax
-/// rescale. Shifts past the width give 0.
+/// `round(x / 2^sh) + a` (combinational; rounding half away from zero, shifts
+/// past the width give 0, the sum wraps in `N` bits): the online-softmax
+/// rescale and accumulate, `l` and `o` in one loop. The rounding is a carry
+/// into the add, `(x >>> sh) + a + c` with `c` the rounding bit, computed as
+/// `({x >>> sh, c} + {a, c}) >> 1`: one carry chain, where a rounding add,
+/// then a shift, then the add were three.
 #[derive(LogicBlock, Default)]
-pub struct RoundShift<const N: usize> {
+pub struct RoundShiftAdd<const N: usize> {
     pub x: Signal<In, Signed<N>>,
     pub sh: Signal<In, Bits<6>>,
+    pub a: Signal<In, Signed<N>>,
     pub y: Signal<Out, Signed<N>>,
 }
 
-impl<const N: usize> Logic for RoundShift<N> {
+impl<const N: usize> Logic for RoundShiftAdd<N> {
     fn update(&mut self) {
         let sh = to_u64(self.sh.val()) as u32;
-        self.y.next = from_i64(crate::numerics::round_shift(to_i64(self.x.val()), sh.min(62)));
+        let q = crate::numerics::round_shift(to_i64(self.x.val()), sh.min(62));
+        self.y.next = from_i64(q.wrapping_add(to_i64(self.a.val())));
     }
     fn connect(&mut self) {
         self.y.connect();
     }
     fn hdl(&self) -> Verilog {
+        // c: the bit below the cut, and for negative x also any bit under it
+        // (`lo` marks the bits below s − 1, decoded without a carry chain).
         Verilog::Custom(format!(
             "\
 wire signed [63:0] xe = {{{{{pad}{{x[{msb}]}}}}, x}};
 wire [5:0] s = (sh > 6'd62) ? 6'd62 : sh;
-wire signed [63:0] half = (s == 6'd0) ? 64'sd0 : (64'sd1 <<< (s - 6'd1));
-wire signed [63:0] adj = (s == 6'd0) ? 64'sd0 : (half - {{63'd0, xe[63]}});
-wire signed [63:0] q = (xe + adj) >>> s;
-always @(*) y = q[{msb}:0];",
+wire signed [63:0] fl = xe >>> s;
+reg [63:0] lo;
+integer i;
+always @(*) for (i = 0; i < 64; i = i + 1) lo[i] = {{26'd0, s}} > i + 1;
+wire c = (s != 6'd0) && xe[s - 6'd1] && (!xe[63] || (|(xe & lo)));
+wire [{n}:0] sum = {{fl[{msb}:0], c}} + {{a, c}};
+always @(*) y = sum[{n}:1];",
             pad = 64 - N,
-            msb = N - 1
+            msb = N - 1,
+            n = N,
         ))
     }
 }
@@ -924,10 +936,12 @@ function [15:0] lut(input [7:0] a);
 {cases}      default: lut = 16'd0;
    endcase
 endfunction
-wire [39:0] nu = 40'd0 - u;
-wire [39:0] sh = u[39] ? ((nu + 40'd255) >> 8) : 40'd0;
 wire [15:0] raw = lut(u[7:0]);
-always @(*) p = (sh > 40'd31) ? 16'd0 : (raw >> sh[4:0]);"
+// For u < 0 the shift is ceil(−u / 2^8) = −(u >>> 8), below 32 exactly when
+// u[39:13] is all ones and u[12:8] is not zero: reductions and a 5-bit
+// negation instead of 40-bit carry chains.
+wire [4:0] sh = ~u[12:8] + 5'd1;
+always @(*) p = !u[39] ? raw : (((&u[39:13]) && (|u[12:8])) ? (raw >> sh) : 16'd0);"
         ))
     }
 }

@@ -5,7 +5,7 @@
 //! and of V at the same offsets, one key per step broadcast to every lane),
 //! then divide, serialize and write each lane's output row. On-chip state is
 //! the lanes' q/m/l/o registers and two FIFOs: nothing grows with N.
-use super::lane::{Lane, ROW32_BITS, ROW8_BITS, V_AT};
+use super::lane::{Lane, DONE_AT, ROW32_BITS, ROW8_BITS, V_AT};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
 use crate::blocks::{Fifo, MulU32, SkewLine};
@@ -16,8 +16,8 @@ use rust_hdl::prelude::*;
 /// Beats per K (and per V) burst.
 const CHUNK: u64 = 8;
 /// A block's last step, one bit per cycle since its issue: the top bit is set
-/// the cycle after the lanes' S4 has updated l and o, when the finalizer may read them.
-const LAST_PIPE: usize = V_AT + 2;
+/// once the lanes' l and o hold it, when the finalizer may read them.
+const LAST_PIPE: usize = DONE_AT + 1;
 
 #[derive(LogicBlock)]
 pub struct AttentionUnit<const W: usize, const S: usize> {
@@ -87,7 +87,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     st_first: DFF<Bit>,
     st_j: DFF<Bits<32>>,
     k_row: DFF<Bits<W>>,
-    /// V rows, delayed to the lanes' S4 (a step's V row in cycle c + `V_AT`).
+    /// V rows, delayed to the lanes' S4a (a step's V row in cycle c + `V_AT`).
     v_dly: SkewLine<W>,
     last_pipe: DFF<Bits<LAST_PIPE>>,
     // Finalize and write (block parameters handed over at the block's last step).
