@@ -256,13 +256,11 @@ end"
 }
 
 /// The requantizer of [`Requantizer`] as a free-running pipeline of
-/// [`RequantPipe::LATENCY`] stages, so that no stage holds more than one carry
-/// chain or a few mux levels: the one-cycle 64-bit round/shift/saturate was the
-/// GEMM unit's critical path (docs/timing.md). `y` is
-/// `sat8(round_half_away(x · mult / 2^shift))` of the `x` held `LATENCY`
-/// cycles earlier; `mult` and `shift` must be steady for the run (they are
-/// latched registers): the rounding constants `2^(shift-1)` and `2^(shift-1) - 1`
-/// are decoded from a registered copy of `shift`, without a carry chain.
+/// [`RequantPipe::LATENCY`] stages: [`MulShiftStages`], then saturation. The
+/// one-cycle 64-bit round/shift/saturate was the GEMM unit's critical path
+/// (docs/timing.md). `y` is `sat8(round_half_away(x · mult / 2^shift))` of the
+/// `x` held `LATENCY` cycles earlier; `mult` and `shift` must be steady for the
+/// run (they are latched registers).
 #[derive(LogicBlock, Default)]
 pub struct RequantPipe {
     pub clock: Signal<In, Clock>,
@@ -270,12 +268,79 @@ pub struct RequantPipe {
     pub mult: Signal<In, Bits<32>>,
     pub shift: Signal<In, Bits<6>>,
     pub y: Signal<Out, Bits<8>>,
-    _s: RequantStages,
+    _s: MulShiftStages,
 }
 
-/// The registers of [`RequantPipe`], named as in its Verilog.
+impl RequantPipe {
+    /// Cycles from `x` to `y`: the product and rounding shift, then saturation.
+    pub const LATENCY: usize = MulShiftStages::LATENCY + 1;
+}
+
+impl Logic for RequantPipe {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            self.y.next = ((self._s.q.clamp(-128, 127) as i8 as u8) as u64).to_bits();
+            self._s = self._s.step(to_u64(self.x.val()), to_u64(self.mult.val()), to_u64(self.shift.val()));
+        }
+    }
+    fn connect(&mut self) {
+        self.y.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(format!(
+            "\
+{MUL_SHIFT_VERILOG}
+// q fits int8 when q[63:7] is all sign: reductions, no comparator carry chains.
+always @(posedge clock) y <= ((&q[63:7]) | ~(|q[63:7])) ? q[7:0] : (q[63] ? 8'h80 : 8'h7f);"
+        ))
+    }
+}
+
+/// `round(x · mult / 2^shift)` (signed 32-bit `x` and `mult`, rounding half
+/// away from zero) kept to 40 bits, as a free-running pipeline of
+/// [`ScaleRoundPipe::LATENCY`] stages ([`MulShiftStages`]): an int32 score to
+/// the log2 domain (attention lanes, MoE logits). In one cycle it was the
+/// critical path of both units (docs/timing.md). `mult` and `shift` must be
+/// steady for the run.
+#[derive(LogicBlock, Default)]
+pub struct ScaleRoundPipe {
+    pub clock: Signal<In, Clock>,
+    pub x: Signal<In, Signed<32>>,
+    pub mult: Signal<In, Bits<32>>,
+    pub shift: Signal<In, Bits<6>>,
+    pub y: Signal<Out, Signed<40>>,
+    _s: MulShiftStages,
+}
+
+impl ScaleRoundPipe {
+    /// Cycles from `x` to `y`.
+    pub const LATENCY: usize = MulShiftStages::LATENCY;
+}
+
+impl Logic for ScaleRoundPipe {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let x = unsigned_cast(self.x.val());
+            self._s = self._s.step(to_u64(x), to_u64(self.mult.val()), to_u64(self.shift.val()));
+            self.y.next = from_i64(self._s.q);
+        }
+    }
+    fn connect(&mut self) {
+        self.y.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(format!("{MUL_SHIFT_VERILOG}\nalways @(*) y = q[39:0];"))
+    }
+}
+
+/// The registers of `q = round_half_away(x · mult / 2^shift)` on signed 32-bit
+/// `x` and `mult` (64-bit `q`), named as in [`MUL_SHIFT_VERILOG`], which
+/// [`RequantPipe`] and [`ScaleRoundPipe`] share: no stage holds more than one
+/// carry chain or a few mux levels. The rounding constants `2^(shift-1)` and
+/// `2^(shift-1) - 1` are decoded from a registered copy of `shift`, without a
+/// carry chain, so `shift` must be steady.
 #[derive(Default, Clone, Copy)]
-struct RequantStages {
+struct MulShiftStages {
     sr: u32,
     hpos: i64,
     hneg: i64,
@@ -294,46 +359,39 @@ struct RequantStages {
     q: i64,
 }
 
-impl RequantPipe {
-    /// Cycles from `x` to `y`: partial products, their middle sum, the product,
-    /// the rounding add, the shift by `8·shift[5:3]`, by `shift[2:0]`, saturation.
-    pub const LATENCY: usize = 7;
+impl MulShiftStages {
+    /// Cycles from `x` to `q`: partial products, their middle sum, the product,
+    /// the rounding add, the shift by `8·shift[5:3]`, by `shift[2:0]`.
+    const LATENCY: usize = 6;
+
+    /// The registers after a clock edge with inputs `x`, `mult` (32 bits) and `shift` (6 bits).
+    fn step(self, x: u64, mult: u64, shift: u64) -> Self {
+        let o = self;
+        let mut n = o;
+        n.q = o.t >> (o.sr & 7);
+        n.t = o.sum >> (o.sr & 0x38);
+        n.sum = o.p.wrapping_add(o.adj);
+        n.p = o.hilo.wrapping_add(o.mid << 16);
+        n.adj = if o.neg2 { o.hneg } else { o.hpos };
+        n.hilo = ((o.hh as u64) << 32 | o.ll as u64) as i64;
+        n.mid = o.hl + o.lh;
+        n.neg2 = o.neg1;
+        let x = x as u32 as i32 as i64;
+        let m = mult as u32 as i32 as i64;
+        let (xh, xl, mh, ml) = (x >> 16, x & 0xFFFF, m >> 16, m & 0xFFFF);
+        (n.hh, n.hl, n.lh, n.ll) = (xh * mh, xh * ml, xl * mh, xl * ml);
+        n.neg1 = (x < 0) != (m < 0) && x != 0 && m != 0;
+        n.sr = shift as u32;
+        n.hpos = if o.sr == 0 { 0 } else { 1 << (o.sr - 1) };
+        n.hneg = if o.sr == 0 { 0 } else { (1 << (o.sr - 1)) - 1 };
+        n
+    }
 }
 
-impl Logic for RequantPipe {
-    fn update(&mut self) {
-        if self.clock.pos_edge() {
-            let o = self._s;
-            let mut n = o;
-            self.y.next = ((o.q.clamp(-128, 127) as i8 as u8) as u64).to_bits();
-            n.q = o.t >> (o.sr & 7);
-            n.t = o.sum >> (o.sr & 0x38);
-            n.sum = o.p.wrapping_add(o.adj);
-            n.p = o.hilo.wrapping_add(o.mid << 16);
-            n.adj = if o.neg2 { o.hneg } else { o.hpos };
-            n.hilo = ((o.hh as u64) << 32 | o.ll as u64) as i64;
-            n.mid = o.hl + o.lh;
-            n.neg2 = o.neg1;
-            let x = to_u64(self.x.val()) as u32 as i32 as i64;
-            let m = to_u64(self.mult.val()) as u32 as i32 as i64;
-            let (xh, xl, mh, ml) = (x >> 16, x & 0xFFFF, m >> 16, m & 0xFFFF);
-            (n.hh, n.hl, n.lh, n.ll) = (xh * mh, xh * ml, xl * mh, xl * ml);
-            n.neg1 = (x < 0) != (m < 0) && x != 0 && m != 0;
-            let s = to_u64(self.shift.val()) as u32;
-            n.sr = s;
-            n.hpos = if o.sr == 0 { 0 } else { 1 << (o.sr - 1) };
-            n.hneg = if o.sr == 0 { 0 } else { (1 << (o.sr - 1)) - 1 };
-            self._s = n;
-        }
-    }
-    fn connect(&mut self) {
-        self.y.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        // Each product is a signed 17×17 multiply (one MULT18X18D): the high
-        // halves are signed 16-bit, the low halves unsigned.
-        Verilog::Custom(
-            "\
+/// [`MulShiftStages`] in Verilog, on the inputs `x`, `mult`, `shift`. Each
+/// product is a signed 17×17 multiply (one MULT18X18D): the high halves are
+/// signed 16-bit, the low halves unsigned.
+const MUL_SHIFT_VERILOG: &str = "\
 reg [5:0] sr = 0;
 reg [63:0] hpos = 0;
 reg [63:0] hneg = 0;
@@ -378,13 +436,7 @@ always @(posedge clock) begin
    sum <= p + $signed(adj);
    t <= sum >>> {sr[5:3], 3'b000};
    q <= t >>> sr[2:0];
-   // q fits int8 when q[63:7] is all sign: reductions, no comparator carry chains.
-   y <= ((&q[63:7]) | ~(|q[63:7])) ? q[7:0] : (q[63] ? 8'h80 : 8'h7f);
-end"
-            .into(),
-        )
-    }
-}
+end";
 
 /// Unsigned 32×32 → 64-bit multiply in three registered stages (partial
 /// products, their middle sum, the product), [`MulU32Pipe::LATENCY`] cycles
@@ -706,6 +758,21 @@ mod tests {
     }
 
     #[test]
+    fn scale_round_pipe_model_matches_round_shift_after_its_latency() {
+        let cases = [(1000, 1 << 30, 33), (-7, 3, 1), (i32::MIN, i32::MIN, 62), (i32::MAX, i32::MIN, 0), (-300, 77, 5)];
+        let mut r = ScaleRoundPipe::default();
+        r.connect_all();
+        for &(x, m, s) in &cases {
+            r.mult.next = (m as u32 as u64).to_bits();
+            r.shift.next = (s as u64).to_bits();
+            r.x.next = from_i64(x as i64);
+            clock(&mut r, |r, c| r.clock.next = Clock::from(c), ScaleRoundPipe::LATENCY);
+            let want = crate::numerics::round_shift(x as i64 * m as i64, s) << 24 >> 24;
+            assert_eq!(to_i64(r.y.val()), want, "{x}·{m}>>{s}");
+        }
+    }
+
+    #[test]
     fn mul_u32_pipe_model_multiplies_after_its_latency() {
         let mut m = MulU32Pipe::default();
         m.connect_all();
@@ -728,70 +795,47 @@ fn from_i64<const N: usize>(v: i64) -> Signed<N> {
     signed_cast(((v as u64) & (u64::MAX >> (64 - N))).to_bits())
 }
 
-/// `x / 2^sh` rounded half away from zero (combinational): the online-softmax
-/// rescale. Shifts past the width give 0.
+/// `round(x / 2^sh) + a` (combinational; rounding half away from zero, shifts
+/// past the width give 0, the sum wraps in `N` bits): the online-softmax
+/// rescale and accumulate, `l` and `o` in one loop. The rounding is a carry
+/// into the add, `(x >>> sh) + a + c` with `c` the rounding bit, computed as
+/// `({x >>> sh, c} + {a, c}) >> 1`: one carry chain, where a rounding add,
+/// then a shift, then the add were three.
 #[derive(LogicBlock, Default)]
-pub struct RoundShift<const N: usize> {
+pub struct RoundShiftAdd<const N: usize> {
     pub x: Signal<In, Signed<N>>,
     pub sh: Signal<In, Bits<6>>,
+    pub a: Signal<In, Signed<N>>,
     pub y: Signal<Out, Signed<N>>,
 }
 
-impl<const N: usize> Logic for RoundShift<N> {
+impl<const N: usize> Logic for RoundShiftAdd<N> {
     fn update(&mut self) {
         let sh = to_u64(self.sh.val()) as u32;
-        self.y.next = from_i64(crate::numerics::round_shift(to_i64(self.x.val()), sh.min(62)));
+        let q = crate::numerics::round_shift(to_i64(self.x.val()), sh.min(62));
+        self.y.next = from_i64(q.wrapping_add(to_i64(self.a.val())));
     }
     fn connect(&mut self) {
         self.y.connect();
     }
     fn hdl(&self) -> Verilog {
+        // c: the bit below the cut, and for negative x also any bit under it
+        // (`lo` marks the bits below s − 1, decoded without a carry chain).
         Verilog::Custom(format!(
             "\
 wire signed [63:0] xe = {{{{{pad}{{x[{msb}]}}}}, x}};
 wire [5:0] s = (sh > 6'd62) ? 6'd62 : sh;
-wire signed [63:0] half = (s == 6'd0) ? 64'sd0 : (64'sd1 <<< (s - 6'd1));
-wire signed [63:0] adj = (s == 6'd0) ? 64'sd0 : (half - {{63'd0, xe[63]}});
-wire signed [63:0] q = (xe + adj) >>> s;
-always @(*) y = q[{msb}:0];",
+wire signed [63:0] fl = xe >>> s;
+reg [63:0] lo;
+integer i;
+always @(*) for (i = 0; i < 64; i = i + 1) lo[i] = {{26'd0, s}} > i + 1;
+wire c = (s != 6'd0) && xe[s - 6'd1] && (!xe[63] || (|(xe & lo)));
+wire [{n}:0] sum = {{fl[{msb}:0], c}} + {{a, c}};
+always @(*) y = sum[{n}:1];",
             pad = 64 - N,
-            msb = N - 1
+            msb = N - 1,
+            n = N,
         ))
-    }
-}
-
-/// Registered `round(x · mult / 2^shift)` on a signed 32-bit `x`, kept to 40 bits:
-/// an int32 score to the log2 domain.
-#[derive(LogicBlock, Default)]
-pub struct ScaleRound {
-    pub clock: Signal<In, Clock>,
-    pub x: Signal<In, Signed<32>>,
-    pub mult: Signal<In, Bits<32>>,
-    pub shift: Signal<In, Bits<6>>,
-    pub y: Signal<Out, Signed<40>>,
-}
-
-impl Logic for ScaleRound {
-    fn update(&mut self) {
-        if self.clock.pos_edge() {
-            let m = to_u64(self.mult.val()) as u32 as i32 as i64;
-            let p = to_i64(self.x.val()) * m;
-            self.y.next = from_i64(crate::numerics::round_shift(p, to_u64(self.shift.val()) as u32));
-        }
-    }
-    fn connect(&mut self) {
-        self.y.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        Verilog::Custom(
-            "\
-wire signed [63:0] p = $signed(x) * $signed(mult);
-wire signed [63:0] half = (shift == 6'd0) ? 64'sd0 : (64'sd1 <<< (shift - 6'd1));
-wire signed [63:0] adj = (shift == 6'd0) ? 64'sd0 : (half - {63'd0, p[63]});
-wire signed [63:0] q = (p + adj) >>> shift;
-always @(posedge clock) y <= q[39:0];"
-                .into(),
-        )
     }
 }
 
@@ -885,10 +929,12 @@ function [15:0] lut(input [7:0] a);
 {cases}      default: lut = 16'd0;
    endcase
 endfunction
-wire [39:0] nu = 40'd0 - u;
-wire [39:0] sh = u[39] ? ((nu + 40'd255) >> 8) : 40'd0;
 wire [15:0] raw = lut(u[7:0]);
-always @(*) p = (sh > 40'd31) ? 16'd0 : (raw >> sh[4:0]);"
+// For u < 0 the shift is ceil(−u / 2^8) = −(u >>> 8), below 32 exactly when
+// u[39:13] is all ones and u[12:8] is not zero: reductions and a 5-bit
+// negation instead of 40-bit carry chains.
+wire [4:0] sh = ~u[12:8] + 5'd1;
+always @(*) p = !u[39] ? raw : (((&u[39:13]) && (|u[12:8])) ? (raw >> sh) : 16'd0);"
         ))
     }
 }

@@ -147,13 +147,30 @@ pub struct Shell<const W: usize, const S: usize> {
     pitch: DFF<Bits<32>>,
     rows: DFF<Bits<32>>,
     row: DFF<Bits<32>>,
-    to_page: Signal<Local, Bits<16>>,
+    // The span reader's next addresses, kept ready beside `rd_addr` and
+    // `row_addr` so that the issue cycle only selects (two 64-bit adds and a
+    // select there were the GEMM unit's critical path, docs/timing.md):
+    // `row_nx = row_addr + pitch`, `pg_nx` the page after `rd_addr`'s,
+    // `to_pg` the beats from `rd_addr` to its page's end. `settle` marks the
+    // cycle after `span_load`, which computes them and issues nothing.
+    row_nx: DFF<Bits<64>>,
+    pg_nx: DFF<Bits<64>>,
+    to_pg: DFF<Bits<16>>,
+    settle: DFF<Bit>,
+    row_last: Signal<Local, Bit>,
+    row_at: Signal<Local, Bits<64>>,
+    at_row_nx: Signal<Local, Bits<64>>,
+    at_pg_nx: Signal<Local, Bits<64>>,
+    at_to_pg: Signal<Local, Bits<16>>,
     burst: Signal<Local, Bits<16>>,
     aw_done: DFF<Bit>,
     w_done: DFF<Bit>,
     wr_issued: DFF<Bits<32>>,
     wr_acked: DFF<Bits<32>>,
     c_logp: Constant<Bits<16>>,
+    c_page: Constant<Bits<64>>,
+    c_page_lo: Constant<Bits<64>>,
+    c_page_beats: Constant<Bits<16>>,
     c_hwinfo: Constant<Bits<32>>,
     _n_args: usize,
 }
@@ -168,13 +185,16 @@ impl<const W: usize, const S: usize> Shell<W, S> {
             ctrl: Control::new(n, STATUS_WORDS),
             run_regs: crate::many(n),
             c_logp: Constant::new((S.trailing_zeros() as u64).to_bits()),
+            c_page: Constant::new(4096u64.to_bits()),
+            c_page_lo: Constant::new(4095u64.to_bits()),
+            c_page_beats: Constant::new(((4096 / S) as u64).to_bits()),
             c_hwinfo: Constant::new((hwinfo as u64).to_bits()),
             _n_args: n,
-            .. vitis, start, idle, done, fail, slot_free, span_load,
-            span_resume, span_addr, span_beats, span_rows, span_pitch, span_go, span_row, span_done, ar_req,
-            ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len, wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done,
-            err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_addr, row_beats, pitch, rows, row, to_page,
-            burst, aw_done, w_done, wr_issued, wr_acked
+            .. vitis, start, idle, done, fail, slot_free, span_load, span_resume, span_addr, span_beats, span_rows,
+            span_pitch, span_go, span_row, span_done, ar_req, ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len,
+            wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done, err, cycles, ar_valid, ar_addr, ar_len, rd_addr,
+            rd_rem, row_addr, row_beats, pitch, rows, row, row_nx, pg_nx, to_pg, settle, row_last, row_at, at_row_nx,
+            at_pg_nx, at_to_pg, burst, aw_done, w_done, wr_issued, wr_acked
         })
     }
 
@@ -189,8 +209,8 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_addr, row_beats, pitch,
-            rows, row, aw_done, w_done, wr_issued, wr_acked
+            self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_addr, row_beats, pitch, rows,
+            row, row_nx, pg_nx, to_pg, settle, aw_done, w_done, wr_issued, wr_acked
         );
         AxiLiteSlave::link(&mut self.vitis.s_axi_control, &mut self.ctrl.s_axi_control);
         self.ctrl.clock.next = self.vitis.ap_clk.val();
@@ -248,30 +268,51 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         if !self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val() {
             self.ar_valid.d.next = false;
         }
-        // Beats to the next 4 KiB page: AXI bursts must not cross one.
-        self.to_page.next =
-            (bits::<16>(4096) - bit_cast::<16, 12>(self.rd_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val();
-        self.burst.next = self.rd_rem.q.val();
-        if self.to_page.val() < self.rd_rem.q.val() {
-            self.burst.next = self.to_page.val();
+        // Bursts end at the row's end or at the 4 KiB page's (AXI bursts must
+        // not cross one), so the next read address is `row_nx` or `pg_nx`.
+        self.row_last.next = self.rd_rem.q.val() <= self.to_pg.q.val();
+        self.burst.next = self.to_pg.q.val();
+        if self.row_last.val() {
+            self.burst.next = self.rd_rem.q.val();
         }
         self.span_row.next = self.row.q.val();
         self.span_done.next =
             (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val()) & (self.row.q.val() >= self.rows.q.val());
-        if self.span_go.val()
+        // The row the reader starts next, in the settle cycle the span's first (where
+        // `rd_addr` is too), else the row after this one: its successor, the page
+        // after its start's and the beats to that page's end.
+        self.row_at.next = self.row_nx.q.val();
+        if self.settle.q.val() {
+            self.row_at.next = self.row_addr.q.val();
+        }
+        self.at_row_nx.next = self.row_at.val() + bit_cast::<64, 32>(self.pitch.q.val());
+        self.at_pg_nx.next = (self.row_at.val() | self.c_page_lo.val()) + 1;
+        self.at_to_pg.next =
+            (bits::<16>(4096) - bit_cast::<16, 12>(self.row_at.val().get_bits::<12>(0))) >> self.c_logp.val();
+        self.settle.d.next = false;
+        if self.settle.q.val() {
+            self.row_nx.d.next = self.at_row_nx.val();
+            self.pg_nx.d.next = self.at_pg_nx.val();
+            self.to_pg.d.next = self.at_to_pg.val();
+        } else if self.span_go.val()
             & (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val())
             & (self.row.q.val() < self.rows.q.val())
         {
             self.ar_valid.d.next = true;
             self.ar_addr.d.next = self.rd_addr.q.val();
             self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
-            self.rd_addr.d.next = self.rd_addr.q.val() + (bit_cast::<64, 16>(self.burst.val()) << self.c_logp.val());
-            self.rd_rem.d.next = self.rd_rem.q.val() - self.burst.val();
-            if self.burst.val() == self.rd_rem.q.val() {
+            self.rd_addr.d.next = self.pg_nx.q.val();
+            self.pg_nx.d.next = self.pg_nx.q.val() + self.c_page.val();
+            self.to_pg.d.next = self.c_page_beats.val();
+            self.rd_rem.d.next = self.rd_rem.q.val() - self.to_pg.q.val();
+            if self.row_last.val() {
                 // The row's last burst: the next row follows.
                 self.row.d.next = self.row.q.val() + 1;
-                self.row_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.pitch.q.val());
-                self.rd_addr.d.next = self.row_addr.q.val() + bit_cast::<64, 32>(self.pitch.q.val());
+                self.row_addr.d.next = self.row_nx.q.val();
+                self.row_nx.d.next = self.at_row_nx.val();
+                self.rd_addr.d.next = self.row_nx.q.val();
+                self.pg_nx.d.next = self.at_pg_nx.val();
+                self.to_pg.d.next = self.at_to_pg.val();
                 self.rd_rem.d.next = self.row_beats.q.val();
             }
         }
@@ -286,6 +327,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             self.rd_rem.d.next = self.span_beats.val();
             self.row_beats.d.next = self.span_beats.val();
             self.pitch.d.next = self.span_pitch.val();
+            self.settle.d.next = true;
         }
         if self.span_load.val() | self.span_resume.val() {
             self.rows.d.next = self.span_rows.val();

@@ -1,17 +1,24 @@
 //! One query lane of the attention unit: its query row, the score pipeline,
 //! the online-softmax state (m, l, o[d]) and the finalizer (divider, output row).
 //!
-//! Timing, for a step issued by the top in cycle c: S1 (end of c) latches
-//! s = q·k; S2 (end of c+1) latches t = round(s·Ms/2^Ss); S3 (end of c+2)
-//! latches p, δ and updates m; S4 (end of c+3) updates l and o with the V row
-//! the top presents in cycle c+3.
-use crate::blocks::{DotI8, Exp2Fixed, MulRound16, Requantizer, RoundShift, ScaleRound};
+//! Timing, for a step issued by the top in cycle c, with L =
+//! [`ScaleRoundPipe::LATENCY`]: S1 (end of c) latches s = q·k; S2 (end of
+//! c+L) has t = round(s·Ms/2^Ss); S3a (end of c+L+1) updates m; S3b (end of
+//! c+L+2) latches p and δ; S4a (end of c+[`V_AT`]) latches p·v with the V row
+//! the top presents in cycle c+`V_AT`; S4b (end of c+L+4) updates l and o,
+//! which hold the step from cycle c+[`DONE_AT`]. Each stage holds at most one
+//! wide carry chain: m, l and o are loops, so each has a cycle of its own.
+use crate::blocks::{DotI8, Exp2Fixed, MulRound16, Requantizer, RoundShiftAdd, ScaleRoundPipe, SkewLine};
 use rust_hdl::prelude::*;
 
 /// Widest output row: 128 Q16 values.
 pub const ROW32_BITS: usize = 4096;
 /// Widest int8 output row.
 pub const ROW8_BITS: usize = 1024;
+/// The cycle after a step's issue in which S4a reads its V row (see the module doc).
+pub const V_AT: usize = ScaleRoundPipe::LATENCY + 3;
+/// The first cycle after a step's issue in which l and o hold it.
+pub const DONE_AT: usize = V_AT + 2;
 
 #[derive(LogicBlock)]
 pub struct Lane<const W: usize> {
@@ -45,11 +52,16 @@ pub struct Lane<const W: usize> {
     qk: DotI8<W>,
     s1: DFF<Signed<32>>,
     f1: DFF<Bits<3>>,
-    f2: DFF<Bits<3>>,
-    scale: ScaleRound,
+    /// The flags of `f1` when `scale` has the step's t.
+    f2: SkewLine<3>,
+    scale: ScaleRoundPipe,
     mask0: Signal<Local, Bit>,
     e: Signal<Local, Signed<32>>,
     m: DFF<Signed<32>>,
+    t3: DFF<Signed<40>>,
+    mn3: DFF<Signed<32>>,
+    mo3: DFF<Signed<32>>,
+    f3: DFF<Bits<3>>,
     m_new: Signal<Local, Signed<32>>,
     delta: Signal<Local, Signed<32>>,
     m40: Signal<Local, Signed<40>>,
@@ -60,11 +72,15 @@ pub struct Lane<const W: usize> {
     d3: DFF<Bits<6>>,
     upd3: DFF<Bit>,
     first3: DFF<Bit>,
+    p4: DFF<Bits<16>>,
+    d4: DFF<Bits<6>>,
+    upd4: DFF<Bit>,
+    first4: DFF<Bit>,
     l: DFF<Signed<48>>,
-    l_rs: RoundShift<48>,
+    l_rs: RoundShiftAdd<48>,
     o: Vec<DFF<Signed<48>>>,
-    o_rs: Vec<RoundShift<48>>,
-    pv: Vec<Signal<Local, Signed<32>>>,
+    o_rs: Vec<RoundShiftAdd<48>>,
+    pv: Vec<DFF<Signed<32>>>,
     div_cnt: DFF<Bits<6>>,
     rem: DFF<Bits<40>>,
     quo: DFF<Bits<40>>,
@@ -95,6 +111,7 @@ impl<const W: usize> Lane<W> {
             pv: crate::many(d),
             omux_e: crate::many(d / 2),
             omux_o: crate::many(d / 2),
+            f2: SkewLine::new(ScaleRoundPipe::LATENCY),
             c_top32: Constant::new(((32 * (d - 2)) as u64).to_bits()),
             c_top8: Constant::new(((8 * (d - 2)) as u64).to_bits()),
             c_top32o: Constant::new(((32 * (d - 1)) as u64).to_bits()),
@@ -102,9 +119,9 @@ impl<const W: usize> Lane<W> {
             _d: d,
             _half: d / 2,
             .. clock, q_we, q_row, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, div_start,
-            div_busy, sel, omult, oshift, sh32, sh8, out_sel, row32, row8, qrow, s1, f1, f2, scale, mask0, e, m, m_new,
-            delta, m40, u, delta_bits, exp2, p3, d3, upd3, first3, l, l_rs, div_cnt, rem, quo, rem_sh, mulr, mulr_o, rq,
-            rq_o, r32, r8
+            div_busy, sel, omult, oshift, sh32, sh8, out_sel, row32, row8, qrow, s1, f1, scale, mask0, e, m, t3, mn3,
+            mo3, f3, m_new, delta, m40, u, delta_bits, exp2, p3, d3, upd3, first3, p4, d4, upd4, first4, l, l_rs,
+            div_cnt, rem, quo, rem_sh, mulr, mulr_o, rq, rq_o, r32, r8
         })
     }
 }
@@ -112,12 +129,17 @@ impl<const W: usize> Lane<W> {
 impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, qrow, s1, f1, f2, m, p3, d3, upd3, first3, l, div_cnt, rem, quo, r32, r8);
+        dff_setup!(
+            self, clock, qrow, s1, f1, m, t3, mn3, mo3, f3, p3, d3, upd3, first3, p4, d4, upd4, first4, l, div_cnt,
+            rem, quo, r32, r8
+        );
         for x in 0..self._d {
             self.o[x].clock.next = self.clock.val();
             self.o[x].d.next = self.o[x].q.val();
+            self.pv[x].clock.next = self.clock.val();
         }
         self.scale.clock.next = self.clock.val();
+        self.f2.clock.next = self.clock.val();
         self.mulr.clock.next = self.clock.val();
         self.mulr_o.clock.next = self.clock.val();
         self.rq.clock.next = self.clock.val();
@@ -136,56 +158,75 @@ impl<const W: usize> Logic for Lane<W> {
             | (bit_cast::<3, 1>(self.st_first.val().into()) << 1)
             | (bit_cast::<3, 1>(self.mask0.val().into()) << 2);
 
-        // S2: t = round(s · Ms / 2^Ss), log2 domain with 8 fraction bits.
+        // S2: t = round(s · Ms / 2^Ss), log2 domain with 8 fraction bits, pipelined.
         self.scale.x.next = self.s1.q.val();
         self.scale.mult.next = self.smult.val();
         self.scale.shift.next = self.sshift.val();
-        self.f2.d.next = self.f1.q.val();
+        self.f2.din.next = self.f1.q.val();
 
-        // S3: running max on the integer grid, p = 2^(t − m).
+        // S3a: running max on the integer grid (its own loop, alone in the cycle).
         self.e.next = self.scale.y.val().get_bits::<32>(8);
         self.m_new.next = self.m.q.val();
-        if self.f2.q.val().get_bit(1) | (self.e.val() > self.m.q.val()) {
+        if self.f2.dout.val().get_bit(1) | (self.e.val() > self.m.q.val()) {
             self.m_new.next = self.e.val();
         }
-        self.delta.next = self.m_new.val() - self.m.q.val();
+        if self.f2.dout.val().get_bit(0) & !self.f2.dout.val().get_bit(2) {
+            self.m.d.next = self.m_new.val();
+        }
+        self.t3.d.next = self.scale.y.val();
+        self.mn3.d.next = self.m_new.val();
+        self.mo3.d.next = self.m.q.val();
+        self.f3.d.next = self.f2.dout.val();
+
+        // S3b: p = 2^(t − m), δ = m_new − m_old.
+        self.delta.next = self.mn3.q.val() - self.mo3.q.val();
         // Widen through a signed 40-bit local: Verilog sign-extends only signed operands.
-        self.m40.next = signed_bit_cast::<40, 32>(self.m_new.val());
-        self.u.next = self.scale.y.val() - signed_cast(unsigned_cast(self.m40.val()) << 8);
+        self.m40.next = signed_bit_cast::<40, 32>(self.mn3.q.val());
+        self.u.next = self.t3.q.val() - signed_cast(unsigned_cast(self.m40.val()) << 8);
         self.exp2.u.next = self.u.val();
-        self.upd3.d.next = self.f2.q.val().get_bit(0) & !self.f2.q.val().get_bit(2);
-        self.first3.d.next = self.f2.q.val().get_bit(1);
+        self.upd3.d.next = self.f3.q.val().get_bit(0) & !self.f3.q.val().get_bit(2);
+        self.first3.d.next = self.f3.q.val().get_bit(1);
         self.p3.d.next = self.exp2.p.val();
         self.delta_bits.next = unsigned_cast(self.delta.val());
         self.d3.d.next = self.delta_bits.val().get_bits::<6>(0);
-        if self.delta.val() > signed_cast(bits::<32>(62)) {
+        // δ > 62 as a signed int32, by reductions rather than a comparator carry chain.
+        if !self.delta_bits.val().get_bit(31)
+            & (self.delta_bits.val().get_bits::<25>(6).any() | self.delta_bits.val().get_bits::<6>(0).all())
+        {
             self.d3.d.next = 62.into();
         }
-        if self.f2.q.val().get_bit(1) {
+        if self.f3.q.val().get_bit(1) {
             self.d3.d.next = 0.into();
         }
-        if self.f2.q.val().get_bit(0) & !self.f2.q.val().get_bit(2) {
-            self.m.d.next = self.m_new.val();
+
+        // S4a: p · v[x] registered, with the V row the top presents now.
+        self.p4.d.next = self.p3.q.val();
+        self.d4.d.next = self.d3.q.val();
+        self.upd4.d.next = self.upd3.q.val();
+        self.first4.d.next = self.first3.q.val();
+        for x in 0..self._d {
+            self.pv[x].d.next = signed_cast(self.p3.q.val())
+                * signed_bit_cast::<16, 8>(signed_cast(self.v_row.val().get_bits::<8>(x * 8)));
         }
 
-        // S4: l = rnd(l / 2^δ) + p, o[x] = rnd(o[x] / 2^δ) + p·v[x].
+        // S4b: l = rnd(l / 2^δ) + p, o[x] = rnd(o[x] / 2^δ) + p·v[x].
         self.l_rs.x.next = self.l.q.val();
-        self.l_rs.sh.next = self.d3.q.val();
-        if self.upd3.q.val() {
-            self.l.d.next = self.l_rs.y.val() + signed_bit_cast::<48, 16>(signed_cast(self.p3.q.val()));
-            if self.first3.q.val() {
-                self.l.d.next = signed_bit_cast::<48, 16>(signed_cast(self.p3.q.val()));
+        self.l_rs.sh.next = self.d4.q.val();
+        self.l_rs.a.next = signed_bit_cast::<48, 16>(signed_cast(self.p4.q.val()));
+        if self.upd4.q.val() {
+            self.l.d.next = self.l_rs.y.val();
+            if self.first4.q.val() {
+                self.l.d.next = signed_bit_cast::<48, 16>(signed_cast(self.p4.q.val()));
             }
         }
         for x in 0..self._d {
             self.o_rs[x].x.next = self.o[x].q.val();
-            self.o_rs[x].sh.next = self.d3.q.val();
-            self.pv[x].next = signed_cast(self.p3.q.val())
-                * signed_bit_cast::<16, 8>(signed_cast(self.v_row.val().get_bits::<8>(x * 8)));
-            if self.upd3.q.val() {
-                self.o[x].d.next = self.o_rs[x].y.val() + signed_bit_cast::<48, 32>(self.pv[x].val());
-                if self.first3.q.val() {
-                    self.o[x].d.next = signed_bit_cast::<48, 32>(self.pv[x].val());
+            self.o_rs[x].sh.next = self.d4.q.val();
+            self.o_rs[x].a.next = signed_bit_cast::<48, 32>(self.pv[x].q.val());
+            if self.upd4.q.val() {
+                self.o[x].d.next = self.o_rs[x].y.val();
+                if self.first4.q.val() {
+                    self.o[x].d.next = signed_bit_cast::<48, 32>(self.pv[x].q.val());
                 }
             }
         }

@@ -5,10 +5,10 @@
 //! and of V at the same offsets, one key per step broadcast to every lane),
 //! then divide, serialize and write each lane's output row. On-chip state is
 //! the lanes' q/m/l/o registers and two FIFOs: nothing grows with N.
-use super::lane::{Lane, ROW32_BITS, ROW8_BITS};
+use super::lane::{Lane, DONE_AT, ROW32_BITS, ROW8_BITS, V_AT};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
-use crate::blocks::{Fifo, MulU32};
+use crate::blocks::{Fifo, MulU32, SkewLine};
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -16,6 +16,9 @@ use rust_hdl::prelude::*;
 
 /// Beats per K (and per V) burst.
 const CHUNK: u64 = 8;
+/// A block's last step, one bit per cycle since its issue: the top bit is set
+/// once the lanes' l and o hold it, when the finalizer may read them.
+const LAST_PIPE: usize = DONE_AT + 1;
 
 #[derive(LogicBlock)]
 pub struct AttentionUnit<const W: usize, const S: usize> {
@@ -81,11 +84,9 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     st_first: DFF<Bit>,
     st_j: DFF<Bits<32>>,
     k_row: DFF<Bits<W>>,
-    v0: DFF<Bits<W>>,
-    v1: DFF<Bits<W>>,
-    v2: DFF<Bits<W>>,
-    v3: DFF<Bits<W>>,
-    last_pipe: DFF<Bits<5>>,
+    /// V rows, delayed to the lanes' S4a (a step's V row in cycle c + `V_AT`).
+    v_dly: SkewLine<W>,
+    last_pipe: DFF<Bits<LAST_PIPE>>,
     // Finalize and write (block parameters handed over at the block's last step).
     fin: DFF<Fin>,
     p_q0: DFF<Bits<32>>,
@@ -174,6 +175,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             vfifo: Fifo::new(cfg.read_fifo_depth),
             rm32: crate::many(l),
             rm8: crate::many(l),
+            v_dly: SkewLine::new(V_AT + 1),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
             c_pmask: Constant::new(k(p - 1)),
             c_pmask32: Constant::new(k(p - 1)),
@@ -189,12 +191,11 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
-            .. vitis, now, run, mul_q, mul_kv, mul_o, phase, h, hb, b,
-            qh, kh, vh, oh, nkv, bh, bad_args, o_row_log, kv_word, kv_shift, k_addr, v_addr, q0, lv, nk, lv_next, qs,
-            qrow_base, q_total, qb, q_rx, kv_off, kv_rem, kv_turn, kv_last, k_page, v_page, kv_len, k_inflight,
-            v_inflight, k_issue, v_issue, recv_v, kv_rx, j, rib, go, is_last, st_valid, st_first, st_j, k_row, v0, v1,
-            v2, v3, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb, row32, row8,
-            row_bytes_log, row_byte, beats_per_row, beat32, beat8
+            .. vitis, now, run, mul_q, mul_kv, mul_o, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_args, o_row_log,
+            kv_word, kv_shift, k_addr, v_addr, q0, lv, nk, lv_next, qs, qrow_base, q_total, qb, q_rx, kv_off, kv_rem,
+            kv_turn, kv_last, k_page, v_page, kv_len, k_inflight, v_inflight, k_issue, v_issue, recv_v, kv_rx, j, rib,
+            go, is_last, st_valid, st_first, st_j, k_row, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi,
+            wb, w_addr, w_beat, w_strb, row32, row8, row_bytes_log, row_byte, beats_per_row, beat32, beat8
         }))
     }
 }
@@ -204,9 +205,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, kv_off,
-            kv_rem, kv_turn, kv_last, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first, st_j, k_row, v0, v1,
-            v2, v3, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb
+            self, vitis.ap_clk, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, kv_off, kv_rem,
+            kv_turn, kv_last, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first, st_j, k_row, last_pipe, fin,
+            p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb
         );
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
@@ -516,11 +517,13 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // ---------------- Finalizer: divide, serialize, write the block's rows ----------------
         match self.fin.q.val() {
             Fin::Idle => {
-                if self.last_pipe.q.val().get_bit(4) {
-                    self.f_q0.d.next = self.p_q0.q.val();
-                    self.f_lv.d.next = self.p_lv.q.val();
-                    self.f_oh.d.next = self.p_oh.q.val();
-                    self.fin.d.next = Fin::Div;
+                for top in (LAST_PIPE - 1)..LAST_PIPE {
+                    if self.last_pipe.q.val().get_bit(top) {
+                        self.f_q0.d.next = self.p_q0.q.val();
+                        self.f_lv.d.next = self.p_lv.q.val();
+                        self.f_oh.d.next = self.p_oh.q.val();
+                        self.fin.d.next = Fin::Div;
+                    }
                 }
             }
             Fin::Div => {
@@ -600,7 +603,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.st_first.d.next = self.j.q.val() == 0;
         self.st_j.d.next = self.j.q.val();
         self.k_row.d.next = self.kfifo.dout.val() >> (self.rib.q.val() << self.c_logd8.val());
-        self.v0.d.next = self.vfifo.dout.val() >> (self.rib.q.val() << self.c_logd8.val());
+        self.v_dly.clock.next = self.vitis.ap_clk.val();
+        self.v_dly.din.next = self.vfifo.dout.val() >> (self.rib.q.val() << self.c_logd8.val());
         if self.go.val() {
             self.j.d.next = self.j.q.val() + 1;
             self.rib.d.next = self.rib.q.val() + 1;
@@ -610,11 +614,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.rib.d.next = 0.into();
             }
         }
-        self.v1.d.next = self.v0.q.val();
-        self.v2.d.next = self.v1.q.val();
-        self.v3.d.next = self.v2.q.val();
         self.last_pipe.d.next =
-            (self.last_pipe.q.val() << 1) | bit_cast::<5, 1>((self.go.val() & self.is_last.val()).into());
+            (self.last_pipe.q.val() << 1) | bit_cast::<LAST_PIPE, 1>((self.go.val() & self.is_last.val()).into());
 
         // ---------------- Lanes ----------------
         for i in 0..self._lanes {
@@ -631,10 +632,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].st_first.next = self.st_first.q.val();
             self.lanes[i].st_j.next = self.st_j.q.val();
             self.lanes[i].k_row.next = self.k_row.q.val();
-            self.lanes[i].v_row.next = self.v3.q.val();
+            self.lanes[i].v_row.next = self.v_dly.dout.val();
             self.lanes[i].smult.next = self.run.smult.val();
             self.lanes[i].sshift.next = self.run.sshift.val();
-            self.lanes[i].div_start.next = (self.fin.q.val() == Fin::Idle) & self.last_pipe.q.val().get_bit(4);
+            for top in (LAST_PIPE - 1)..LAST_PIPE {
+                self.lanes[i].div_start.next = (self.fin.q.val() == Fin::Idle) & self.last_pipe.q.val().get_bit(top);
+            }
             self.lanes[i].sel.next = self.fx.q.val().get_bits::<8>(0);
             self.lanes[i].omult.next = self.run.omult.val();
             self.lanes[i].oshift.next = self.run.oshift.val();

@@ -11,8 +11,8 @@
 //! end the statistics.
 use super::config::{MoeConfig, EXPERT_SLOTS, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
-use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_SUM, META_TOK, RB};
-use crate::blocks::{Fifo, MulU32, Pack, SyncRam};
+use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_SUM, META_TOK, POST_LATENCY, RB};
+use crate::blocks::{Fifo, MulU32, Pack, SkewLine, SyncRam};
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -24,6 +24,8 @@ const DIV_STAGES: usize = 27;
 const OUT_DEPTH: usize = 64;
 /// Output FIFO word: route record and token index.
 const OB: usize = RB + 32;
+/// Cycles from s3 to the `s4_*` registers' inputs, so that s4 meets the posts' outputs.
+const POST_DLY: usize = POST_LATENCY - 1;
 
 /// The router on a `W`-bit port (`S` strobes) with `EL` expert slots in its
 /// packed per-expert buses (`ZB`, `TB`, `PB` bits: see [`super::tail`]).
@@ -99,6 +101,9 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     s3_goff: DFF<Bits<16>>,
     s3_lastg: DFF<Bit>,
     s3_tok: DFF<Bits<32>>,
+    /// s3's group, last-group flag and token (bits 0, 16, 17), and valid, on their way to s4.
+    post_tag: SkewLine<49>,
+    post_v: DFF<Bits<POST_DLY>>,
     s4_valid: DFF<Bit>,
     s4_g: DFF<Bits<16>>,
     s4_lastg: DFF<Bit>,
@@ -265,6 +270,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             divs: crate::many(DIV_STAGES),
             choices: (0..cfg.k_max).map(Choice::new).collect(),
             ofifo: Fifo::new(OUT_DEPTH),
+            post_tag: SkewLine::new(POST_DLY),
             zpack: Pack::new(l),
             tpack: Pack::new(l),
             ppack: Pack::new(cfg.e_max),
@@ -311,14 +317,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _rounds: nr,
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
-            .. vitis, now, run, mul_a, mul_b, use_sk, beats, groups,
-            emask, phase, bad_args, groups_of, recv_cnt, recv_rows, recv_lane, recv_grp, rx, row_end, bias_bus, tk,
-            cap_num, cap_rem, cap_q, cap_den, cap_i, cap_r2, cap, ct, cg, cc, cgoff, go, tok_start, inflight, s1_valid,
-            s1_first, s1_last, s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid,
-            s3_g, s3_goff, s3_lastg, s3_tok, s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z,
-            a_t, a_tok, sel0, tmax, p_valid, p_z, p_p, p_mask, p_meta, ssum, q_meta, q_valid, d_valid, d_l, d_meta,
-            s_load, dropped, o_valid, o_rec, o_tok, tokens_out, wstate, w_rec, w_beats, w_tok, w_addr, w_word, w_stats,
-            rb, di, si, stats_done, xmask, d_slot, d_sel, lane_off
+            .. vitis, now, run, mul_a, mul_b, use_sk, beats, groups, emask, phase, bad_args, groups_of, recv_cnt,
+            recv_rows, recv_lane, recv_grp, rx, row_end, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_i, cap_r2,
+            cap, ct, cg, cc, cgoff, go, tok_start, inflight, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
+            s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, tmax, p_valid,
+            p_z, p_p, p_mask, p_meta, ssum, q_meta, q_valid, d_valid, d_l, d_meta, s_load, dropped, o_valid, o_rec,
+            o_tok, tokens_out, wstate, w_rec, w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, xmask,
+            d_slot, d_sel, lane_off
         }))
     }
 }
@@ -330,11 +336,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, use_sk, beats, groups, emask, phase, recv_cnt, recv_rows, recv_lane, recv_grp,
-            bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid,
-            s1_first, s1_last, s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid,
-            s3_g, s3_goff, s3_lastg, s3_tok, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t,
-            a_tok, p_valid, p_z, p_p, p_mask, p_meta, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
+            self, vitis.ap_clk, use_sk, beats, groups, emask, phase, recv_cnt, recv_rows, recv_lane, recv_grp, bias_bus, tk,
+            cap_num, cap_rem, cap_q, cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid, s1_first, s1_last,
+            s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
+            s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
+            p_valid, p_z, p_p, p_mask, p_meta, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
             wstate, w_rec, w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, xmask
         );
         // ---------------- Shell ----------------
@@ -624,10 +630,17 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.s3_goff.d.next = self.s2_goff.q.val();
         self.s3_lastg.d.next = self.s2_lastg.q.val();
         self.s3_tok.d.next = self.s2_tok.q.val();
-        self.s4_valid.d.next = self.s3_valid.q.val();
-        self.s4_g.d.next = self.s3_g.q.val();
-        self.s4_lastg.d.next = self.s3_lastg.q.val();
-        self.s4_tok.d.next = self.s3_tok.q.val();
+        self.post_tag.clock.next = self.vitis.ap_clk.val();
+        self.post_tag.din.next = bit_cast::<49, 16>(self.s3_g.q.val())
+            | (bit_cast::<49, 1>(self.s3_lastg.q.val().into()) << 16)
+            | (bit_cast::<49, 32>(self.s3_tok.q.val()) << 17);
+        self.post_v.d.next = (self.post_v.q.val() << 1) | bit_cast::<POST_DLY, 1>(self.s3_valid.q.val().into());
+        for top in (POST_DLY - 1)..POST_DLY {
+            self.s4_valid.d.next = self.post_v.q.val().get_bit(top);
+        }
+        self.s4_g.d.next = self.post_tag.dout.val().get_bits::<16>(0);
+        self.s4_lastg.d.next = self.post_tag.dout.val().get_bit(16);
+        self.s4_tok.d.next = self.post_tag.dout.val().get_bits::<32>(17);
         for j in 0..self._lanes {
             self.posts[j].clock.next = self.vitis.ap_clk.val();
             self.posts[j].res.next = self.lanes[j].res.val();
@@ -933,6 +946,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.s2_valid.d.next = false;
             self.s3_valid.d.next = false;
             self.s4_valid.d.next = false;
+            self.post_v.d.next = 0.into();
         }
     }
 }

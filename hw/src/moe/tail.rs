@@ -10,7 +10,7 @@
 //! log2-domain values, `PB = 16·EL` of Q1.14 exponentials. They are const
 //! parameters because rust-hdl's widths are types; sizing them for the largest
 //! unit made every unit pay for 256 experts in synthesis and simulation.
-use crate::blocks::{DotI8, Exp2Fixed, MulRoundSat16, RamPort, ScaleRound, SyncRam};
+use crate::blocks::{DotI8, Exp2Fixed, MulRoundSat16, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
 use rust_hdl::prelude::*;
 
 /// Per-token metadata through the tail: ids (8×8 bits @0), chosen exponentials
@@ -87,9 +87,12 @@ impl<const W: usize> Logic for GateLane<W> {
     }
 }
 
-/// Lane `j`'s logit post-processing (one register stage): `z = dot + bias[e]`
-/// (wrapping), `t = round(z · SMULT / 2^SSHIFT)`; the top packs the lanes'
-/// results side by side into the group's slice of the logit vectors.
+/// Lane `j`'s logit post-processing, a pipeline of [`POST_LATENCY`] stages:
+/// the lane's bias word is selected and registered with `res`; `z = dot +
+/// bias[e]` (wrapping) is registered; then `t = round(z · SMULT / 2^SSHIFT)`
+/// ([`ScaleRoundPipe`]) with `z` delayed alongside. In one cycle this was the
+/// unit's critical path (docs/timing.md). The top packs the lanes' results
+/// side by side into the group's slice of the logit vectors.
 #[derive(LogicBlock)]
 pub struct PostLane<const ZB: usize> {
     pub clock: Signal<In, Clock>,
@@ -102,20 +105,26 @@ pub struct PostLane<const ZB: usize> {
     pub z_o: Signal<Out, Bits<32>>,
     pub t_o: Signal<Out, Bits<40>>,
     off: Signal<Local, Bits<16>>,
-    z: Signal<Local, Bits<32>>,
+    res_r: DFF<Bits<32>>,
+    bias_r: DFF<Bits<32>>,
     zr: DFF<Bits<32>>,
-    scale: ScaleRound,
+    z_dly: SkewLine<32>,
+    scale: ScaleRoundPipe,
     c_j32: Constant<Bits<16>>,
     c_top: Constant<Bits<16>>,
 }
+
+/// Cycles from a [`PostLane`]'s `res` to its `z_o` and `t_o`.
+pub const POST_LATENCY: usize = 2 + ScaleRoundPipe::LATENCY;
 
 impl<const ZB: usize> PostLane<ZB> {
     pub fn new(j: usize) -> Self {
         let k = |v: usize| Constant::new((v as u64).to_bits());
         with_defaults!(Self {
+            z_dly: SkewLine::new(ScaleRoundPipe::LATENCY),
             c_j32: k(32 * j),
             c_top: k(ZB - 32),
-            .. clock, res, bias, boff, smult, sshift, z_o, t_o, off, z, zr, scale
+            .. clock, res, bias, boff, smult, sshift, z_o, t_o, off, res_r, bias_r, zr, scale
         })
     }
 }
@@ -123,19 +132,22 @@ impl<const ZB: usize> PostLane<ZB> {
 impl<const ZB: usize> Logic for PostLane<ZB> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, zr);
+        dff_setup!(self, clock, res_r, bias_r, zr);
         self.scale.clock.next = self.clock.val();
+        self.z_dly.clock.next = self.clock.val();
         self.off.next = self.boff.val() + self.c_j32.val();
-        self.z.next = self.res.val();
+        self.res_r.d.next = self.res.val();
         // Experts past the bus's slots only exist in a partial last group: never read past it.
+        self.bias_r.d.next = 0.into();
         if self.off.val() <= self.c_top.val() {
-            self.z.next = self.res.val() + self.bias.val().get_bits::<32>(self.off.val().index());
+            self.bias_r.d.next = self.bias.val().get_bits::<32>(self.off.val().index());
         }
-        self.zr.d.next = self.z.val();
-        self.scale.x.next = signed_cast(self.z.val());
+        self.zr.d.next = self.res_r.q.val() + self.bias_r.q.val();
+        self.scale.x.next = signed_cast(self.zr.q.val());
         self.scale.mult.next = self.smult.val();
         self.scale.shift.next = self.sshift.val();
-        self.z_o.next = self.zr.q.val();
+        self.z_dly.din.next = self.zr.q.val();
+        self.z_o.next = self.z_dly.dout.val();
         self.t_o.next = unsigned_cast(self.scale.y.val());
     }
 }
@@ -529,7 +541,7 @@ impl Choice {
             c_w_sh: k(8 * (REC_WEIGHTS + 2 * i)),
             c_s_sh: k(8 * (REC_SLOTS + 4 * i)),
             c_neg1: Constant::new(u32::MAX.to_bits()),
-            .. meta, r, ld, cap, active, sel, drop, rec, slot, full, wm
+            .. meta, r, sel, ld, cap, active, drop, rec, slot, full, wm
         })
     }
 }
