@@ -145,8 +145,12 @@ pub struct Shell<const W: usize, const S: usize> {
     row_addr: DFF<Bits<64>>,
     row_beats: DFF<Bits<16>>,
     pitch: DFF<Bits<32>>,
-    rows: DFF<Bits<32>>,
     row: DFF<Bits<32>>,
+    /// Rows of the span still to start, and whether there are any: a flag
+    /// kept beside the count, so the issue cycle reads a register instead of
+    /// comparing `row` with the span's rows.
+    left: DFF<Bits<32>>,
+    more: DFF<Bit>,
     // The span reader's next addresses, kept ready beside `rd_addr` and
     // `row_addr` so that the issue cycle only selects (two 64-bit adds and a
     // select there were the GEMM unit's critical path, docs/timing.md):
@@ -193,7 +197,7 @@ impl<const W: usize, const S: usize> Shell<W, S> {
             .. vitis, start, idle, done, fail, slot_free, span_load, span_resume, span_addr, span_beats, span_rows,
             span_pitch, span_go, span_row, span_done, ar_req, ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len,
             wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done, err, cycles, ar_valid, ar_addr, ar_len, rd_addr,
-            rd_rem, row_addr, row_beats, pitch, rows, row, row_nx, pg_nx, to_pg, settle, row_last, row_at, at_row_nx,
+            rd_rem, row_addr, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, settle, row_last, row_at, at_row_nx,
             at_pg_nx, at_to_pg, burst, aw_done, w_done, wr_issued, wr_acked
         })
     }
@@ -209,8 +213,8 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_addr, row_beats, pitch, rows,
-            row, row_nx, pg_nx, to_pg, settle, aw_done, w_done, wr_issued, wr_acked
+            self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_addr, row_beats, pitch, row,
+            left, more, row_nx, pg_nx, to_pg, settle, aw_done, w_done, wr_issued, wr_acked
         );
         AxiLiteSlave::link(&mut self.vitis.s_axi_control, &mut self.ctrl.s_axi_control);
         self.ctrl.clock.next = self.vitis.ap_clk.val();
@@ -276,8 +280,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             self.burst.next = self.rd_rem.q.val();
         }
         self.span_row.next = self.row.q.val();
-        self.span_done.next =
-            (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val()) & (self.row.q.val() >= self.rows.q.val());
+        self.span_done.next = (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val()) & !self.more.q.val();
         // The row the reader starts next, in the settle cycle the span's first (where
         // `rd_addr` is too), else the row after this one: its successor, the page
         // after its start's and the beats to that page's end.
@@ -296,7 +299,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             self.to_pg.d.next = self.at_to_pg.val();
         } else if self.span_go.val()
             & (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val())
-            & (self.row.q.val() < self.rows.q.val())
+            & self.more.q.val()
         {
             self.ar_valid.d.next = true;
             self.ar_addr.d.next = self.rd_addr.q.val();
@@ -308,6 +311,8 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             if self.row_last.val() {
                 // The row's last burst: the next row follows.
                 self.row.d.next = self.row.q.val() + 1;
+                self.left.d.next = self.left.q.val() - 1;
+                self.more.d.next = self.left.q.val() != 1;
                 self.row_addr.d.next = self.row_nx.q.val();
                 self.row_nx.d.next = self.at_row_nx.val();
                 self.rd_addr.d.next = self.row_nx.q.val();
@@ -330,8 +335,9 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             self.settle.d.next = true;
         }
         if self.span_load.val() | self.span_resume.val() {
-            self.rows.d.next = self.span_rows.val();
             self.row.d.next = 0.into();
+            self.left.d.next = self.span_rows.val();
+            self.more.d.next = self.span_rows.val() != 0;
         }
 
         // Writes: address and data handshakes complete in either order.
@@ -364,6 +370,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
 
         if !self.vitis.ap_rst_n.val() {
             self.ar_valid.d.next = false;
+            self.more.d.next = false;
             self.aw_done.d.next = false;
             self.w_done.d.next = false;
         }

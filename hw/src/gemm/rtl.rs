@@ -51,19 +51,40 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     // Read-address generator.
     i0: DFF<Bits<32>>,
     rows_valid: DFF<Bits<32>>,
-    next_rows: Signal<Local, Bits<32>>,
-    bj0: DFF<Bits<32>>,
+    /// Rows of A in the block after this one, and whether this block is the
+    /// last (`i0 + rows ≥ M`): registered from `i0` and M every cycle, since
+    /// `i0` changes only at a block's end and they are read at the next one.
+    next_rows: DFF<Bits<32>>,
+    /// Rows of A from `i0` on (M − `i0`), and from the next block on.
+    m_left: DFF<Bits<32>>,
+    m_rest: DFF<Bits<32>>,
+    last_block: DFF<Bit>,
+    /// Rows of A in the first block, from M as written.
+    first_rows: Signal<Local, Bits<32>>,
+    /// The first column of the next column block of B (`j0 + cols`), so its
+    /// address is a mask of a register, not an add in the issue cycle.
+    bj1: DFF<Bits<32>>,
+    /// Every column block of B has been requested (`j0 ≥ N`).
+    bj_done: DFF<Bit>,
     bk: DFF<Bits<32>>,
+    /// `bk` is the last k (`bk == K − 1`), kept a cycle ahead as `f_last` is.
+    bk_last: DFF<Bit>,
     baddr: DFF<Bits<64>>,
-    b_inflight: DFF<Bits<16>>,
-    /// The B FIFO has room for one more read, from last cycle's reads in flight
-    /// and FIFO count with one slot to spare (a read issued last cycle is not in
-    /// them), so the issue decision reads a register.
+    /// B reads in flight plus B FIFO entries, counted as reads are issued and
+    /// entries popped (a beat arriving moves a read from one to the other).
+    b_occ: DFF<Bits<16>>,
+    /// The B FIFO has room for one more read, from last cycle's `b_occ` with one
+    /// slot to spare (a read issued last cycle is not in it), so the issue
+    /// decision reads a register.
     b_room: DFF<Bit>,
     b_issue: Signal<Local, Bit>,
     b_recv: Signal<Local, Bit>,
     // Read-data receiver.
     recv_cnt: DFF<Bits<16>>,
+    /// The beats of a row of A less one, and of the bias vector: latched at start
+    /// so the receiver's compares read registers.
+    row_last_beat: DFF<Bits<16>>,
+    bias_beats: DFF<Bits<16>>,
     recv_row: DFF<Bits<32>>,
     // Feeder.
     fk: DFF<Bits<32>>,
@@ -86,18 +107,25 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// end no sooner than `c_gap ≥ 2` cycles later, so last cycle's answer is
     /// never too optimistic.
     room: DFF<Bit>,
+    /// The output FIFO's count plus `promised`, kept as tiles end, rows are
+    /// dropped (past M) and popped, so `room` is one compare with a constant.
+    o_occ: DFF<Bits<16>>,
+    /// Output FIFO depth less a tile's rows: `room` while `o_occ` is at most this.
+    c_room: Constant<Bits<16>>,
+    /// This cycle's change of `o_occ`: a tile's rows promised, and rows dropped or popped.
+    o_up: Signal<Local, Bits<16>>,
+    o_dn: Signal<Local, Bits<16>>,
     f_go: Signal<Local, Bit>,
     /// Columns of B left from `fj0` (N − fj0), kept so the tile's column count
     /// needs no subtraction.
     f_left: DFF<Bits<32>>,
-    f_cols: Signal<Local, Bits<32>>,
     s1_valid: DFF<Bit>,
     s1_last: DFF<Bit>,
     s1_sel: DFF<Bits<8>>,
     s1_b: DFF<Bits<W>>,
-    /// Byte lane `c` of `s1_b` lies inside N: the column feeds zero the others
-    /// (a registered lane enable, not a W-bit mask computed in the feed cycle).
-    s1_en: DFF<Bits<S>>,
+    /// Byte lane `c` of `s1_b` lies inside N (`N − fj0 > c`): the column feeds
+    /// zero the others (a registered enable per column, from two small compares).
+    s1_en: Vec<DFF<Bit>>,
     // Capture.
     bchain: Vec<Signal<Local, Bits<W>>>,
     rchain: Vec<Signal<Local, Bits<W>>>,
@@ -125,6 +153,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// Cycles spent in `Wait`.
     w_wait: DFF<Bits<4>>,
     w_cols: DFF<Bits<16>>,
+    /// N − `w_j0`, registered in `Fetch` for the column count in `Bias`.
+    w_left: DFF<Bits<32>>,
     w_beat: DFF<Bits<W>>,
     w_strb: DFF<Bits<S>>,
     bias_row: Signal<Local, Bits<W>>,
@@ -133,7 +163,6 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     w_bias: DFF<Bits<W>>,
     p32: Vec<Signal<Local, Bits<W>>>,
     p8: Vec<Signal<Local, Bits<W>>>,
-    w_col_cnt: Signal<Local, Bits<32>>,
 
     // Generation-time parameters.
     c_logp: Constant<Bits<16>>,
@@ -157,6 +186,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     c_kmax: Constant<Bits<32>>,
     c_nmax: Constant<Bits<32>>,
     c_lanes: Constant<Bits<16>>,
+    /// Each column's index, for its lane enable.
+    c_col: Vec<Constant<Bits<8>>>,
     c_ones: Constant<Bits<S>>,
     c_wait: Constant<Bits<4>>,
     _rows: usize,
@@ -228,19 +259,23 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             c_gap1: Constant::new(k(r.max(c) as u64)),
             c_rspare: Constant::new(k(cfg.read_fifo_depth as u64 - 1)),
             c_ofifo: Constant::new(k(ofifo as u64)),
+            c_room: Constant::new(k((ofifo - r) as u64)),
             c_kmax: Constant::new(k(cfg.k_max as u64)),
             c_nmax: Constant::new(k(cfg.n_max as u64)),
             c_lanes: Constant::new(k(S as u64)),
+            c_col: (0..c).map(|col| Constant::new(k(col as u64))).collect(),
+            s1_en: (0..c).map(|_| DFF::default()).collect(),
             c_ones: Constant::new(Bits::<S>::mask()),
             // `Wait` lasts until the int8 results are out; the row product is ready before.
             c_wait: Constant::new(k(RequantPipe::LATENCY.max(MulU32Pipe::LATENCY) as u64 - 1)),
             _rows: r,
             _cols: c,
             .. vitis, now, run, row_mul, row_beats, phase, i0,
-            rows_valid, next_rows, bj0, bk, baddr, b_inflight, b_room, b_issue, b_recv, recv_cnt, recv_row, fk, fj0,
-            feed_done, since_last, promised, f_last, k_m2, k_one, gap_ok, room, f_go, f_left, f_cols, s1_valid, s1_last,
-            s1_sel, s1_b, s1_en, any_cap, cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr,
-            w_base, w_wait, w_cols, w_beat, w_strb, bias_row, w_bias, w_col_cnt, ldc_min
+            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, bj1, bj_done, bk, bk_last, baddr, b_occ,
+            b_room, b_issue, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
+            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
+            cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
+            w_beat, w_strb, bias_row, w_bias, ldc_min
         }))
     }
 }
@@ -250,10 +285,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, row_beats, phase, i0, rows_valid, bj0, bk, baddr, b_inflight, b_room, recv_cnt,
-            recv_row, fk, fj0, feed_done, since_last, promised, f_last, k_m2, k_one, gap_ok, room, s1_valid, s1_last,
-            s1_sel, s1_b, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_beat, w_strb, w_bias, cap_v,
-            cap_ok, cap_d, cap_m, f_left, s1_en
+            self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, bj1, bj_done,
+            bk, bk_last, baddr, b_occ, b_room, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
+            since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
+            w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
+            f_left
         );
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
@@ -271,15 +307,21 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.shell.span_rows.next = self.rows_valid.q.val();
         self.shell.span_pitch.next = self.run.lda.val();
         self.shell.span_go.next = (self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::AReq);
-        // Rows of A in the next block: the first block's at start, then the following ones'.
-        self.next_rows.next = self.c_rows.val();
-        if self.phase.q.val() == Phase::Idle {
-            if self.now.m.val() < self.c_rows.val() {
-                self.next_rows.next = self.now.m.val();
-            }
-        } else if (self.run.m.val() - self.i0.q.val() - self.c_rows.val()) < self.c_rows.val() {
-            self.next_rows.next = self.run.m.val() - self.i0.q.val() - self.c_rows.val();
+        // Rows of A in the first block (M as written), and, a stage each from
+        // `m_left`, in the block after this one and whether this one is the last.
+        self.first_rows.next = self.c_rows.val();
+        if self.now.m.val() < self.c_rows.val() {
+            self.first_rows.next = self.now.m.val();
         }
+        self.m_rest.d.next = self.m_left.q.val() - self.c_rows.val();
+        self.last_block.d.next = self.m_left.q.val() <= self.c_rows.val();
+        self.next_rows.d.next = self.c_rows.val();
+        if self.m_rest.q.val() < self.c_rows.val() {
+            self.next_rows.d.next = self.m_rest.q.val();
+        }
+        self.row_last_beat.d.next = self.row_beats.q.val() - 1;
+        self.bias_beats.d.next =
+            bit_cast::<16, 32>(((self.run.n.val() << 2) + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val());
         self.shell.ar_req.next = false;
         self.shell.ar_req_addr.next = self.baddr.q.val();
         self.shell.ar_req_len.next = 0.into();
@@ -297,13 +339,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                         (self.now.k.val() + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val(),
                     );
                     self.i0.d.next = 0.into();
-                    self.rows_valid.d.next = self.next_rows.val();
+                    self.m_left.d.next = self.now.m.val();
+                    self.rows_valid.d.next = self.first_rows.val();
                     self.recv_cnt.d.next = 0.into();
                     self.recv_row.d.next = 0.into();
                     self.since_last.d.next = self.c_gap.val();
                     self.gap_ok.d.next = true;
                     self.promised.d.next = 0.into();
-                    self.b_inflight.d.next = 0.into();
+                    self.o_occ.d.next = 0.into();
+                    self.b_occ.d.next = 0.into();
                     self.fk.d.next = 0.into();
                     self.f_last.d.next = self.now.k.val() == 1;
                     self.k_m2.d.next = self.now.k.val() - 2;
@@ -316,7 +360,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.shell.span_beats.next = bit_cast::<16, 32>(
                         (self.now.k.val() + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val(),
                     );
-                    self.shell.span_rows.next = self.next_rows.val();
+                    self.shell.span_rows.next = self.first_rows.val();
                     self.shell.span_pitch.next = self.now.lda.val();
                     self.phase.d.next = Phase::AReq;
                     if self.now.use_bias.val() {
@@ -355,9 +399,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::BiasWait => {
-                if bit_cast::<32, 16>(self.recv_cnt.q.val())
-                    == ((self.run.n.val() << 2) + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val()
-                {
+                if self.recv_cnt.q.val() == self.bias_beats.q.val() {
                     // Then the A panel, from the first row.
                     self.recv_cnt.d.next = 0.into();
                     self.shell.span_load.next = true;
@@ -371,27 +413,32 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
             Phase::AWait => {
                 if self.recv_row.q.val() == self.rows_valid.q.val() {
-                    self.bj0.d.next = 0.into();
+                    self.bj1.d.next = self.c_cols.val();
+                    self.bj_done.d.next = false;
                     self.bk.d.next = 0.into();
+                    self.bk_last.d.next = self.k_one.q.val();
                     self.baddr.d.next = self.run.b.val();
                     self.phase.d.next = Phase::BStream;
                 }
             }
             Phase::BStream => {
                 if self.shell.slot_free.val() {
-                    if self.bj0.q.val() >= self.run.n.val() {
+                    if self.bj_done.q.val() {
                         self.phase.d.next = Phase::BDrain;
                     } else if self.b_room.q.val() {
                         // One single-beat read per k: B[k][j0 .. j0+cols] sits in one beat.
                         self.b_issue.next = true;
                         self.shell.ar_req.next = true;
-                        if self.bk.q.val() == self.run.k.val() - 1 {
+                        if self.bk_last.q.val() {
                             self.bk.d.next = 0.into();
-                            self.bj0.d.next = self.bj0.q.val() + self.c_cols.val();
-                            self.baddr.d.next = self.run.b.val()
-                                + (bit_cast::<64, 32>(self.bj0.q.val() + self.c_cols.val()) & !self.c_pmask.val());
+                            self.bk_last.d.next = self.k_one.q.val();
+                            self.bj1.d.next = self.bj1.q.val() + self.c_cols.val();
+                            self.bj_done.d.next = self.bj1.q.val() >= self.run.n.val();
+                            self.baddr.d.next =
+                                self.run.b.val() + (bit_cast::<64, 32>(self.bj1.q.val()) & !self.c_pmask.val());
                         } else {
                             self.bk.d.next = self.bk.q.val() + 1;
+                            self.bk_last.d.next = self.bk.q.val() == self.k_m2.q.val();
                             self.baddr.d.next = self.baddr.q.val() + bit_cast::<64, 32>(self.run.ldb.val());
                         }
                     }
@@ -400,19 +447,20 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             Phase::BDrain => {
                 if self.feed_done.q.val() {
                     self.i0.d.next = self.i0.q.val() + self.c_rows.val();
+                    self.m_left.d.next = self.m_rest.q.val();
                     self.recv_cnt.d.next = 0.into();
                     self.recv_row.d.next = 0.into();
                     // The next block's rows of A follow the last one's.
                     self.shell.span_resume.next = true;
-                    self.shell.span_rows.next = self.next_rows.val();
+                    self.shell.span_rows.next = self.next_rows.q.val();
                     self.fk.d.next = 0.into();
                     self.f_last.d.next = self.k_one.q.val();
                     self.fj0.d.next = 0.into();
                     self.f_left.d.next = self.run.n.val();
                     self.feed_done.d.next = false;
-                    self.rows_valid.d.next = self.next_rows.val();
+                    self.rows_valid.d.next = self.next_rows.q.val();
                     self.phase.d.next = Phase::AReq;
-                    if (self.i0.q.val() + self.c_rows.val()) >= self.run.m.val() {
+                    if self.last_block.q.val() {
                         self.phase.d.next = Phase::Finish;
                     }
                 }
@@ -449,7 +497,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         if self.vitis.m_axi_gmem.rvalid.val()
             & ((self.phase.q.val() == Phase::AReq) | (self.phase.q.val() == Phase::AWait))
         {
-            if self.recv_cnt.q.val() == self.row_beats.q.val() - 1 {
+            if self.recv_cnt.q.val() == self.row_last_beat.q.val() {
                 self.recv_cnt.d.next = 0.into();
                 self.recv_row.d.next = self.recv_row.q.val() + 1;
             } else {
@@ -460,33 +508,26 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bfifo.reset.next = !self.vitis.ap_rst_n.val();
         self.bfifo.push.next = self.b_recv.val();
         self.bfifo.din.next = self.vitis.m_axi_gmem.rdata.val();
-        self.b_room.d.next = (self.b_inflight.q.val() + self.bfifo.count.val()) < self.c_rspare.val();
-        if self.b_issue.val() & !self.b_recv.val() {
-            self.b_inflight.d.next = self.b_inflight.q.val() + 1;
-        }
-        if !self.b_issue.val() & self.b_recv.val() {
-            self.b_inflight.d.next = self.b_inflight.q.val() - 1;
-        }
+        self.b_room.d.next = self.b_occ.q.val() < self.c_rspare.val();
 
         // ---------------- Feeder: one k-step per cycle into the array ----------------
-        self.room.d.next = (self.ofifo.count.val() + self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val()))
-            <= self.c_ofifo.val();
+        self.room.d.next = self.o_occ.q.val() <= self.c_room.val();
         self.f_go.next = ((self.phase.q.val() == Phase::BStream) | (self.phase.q.val() == Phase::BDrain))
             & !self.feed_done.q.val()
             & !self.bfifo.empty.val()
             & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val()));
         self.bfifo.pop.next = self.f_go.val();
-        // Columns of this tile inside N: the rest of the chunk is zeroed.
-        self.f_cols.next = self.c_cols.val();
-        if self.f_left.q.val() < self.c_cols.val() {
-            self.f_cols.next = self.f_left.q.val();
+        if self.b_issue.val() & !self.f_go.val() {
+            self.b_occ.d.next = self.b_occ.q.val() + 1;
+        }
+        if !self.b_issue.val() & self.f_go.val() {
+            self.b_occ.d.next = self.b_occ.q.val() - 1;
         }
         self.s1_valid.d.next = self.f_go.val();
         self.s1_last.d.next = self.f_go.val() & self.f_last.q.val();
         self.s1_sel.d.next = bit_cast::<8, 32>(self.fk.q.val() & bit_cast::<32, 64>(self.c_pmask.val()));
         self.s1_b.d.next = self.bfifo.dout.val()
             >> (bit_cast::<16, 32>(self.fj0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3);
-        self.s1_en.d.next = self.c_ones.val() >> (self.c_lanes.val() - bit_cast::<16, 32>(self.f_cols.val()));
         if self.since_last.q.val() < self.c_gap.val() {
             self.since_last.d.next = self.since_last.q.val() + 1;
         }
@@ -533,9 +574,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.rows[r].last_in.next = self.feeds[r].last_out.val();
         }
         for c in 0..self._cols {
+            // Columns of this tile inside N: the rest of the chunk is zeroed (cols ≤ 64).
+            self.s1_en[c].clock.next = self.vitis.ap_clk.val();
+            self.s1_en[c].d.next = (self.f_left.q.val().get_bits::<24>(8) != 0)
+                | (self.f_left.q.val().get_bits::<8>(0) > self.c_col[c].val());
             self.cols[c].clock.next = self.vitis.ap_clk.val();
             self.cols[c].din.next = 0.into();
-            if self.s1_en.q.val().get_bit(c) {
+            if self.s1_en[c].q.val() {
                 self.cols[c].din.next = self.s1_b.q.val().get_bits::<8>(c * 8);
             }
         }
@@ -601,10 +646,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             bit_cast::<16, 32>((self.ometa.dout.val().get_bits::<32>(32) << 2) >> self.c_logp.val());
         self.bias_row.next = self.bias_ram.rdata.val()
             >> (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3);
-        self.w_col_cnt.next = self.c_cols.val();
-        if (self.run.n.val() - self.w_j0.q.val()) < self.c_cols.val() {
-            self.w_col_cnt.next = self.run.n.val() - self.w_j0.q.val();
-        }
         for c in 0..self._cols {
             self.lanes[c].clock.next = self.vitis.ap_clk.val();
             self.lanes[c].acc.next = self.w_data.q.val().get_bits::<32>(c * 32);
@@ -640,6 +681,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
             WriterState::Fetch => {
                 self.w_bias.d.next = self.bias_row.val();
+                self.w_left.d.next = self.run.n.val() - self.w_j0.q.val();
                 self.wstate.d.next = WriterState::Bias;
             }
             WriterState::Bias => {
@@ -650,7 +692,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.w_base.d.next =
                         self.run.c.val() + (bit_cast::<64, 32>(self.w_j0.q.val()) & !self.c_pmask.val());
                 }
-                self.w_cols.d.next = bit_cast::<16, 32>(self.w_col_cnt.val());
+                // Columns of the row inside N.
+                self.w_cols.d.next = bit_cast::<16, 32>(self.c_cols.val());
+                if self.w_left.q.val() < self.c_cols.val() {
+                    self.w_cols.d.next = bit_cast::<16, 32>(self.w_left.q.val());
+                }
                 self.w_wait.d.next = 0.into();
                 self.wstate.d.next = WriterState::Wait;
             }
@@ -663,18 +709,19 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
             WriterState::Pack => {
                 for l in (self._cols - 1)..self._cols {
+                    // `w_j0` is a multiple of `cols`: its offset in the beat has known-zero bits.
                     self.w_beat.d.next = self.p32[l].val()
-                        << (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_pmask.val())) << 3);
+                        << (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3);
                     if self.run.requant.val() {
                         self.w_beat.d.next = self.p8[l].val()
-                            << (bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_pmask.val())) << 3);
+                            << (bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3);
                     }
                 }
                 self.w_strb.d.next = (self.c_ones.val() >> (self.c_lanes.val() - (self.w_cols.q.val() << 2)))
-                    << bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_pmask.val()));
+                    << bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val()));
                 if self.run.requant.val() {
                     self.w_strb.d.next = (self.c_ones.val() >> (self.c_lanes.val() - self.w_cols.q.val()))
-                        << bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_pmask.val()));
+                        << bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val()));
                 }
                 self.wstate.d.next = WriterState::Send;
             }
@@ -686,6 +733,21 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             _ => {
                 self.wstate.d.next = WriterState::Idle;
             }
+        }
+
+        self.o_up.next = 0.into();
+        if self.f_go.val() & self.f_last.q.val() {
+            self.o_up.next = bit_cast::<16, 32>(self.c_rows.val());
+        }
+        self.o_dn.next = 0.into();
+        if self.cap_v.q.val() & !self.cap_ok.q.val() {
+            self.o_dn.next = 1.into();
+        }
+        if self.ofifo.pop.val() {
+            self.o_dn.next = self.o_dn.val() + 1;
+        }
+        if self.phase.q.val() != Phase::Idle {
+            self.o_occ.d.next = self.o_occ.q.val() + self.o_up.val() - self.o_dn.val();
         }
 
         if !self.vitis.ap_rst_n.val() {
