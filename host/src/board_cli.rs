@@ -320,6 +320,9 @@ fn timing(a: &TimingArgs) -> Result<()> {
         .map(|c| format!("{c} {}", t.cells.get(*c).copied().unwrap_or(0)))
         .collect();
     println!("cells (yosys synth_ecp5): {}", cells.join(", "));
+    if let Some(p) = &t.packing {
+        println!("register packing: {}", p.summary());
+    }
     println!(
         "flow: {}; synthesis {}, place and route {}, ecppack {}",
         t.flow,
