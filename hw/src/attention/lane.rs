@@ -8,7 +8,17 @@
 //! the top presents in cycle c+`V_AT`; S4b (end of c+L+4) updates l and o,
 //! which hold the step from cycle c+[`DONE_AT`]. Each stage holds at most one
 //! wide carry chain: m, l and o are loops, so each has a cycle of its own.
-use crate::blocks::{DotI8, Exp2Fixed, MulRound16, Requantizer, RoundShiftAdd, ScaleRoundPipe, SkewLine};
+//!
+//! The finalizer works on a snapshot: `div_start` copies l into the divider's
+//! divisor `dl` and o into the serializer's shift register `os`, so the next
+//! block's steps may overwrite l and o while it divides and serializes. The
+//! divider takes one quotient bit per cycle (33 cycles), its compare and
+//! subtract one 41-bit carry chain. Each cycle of `ser_v` moves the pair
+//! `os[0]`, `os[1]` into [`MulRound16Pipe`] and shifts `os` down by two; the
+//! pair's Q16 values enter `r32` [`MulRound16Pipe::LATENCY`] cycles later and
+//! its int8 values enter `r8` another [`RequantPipe::LATENCY`] cycles later
+//! ([`SER_LAT`] in all), steered by `ser_v` delayed alongside.
+use crate::blocks::{DotI8, Exp2Fixed, MulRound16Pipe, RequantPipe, RoundShiftAdd, ScaleRoundPipe, SkewLine};
 use rust_hdl::prelude::*;
 
 /// Widest output row: 128 Q16 values.
@@ -19,6 +29,9 @@ pub const ROW8_BITS: usize = 1024;
 pub const V_AT: usize = ScaleRoundPipe::LATENCY + 3;
 /// The first cycle after a step's issue in which l and o hold it.
 pub const DONE_AT: usize = V_AT + 2;
+/// Cycles from a pair's `ser_v` cycle to the cycle in which it enters `r8`
+/// (the last of a row's pairs is in `r8` after cycle `d/2 − 1 + SER_LAT` of `ser_v`'s run).
+pub const SER_LAT: usize = MulRound16Pipe::LATENCY + RequantPipe::LATENCY;
 
 #[derive(LogicBlock)]
 pub struct Lane<const W: usize> {
@@ -36,13 +49,13 @@ pub struct Lane<const W: usize> {
     pub v_row: Signal<In, Bits<W>>,
     pub smult: Signal<In, Bits<32>>,
     pub sshift: Signal<In, Bits<6>>,
+    /// Snapshot l and o (they hold the block's last step) and start the divider.
     pub div_start: Signal<In, Bit>,
     pub div_busy: Signal<Out, Bit>,
-    pub sel: Signal<In, Bits<8>>,
+    /// Serialize: the pair at the head of `os` enters the output pipeline, `os` shifts by two.
+    pub ser_v: Signal<In, Bit>,
     pub omult: Signal<In, Bits<32>>,
     pub oshift: Signal<In, Bits<6>>,
-    pub sh32: Signal<In, Bit>,
-    pub sh8: Signal<In, Bit>,
     pub out_sel: Signal<In, Bit>,
     /// The Q16 output row while `out_sel`, else zero.
     pub row32: Signal<Out, Bits<ROW32_BITS>>,
@@ -82,15 +95,19 @@ pub struct Lane<const W: usize> {
     o_rs: Vec<RoundShiftAdd<48>>,
     pv: Vec<DFF<Signed<32>>>,
     div_cnt: DFF<Bits<6>>,
+    dl: DFF<Bits<40>>,
     rem: DFF<Bits<40>>,
     quo: DFF<Bits<40>>,
     rem_sh: Signal<Local, Bits<40>>,
-    omux_e: Vec<Signal<Local, Signed<48>>>,
-    omux_o: Vec<Signal<Local, Signed<48>>>,
-    mulr: MulRound16,
-    mulr_o: MulRound16,
-    rq: Requantizer,
-    rq_o: Requantizer,
+    rem_sub: Signal<Local, Bits<41>>,
+    os: Vec<DFF<Signed<48>>>,
+    mulr: MulRound16Pipe,
+    mulr_o: MulRound16Pipe,
+    rq: RequantPipe,
+    rq_o: RequantPipe,
+    /// `ser_v` when `mulr` has the pair's Q16 values, and when `rq` has its int8 values.
+    sh32: SkewLine<1>,
+    sh8: SkewLine<1>,
     r32: DFF<Bits<ROW32_BITS>>,
     r8: DFF<Bits<ROW8_BITS>>,
     c_top32: Constant<Bits<16>>,
@@ -98,7 +115,7 @@ pub struct Lane<const W: usize> {
     c_top32o: Constant<Bits<16>>,
     c_top8o: Constant<Bits<16>>,
     _d: usize,
-    _half: usize,
+    _dm2: usize,
 }
 
 impl<const W: usize> Lane<W> {
@@ -109,19 +126,20 @@ impl<const W: usize> Lane<W> {
             o: crate::many(d),
             o_rs: crate::many(d),
             pv: crate::many(d),
-            omux_e: crate::many(d / 2),
-            omux_o: crate::many(d / 2),
+            os: crate::many(d),
+            sh32: SkewLine::new(MulRound16Pipe::LATENCY),
+            sh8: SkewLine::new(RequantPipe::LATENCY),
             f2: SkewLine::new(ScaleRoundPipe::LATENCY),
             c_top32: Constant::new(((32 * (d - 2)) as u64).to_bits()),
             c_top8: Constant::new(((8 * (d - 2)) as u64).to_bits()),
             c_top32o: Constant::new(((32 * (d - 1)) as u64).to_bits()),
             c_top8o: Constant::new(((8 * (d - 1)) as u64).to_bits()),
             _d: d,
-            _half: d / 2,
+            _dm2: d - 2,
             .. clock, q_we, q_row, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, div_start,
-            div_busy, sel, omult, oshift, sh32, sh8, out_sel, row32, row8, qrow, s1, f1, scale, mask0, e, m, t3, mn3,
+            div_busy, ser_v, omult, oshift, out_sel, row32, row8, qrow, s1, f1, scale, mask0, e, m, t3, mn3,
             mo3, f3, m_new, delta, m40, u, delta_bits, exp2, p3, d3, upd3, first3, p4, d4, upd4, first4, l, l_rs,
-            div_cnt, rem, quo, rem_sh, mulr, mulr_o, rq, rq_o, r32, r8
+            div_cnt, dl, rem, quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o, r32, r8
         })
     }
 }
@@ -131,12 +149,14 @@ impl<const W: usize> Logic for Lane<W> {
     fn update(&mut self) {
         dff_setup!(
             self, clock, qrow, s1, f1, m, t3, mn3, mo3, f3, p3, d3, upd3, first3, p4, d4, upd4, first4, l, div_cnt,
-            rem, quo, r32, r8
+            dl, rem, quo, r32, r8
         );
         for x in 0..self._d {
             self.o[x].clock.next = self.clock.val();
             self.o[x].d.next = self.o[x].q.val();
             self.pv[x].clock.next = self.clock.val();
+            self.os[x].clock.next = self.clock.val();
+            self.os[x].d.next = self.os[x].q.val();
         }
         self.scale.clock.next = self.clock.val();
         self.f2.clock.next = self.clock.val();
@@ -144,6 +164,8 @@ impl<const W: usize> Logic for Lane<W> {
         self.mulr_o.clock.next = self.clock.val();
         self.rq.clock.next = self.clock.val();
         self.rq_o.clock.next = self.clock.val();
+        self.sh32.clock.next = self.clock.val();
+        self.sh8.clock.next = self.clock.val();
         if self.q_we.val() {
             self.qrow.d.next = self.q_row.val();
         }
@@ -231,58 +253,58 @@ impl<const W: usize> Logic for Lane<W> {
             }
         }
 
-        // Finalize: r = floor(2^32 / l) by 33 restoring steps.
+        // Finalize: r = floor(2^32 / l) by 33 restoring steps on the snapshot `dl`;
+        // the compare is the borrow of the one 41-bit subtraction.
         self.div_busy.next = self.div_cnt.q.val() != 0;
         self.rem_sh.next = self.rem.q.val() << 1;
         if self.div_cnt.q.val() == 33 {
             self.rem_sh.next = (self.rem.q.val() << 1) | 1;
         }
+        self.rem_sub.next = bit_cast::<41, 40>(self.rem_sh.val()) - bit_cast::<41, 40>(self.dl.q.val());
         if self.div_start.val() {
             self.div_cnt.d.next = 33.into();
+            self.dl.d.next = bit_cast::<40, 48>(unsigned_cast(self.l.q.val()));
             self.rem.d.next = 0.into();
             self.quo.d.next = 0.into();
         } else if self.div_cnt.q.val() != 0 {
             self.div_cnt.d.next = self.div_cnt.q.val() - 1;
             self.quo.d.next = self.quo.q.val() << 1;
             self.rem.d.next = self.rem_sh.val();
-            if self.rem_sh.val() >= bit_cast::<40, 48>(unsigned_cast(self.l.q.val())) {
-                self.rem.d.next = self.rem_sh.val() - bit_cast::<40, 48>(unsigned_cast(self.l.q.val()));
+            if !self.rem_sub.val().get_bit(40) {
+                self.rem.d.next = self.rem_sub.val().get_bits::<40>(0);
                 self.quo.d.next = (self.quo.q.val() << 1) | 1;
             }
         }
-        // Serializer, two elements per cycle: pair `sel` → Q16 (one cycle) → int8 (two more).
-        self.omux_e[0].next = self.o[0].q.val();
-        self.omux_o[0].next = self.o[1].q.val();
-        for x in 1..self._half {
-            self.omux_e[x].next = self.omux_e[x - 1].val();
-            self.omux_o[x].next = self.omux_o[x - 1].val();
-            if self.sel.val().index() == x {
-                self.omux_e[x].next = self.o[x * 2].q.val();
-                self.omux_o[x].next = self.o[x * 2 + 1].q.val();
+        // Serializer, two elements per cycle: the snapshot `os` shifts down by two
+        // per `ser_v` cycle; its head pair → Q16 (`mulr`) → int8 (`rq`).
+        for x in 0..self._d {
+            if self.div_start.val() {
+                self.os[x].d.next = self.o[x].q.val();
             }
         }
-        for last in (self._half - 1)..self._half {
-            self.mulr.o.next = self.omux_e[last].val();
-            self.mulr_o.o.next = self.omux_o[last].val();
+        for x in 0..self._dm2 {
+            if !self.div_start.val() & self.ser_v.val() {
+                self.os[x].d.next = self.os[x + 2].q.val();
+            }
         }
+        self.mulr.o.next = self.os[0].q.val();
+        self.mulr_o.o.next = self.os[1].q.val();
         self.mulr.r.next = self.quo.q.val().get_bits::<32>(0);
         self.mulr_o.r.next = self.quo.q.val().get_bits::<32>(0);
+        self.sh32.din.next = self.ser_v.val().into();
+        self.sh8.din.next = self.sh32.dout.val();
         self.rq.x.next = self.mulr.y.val();
         self.rq_o.x.next = self.mulr_o.y.val();
         self.rq.mult.next = self.omult.val();
         self.rq_o.mult.next = self.omult.val();
         self.rq.shift.next = self.oshift.val();
         self.rq_o.shift.next = self.oshift.val();
-        self.rq.en_mul.next = true;
-        self.rq_o.en_mul.next = true;
-        self.rq.en_round.next = true;
-        self.rq_o.en_round.next = true;
-        if self.sh32.val() {
+        if self.sh32.dout.val().any() {
             self.r32.d.next = (self.r32.q.val() >> 64)
                 | (bit_cast::<ROW32_BITS, 32>(self.mulr.y.val()) << self.c_top32.val())
                 | (bit_cast::<ROW32_BITS, 32>(self.mulr_o.y.val()) << self.c_top32o.val());
         }
-        if self.sh8.val() {
+        if self.sh8.dout.val().any() {
             self.r8.d.next = (self.r8.q.val() >> 16)
                 | (bit_cast::<ROW8_BITS, 8>(self.rq.y.val()) << self.c_top8.val())
                 | (bit_cast::<ROW8_BITS, 8>(self.rq_o.y.val()) << self.c_top8o.val());

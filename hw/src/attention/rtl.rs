@@ -5,7 +5,7 @@
 //! and of V at the same offsets, one key per step broadcast to every lane),
 //! then divide, serialize and write each lane's output row. On-chip state is
 //! the lanes' q/m/l/o registers and two FIFOs: nothing grows with N.
-use super::lane::{Lane, DONE_AT, ROW32_BITS, ROW8_BITS, V_AT};
+use super::lane::{Lane, DONE_AT, ROW32_BITS, ROW8_BITS, SER_LAT, V_AT};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
 use crate::blocks::{Fifo, MulU32, SkewLine};
@@ -96,6 +96,8 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     f_lv: DFF<Bits<32>>,
     f_oh: DFF<Bits<64>>,
     fx: DFF<Bits<16>>,
+    /// The lanes' `ser_v`: the first d/2 cycles of `Fin::Ser`.
+    ser_v: DFF<Bit>,
     wi: DFF<Bits<32>>,
     wb: DFF<Bits<16>>,
     w_addr: DFF<Bits<64>>,
@@ -118,7 +120,8 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_logd8: Constant<Bits<16>>,
     c_rpb: Constant<Bits<16>>,
     c_lanes: Constant<Bits<32>>,
-    c_half: Constant<Bits<16>>,
+    c_half_m1: Constant<Bits<16>>,
+    c_ser_end: Constant<Bits<16>>,
     c_chunk: Constant<Bits<16>>,
     c_fifo: Constant<Bits<16>>,
     c_sbytes: Constant<Bits<16>>,
@@ -183,7 +186,8 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_logd8: Constant::new(k(logd + 3)),
             c_rpb: Constant::new(k(p / d)),
             c_lanes: Constant::new(k(l as u64)),
-            c_half: Constant::new(k(d / 2)),
+            c_half_m1: Constant::new(k(d / 2 - 1)),
+            c_ser_end: Constant::new(k(d / 2 - 1 + SER_LAT as u64)),
             c_chunk: Constant::new(k(CHUNK)),
             c_fifo: Constant::new(k(cfg.read_fifo_depth as u64)),
             c_sbytes: Constant::new(k(S as u64)),
@@ -194,7 +198,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             .. vitis, now, run, mul_q, mul_kv, mul_o, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_args, o_row_log,
             kv_word, kv_shift, k_addr, v_addr, q0, lv, nk, lv_next, qs, qrow_base, q_total, qb, q_rx, kv_off, kv_rem,
             kv_turn, kv_last, k_page, v_page, kv_len, k_inflight, v_inflight, k_issue, v_issue, recv_v, kv_rx, j, rib,
-            go, is_last, st_valid, st_first, st_j, k_row, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi,
+            go, is_last, st_valid, st_first, st_j, k_row, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, row32, row8, row_bytes_log, row_byte, beats_per_row, beat32, beat8
         }))
     }
@@ -207,7 +211,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         dff_setup!(
             self, vitis.ap_clk, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, kv_off, kv_rem,
             kv_turn, kv_last, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first, st_j, k_row, last_pipe, fin,
-            p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb
+            p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb
         );
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
@@ -273,15 +277,13 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.v_issue.next = 0.into();
 
         self.is_last.next = self.j.q.val() + 1 == self.nk.q.val();
-        // Steps wait while the finalizer reads l and o (Div, Ser) and until the
-        // previous block's last step has reached it; a block's last step also
-        // waits for the previous block's rows to be written.
+        // Steps wait until the previous block's last step has reached the
+        // finalizer, which snapshots l and o then (the lanes' `div_start`); a
+        // block's last step also waits for the previous block's rows to be written.
         self.go.next = (self.phase.q.val() == Phase::Stream)
             & !self.kfifo.empty.val()
             & !self.vfifo.empty.val()
             & (self.last_pipe.q.val() == 0)
-            & (self.fin.q.val() != Fin::Div)
-            & (self.fin.q.val() != Fin::Ser)
             & (!self.is_last.val() | (self.fin.q.val() == Fin::Idle));
         // ---------------- Output rows ----------------
         self.rm32[0].next = self.lanes[0].row32.val();
@@ -529,12 +531,17 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             Fin::Div => {
                 if !self.lanes[0].div_busy.val() {
                     self.fx.d.next = 0.into();
+                    self.ser_v.d.next = true;
                     self.fin.d.next = Fin::Ser;
                 }
             }
             Fin::Ser => {
                 self.fx.d.next = self.fx.q.val() + 1;
-                if self.fx.q.val() == self.c_half.val() + 2 {
+                if self.fx.q.val() == self.c_half_m1.val() {
+                    self.ser_v.d.next = false;
+                }
+                // The last pair's int8 values enter the lanes' r8 in this cycle.
+                if self.fx.q.val() == self.c_ser_end.val() {
                     self.wi.d.next = 0.into();
                     self.wb.d.next = 0.into();
                     self.fin.d.next = Fin::WPrep;
@@ -638,13 +645,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             for top in (LAST_PIPE - 1)..LAST_PIPE {
                 self.lanes[i].div_start.next = (self.fin.q.val() == Fin::Idle) & self.last_pipe.q.val().get_bit(top);
             }
-            self.lanes[i].sel.next = self.fx.q.val().get_bits::<8>(0);
+            self.lanes[i].ser_v.next = self.ser_v.q.val();
             self.lanes[i].omult.next = self.run.omult.val();
             self.lanes[i].oshift.next = self.run.oshift.val();
-            self.lanes[i].sh32.next =
-                (self.fin.q.val() == Fin::Ser) & (self.fx.q.val() >= 1) & (self.fx.q.val() <= self.c_half.val());
-            self.lanes[i].sh8.next =
-                (self.fin.q.val() == Fin::Ser) & (self.fx.q.val() >= 3) & (self.fx.q.val() <= self.c_half.val() + 2);
             self.lanes[i].out_sel.next = self.wi.q.val().index() == i;
         }
 
@@ -661,6 +664,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.k_inflight.d.next = 0.into();
             self.v_inflight.d.next = 0.into();
             self.last_pipe.d.next = 0.into();
+            self.ser_v.d.next = false;
         }
     }
 }
