@@ -1020,6 +1020,87 @@ fn mul_round16(o: i64, r: u64) -> u32 {
     ((p + (1 << 15) - (p < 0) as i128) >> 16) as u32
 }
 
+/// [`DotI8`] as a free-running pipeline: the `n` int8 products registered,
+/// then one register per level of the adder tree, each level only as wide as
+/// its sums (16 + level bits), so a stage holds one multiply or one short carry
+/// chain. `dot` is the dot product of the rows held
+/// [`DotI8Pipe::latency`]`(n)` cycles earlier; it never wraps (|dot| ≤ 128 · 2^14).
+#[derive(LogicBlock)]
+pub struct DotI8Pipe<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub a: Signal<In, Bits<W>>,
+    pub b: Signal<In, Bits<W>>,
+    pub dot: Signal<Out, Signed<32>>,
+    _n: usize,
+    _q: Vec<i64>,
+}
+
+impl<const W: usize> DotI8Pipe<W> {
+    /// Cycles from `a`, `b` to `dot`: the products, then log2(n) adder levels.
+    pub const fn latency(n: usize) -> usize {
+        1 + n.trailing_zeros() as usize
+    }
+
+    pub fn new(n: usize) -> Self {
+        assert!(n.is_power_of_two() && n <= 128 && 8 * n <= W, "{n} int8 pairs in {W} bits");
+        Self {
+            clock: Default::default(),
+            a: Default::default(),
+            b: Default::default(),
+            dot: Default::default(),
+            _n: n,
+            _q: vec![0; Self::latency(n)],
+        }
+    }
+}
+
+impl<const W: usize> Logic for DotI8Pipe<W> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let (a, b) = (self.a.val(), self.b.val());
+            let dot: i64 = (0..self._n)
+                .map(|x| {
+                    let ax = a.get_bits::<8>(x * 8).to_u64() as u8 as i8 as i64;
+                    let bx = b.get_bits::<8>(x * 8).to_u64() as u8 as i8 as i64;
+                    ax * bx
+                })
+                .sum();
+            let l = self._q.len();
+            self._q.copy_within(0..l - 1, 1);
+            self._q[0] = dot;
+            self.dot.next = from_i64(self._q[l - 1]);
+        }
+    }
+    fn connect(&mut self) {
+        self.dot.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let n = self._n;
+        let levels = n.trailing_zeros() as usize;
+        let mut decl = String::new();
+        let mut body = String::new();
+        for x in 0..n {
+            decl += &format!("reg signed [15:0] s0_{x} = 0;\n");
+            body += &format!(
+                "   s0_{x} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n",
+                hi = 8 * x + 7,
+                lo = 8 * x
+            );
+        }
+        for k in 1..=levels {
+            for i in 0..n >> k {
+                decl += &format!("reg signed [{msb}:0] s{k}_{i} = 0;\n", msb = 15 + k);
+                body += &format!("   s{k}_{i} <= s{j}_{a} + s{j}_{b};\n", j = k - 1, a = 2 * i, b = 2 * i + 1);
+            }
+        }
+        let top = 15 + levels;
+        Verilog::Custom(format!(
+            "{decl}always @(posedge clock) begin\n{body}end\nalways @(*) dot = {{{{{pad}{{s{levels}_0[{top}]}}}}, s{levels}_0}};",
+            pad = 31 - top
+        ))
+    }
+}
+
 #[cfg(test)]
 mod att150_tests {
     use super::*;
@@ -1099,6 +1180,54 @@ mod att150_tests {
             v.push((o, r));
         }
         v
+    }
+
+    #[test]
+    fn dot_i8_pipe_streams_dot_products_after_its_latency() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for n in [1usize, 2, 16, 64] {
+            let mut b = DotI8Pipe::<512>::new(n);
+            b.connect_all();
+            let lat = DotI8Pipe::<512>::latency(n);
+            assert_eq!(lat, 1 + n.trailing_zeros() as usize);
+            let rows: Vec<(Vec<i8>, Vec<i8>)> = (0..20)
+                .map(|i| {
+                    let ext = |r: u64| if i < 2 { [-128i8, 127][i] } else { r as i8 };
+                    ((0..n).map(|_| ext(rnd())).collect(), (0..n).map(|_| ext(!rnd())).collect())
+                })
+                .collect();
+            let pack = |v: &[i8]| {
+                let mut bits = Bits::<512>::default();
+                for (k, &e) in v.iter().enumerate() {
+                    bits = bits | (bit_cast::<512, 8>((e as u8 as u64).to_bits()) << (8 * k) as u64);
+                }
+                bits
+            };
+            for j in 0..rows.len() + lat {
+                let (a, bb) = &rows[j.min(rows.len() - 1)];
+                b.a.next = pack(a);
+                b.b.next = pack(bb);
+                b.clock.next = Clock::from(false);
+                settle(&mut b);
+                b.clock.next = Clock::from(true);
+                settle(&mut b);
+                if let Some((a, bb)) = (j + 1).checked_sub(lat).and_then(|i| rows.get(i)) {
+                    let want: i64 = a.iter().zip(bb).map(|(&p, &q)| p as i64 * q as i64).sum();
+                    assert_eq!(to_i64(b.dot.val()), want, "n={n} row {}", j + 1 - lat);
+                }
+            }
+            // One register per level: the products, then log2(n) sums, each as wide as its level.
+            let Verilog::Custom(v) = b.hdl() else { panic!("DotI8Pipe is a custom block") };
+            let levels = n.trailing_zeros() as usize;
+            assert_eq!(v.matches(" <= ").count(), 2 * n - 1, "{v}");
+            assert!(v.contains(&format!("reg signed [{}:0] s{levels}_0 = 0;", 15 + levels)), "{v}");
+        }
     }
 
     #[test]
