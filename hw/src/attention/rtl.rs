@@ -8,7 +8,7 @@
 use super::lane::{done_at, v_at, Lane, ROW32_BITS, ROW8_BITS, SER_LAT};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
-use crate::blocks::{Fifo, MulU32, SkewLine};
+use crate::blocks::{Fifo, MulU32Pipe, SkewLine};
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -32,9 +32,25 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     lanes: Vec<Lane<W>>,
     kfifo: Fifo<W>,
     vfifo: Fifo<W>,
-    mul_q: MulU32,
-    mul_kv: MulU32,
-    mul_o: MulU32,
+    mul_q: MulU32Pipe,
+    mul_kv: MulU32Pipe,
+    mul_o: MulU32Pipe,
+    /// Cycles left in `HeadWait` (the head's `h · stride` products settle).
+    hwait: DFF<Bits<4>>,
+    /// The launch checks of `bad_args`, in registered parts (`Check`, `Check2`).
+    bad_t: DFF<Bit>,
+    bad_c: DFF<Bit>,
+    sm_r: DFF<Bits<64>>,
+    th_r: DFF<Bits<64>>,
+    bad_r: DFF<Bit>,
+    /// The KVLEN word as read.
+    kv_word_r: DFF<Bits<32>>,
+    /// A block's queries: `SEQ_Q − q0`, then how many (`lv_r`), its end and its Q span's end.
+    qleft: DFF<Bits<32>>,
+    lv_r: DFF<Bits<32>>,
+    qsp: DFF<Bits<32>>,
+    qend: DFF<Bits<32>>,
+    qspan: DFF<Bits<32>>,
 
     phase: DFF<Phase>,
     h: DFF<Bits<32>>,
@@ -47,7 +63,8 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     nkv: DFF<Bits<32>>,
     /// `b · HPB` during the key-count check: the first head of entry `b`.
     bh: DFF<Bits<32>>,
-    bad_args: Signal<Local, Bit>,
+    bad_zero: Signal<Local, Bit>,
+    bad_cmp: Signal<Local, Bit>,
     o_row_log: Signal<Local, Bits<16>>,
     kv_word: Signal<Local, Bits<32>>,
     kv_shift: Signal<Local, Bits<W>>,
@@ -57,7 +74,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     q0: DFF<Bits<32>>,
     lv: DFF<Bits<32>>,
     nk: DFF<Bits<32>>,
-    lv_next: Signal<Local, Bits<32>>,
     qs: Signal<Local, Bits<32>>,
     qrow_base: DFF<Bits<32>>,
     q_total: DFF<Bits<16>>,
@@ -149,6 +165,8 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_lane_idx: Vec<Constant<Bits<32>>>,
     c_lp_mask: Constant<Bits<LAST_PIPE>>,
     c_wbits: Constant<Bits<16>>,
+    c_mul_wait: Constant<Bits<4>>,
+    c_ones64: Constant<Bits<64>>,
     _lanes: usize,
     /// `done_at(d) + 1`: `last_pipe`'s bits in use.
     _lp: usize,
@@ -157,13 +175,23 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
 enum Phase {
     Idle,
+    /// The launch checks (`bad_args` in three registered steps) on the latched arguments.
+    Check,
+    Check2,
+    Check3,
     /// With FLAGS.kvlen, every batch entry's key count is read and checked
     /// before anything is written, so a bad one refuses the whole launch.
     KvCheckReq,
     KvCheckWait,
+    KvCheckTest,
+    HeadWait,
     HeadInit,
     KvReq,
     KvWait,
+    KvTest,
+    BlockPre1,
+    BlockPre2,
+    BlockPre3,
     BlockInit,
     QReq,
     QWait,
@@ -208,6 +236,8 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lp_mask: Constant::new(k((1u64 << (done_at(cfg.head_dim) + 1)) - 1)),
             _lp: done_at(cfg.head_dim) + 1,
             c_wbits: Constant::new(k(W as u64)),
+            c_mul_wait: Constant::new(k(MulU32Pipe::LATENCY as u64 - 1)),
+            c_ones64: Constant::new(Bits::<64>::mask()),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
             c_pmask: Constant::new(k(p - 1)),
             c_pmask32: Constant::new(k(p - 1)),
@@ -224,8 +254,9 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
-            .. vitis, now, run, mul_q, mul_kv, mul_o, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_args, o_row_log,
-            kv_word, kv_shift, k_addr, v_addr, q0, lv, nk, lv_next, qs, qrow_base, q_total, qb, q_rx, kv_rem,
+            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, qleft, lv_r, qsp,
+            qend, qspan, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
+            kv_word, kv_shift, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_rx, kv_rem,
             k_page, v_page, kv_remc, kv_pg, kv_remc2, kv_len, kv_age, k_room, v_room, is_last,
             kv_turn, kv_last, k_inflight, v_inflight, k_issue, v_issue, recv_v, kv_rx, j, rib,
             go, st_valid, st_first, st_j, k_row, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
@@ -240,7 +271,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, k_addr, v_addr, kv_rem,
+            self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, qleft, lv_r, qsp, qend, qspan,
+            phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, k_addr, v_addr, kv_rem,
             k_page, v_page, kv_remc, kv_pg, kv_remc2, kv_len, kv_age, k_room, v_room, is_last,
             kv_turn, kv_last, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first, st_j, k_row, last_pipe, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb,
@@ -256,6 +288,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.shell.done.next = self.phase.q.val() == Phase::Done;
         self.shell.fail.next = false;
 
+        self.mul_q.clock.next = self.vitis.ap_clk.val();
+        self.mul_kv.clock.next = self.vitis.ap_clk.val();
+        self.mul_o.clock.next = self.vitis.ap_clk.val();
         self.mul_q.a.next = self.h.q.val();
         self.mul_q.b.next = self.run.q_stride.val();
         self.mul_kv.a.next = self.h.q.val();
@@ -266,19 +301,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.kv_shift.next = self.vitis.m_axi_gmem.rdata.val()
             >> (bit_cast::<16, 32>((self.b.q.val() << 2) & self.c_pmask32.val()) << 3);
         self.kv_word.next = self.kv_shift.val().get_bits::<32>(0);
-        self.lv_next.next = self.c_lanes.val();
-        if (self.run.seq_q.val() - self.q0.q.val()) < self.c_lanes.val() {
-            self.lv_next.next = self.run.seq_q.val() - self.q0.q.val();
-        }
         self.qs.next = self.q0.q.val() << self.c_logd.val();
         // A block's Q rows: one span from its first beat.
         self.shell.span_load.next = false;
         self.shell.span_resume.next = false;
         self.shell.span_addr.next = self.qh.q.val() + (bit_cast::<64, 32>(self.qs.val()) & !self.c_pmask.val());
-        self.shell.span_beats.next = bit_cast::<16, 32>(
-            ((self.qs.val() & self.c_pmask32.val()) + (self.lv_next.val() << self.c_logd.val()) + self.c_pmask32.val())
-                >> self.c_logp.val(),
-        );
+        self.shell.span_beats.next = bit_cast::<16, 32>(self.qspan.q.val() >> self.c_logp.val());
         self.shell.span_rows.next = 1.into();
         self.shell.span_pitch.next = 0.into();
         self.shell.span_go.next = self.phase.q.val() == Phase::QReq;
@@ -353,30 +381,28 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // as AttentionProblem::validate_for and the host's layout checks do:
         // docs/attention.md. Multipliers are positive int32; |t| < 2^38 is
         // d·SMULT < 2^(24+SSHIFT); head strides are beat multiples that hold a head.
+        // Checked on the latched arguments in `Check` and `Check2`, registered in parts.
         self.o_row_log.next = self.c_logd.val() + 2;
-        if self.now.out8.val() {
+        if self.run.out8.val() {
             self.o_row_log.next = self.c_logd.val();
         }
-        self.bad_args.next = (self.now.heads.val() == 0)
-            | (self.now.hpb.val() == 0)
-            | (self.now.seq_q.val() == 0)
-            | (self.now.seq_kv.val() == 0)
-            | self.now.bad_shift.val()
-            | (self.now.smult.val() == 0)
-            | self.now.smult.val().get_bit(31)
-            | (self.now.out8.val() & ((self.now.omult.val() == 0) | self.now.omult.val().get_bit(31)))
-            | ((((bit_cast::<64, 32>(self.now.smult.val()) << self.c_logd.val()) >> 24)
-                >> bit_cast::<64, 6>(self.now.sshift.val()))
-                != 0)
-            | ((bit_cast::<64, 32>(self.now.q_stride.val() | self.now.kv_stride.val() | self.now.o_stride.val())
+        self.bad_zero.next = (self.run.heads.val() == 0)
+            | (self.run.hpb.val() == 0)
+            | (self.run.seq_q.val() == 0)
+            | (self.run.seq_kv.val() == 0)
+            | self.run.bad_shift.val()
+            | (self.run.smult.val() == 0)
+            | self.run.smult.val().get_bit(31)
+            | (self.run.out8.val() & ((self.run.omult.val() == 0) | self.run.omult.val().get_bit(31)))
+            | ((bit_cast::<64, 32>(self.run.q_stride.val() | self.run.kv_stride.val() | self.run.o_stride.val())
                 & self.c_pmask.val())
-                != 0)
-            | (bit_cast::<64, 32>(self.now.q_stride.val())
-                < (bit_cast::<64, 32>(self.now.seq_q.val()) << self.c_logd.val()))
-            | (bit_cast::<64, 32>(self.now.kv_stride.val())
-                < (bit_cast::<64, 32>(self.now.seq_kv.val()) << self.c_logd.val()))
-            | (bit_cast::<64, 32>(self.now.o_stride.val())
-                < (bit_cast::<64, 32>(self.now.seq_q.val()) << self.o_row_log.val()));
+                != 0);
+        self.bad_cmp.next = (bit_cast::<64, 32>(self.run.q_stride.val())
+            < (bit_cast::<64, 32>(self.run.seq_q.val()) << self.c_logd.val()))
+            | (bit_cast::<64, 32>(self.run.kv_stride.val())
+                < (bit_cast::<64, 32>(self.run.seq_kv.val()) << self.c_logd.val()))
+            | (bit_cast::<64, 32>(self.run.o_stride.val())
+                < (bit_cast::<64, 32>(self.run.seq_q.val()) << self.o_row_log.val()));
 
         // ---------------- Phase machine ----------------
         match self.phase.q.val() {
@@ -386,14 +412,30 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.hb.d.next = 0.into();
                     self.b.d.next = 0.into();
                     self.bh.d.next = 0.into();
-                    self.phase.d.next = Phase::HeadInit;
-                    if self.now.use_kvlen.val() {
-                        self.phase.d.next = Phase::KvCheckReq;
-                    }
-                    if self.bad_args.val() {
-                        self.shell.fail.next = true;
-                        self.phase.d.next = Phase::Done;
-                    }
+                    self.phase.d.next = Phase::Check;
+                }
+            }
+            Phase::Check => {
+                self.bad_t.d.next = self.bad_zero.val();
+                self.bad_c.d.next = self.bad_cmp.val();
+                self.sm_r.d.next = (bit_cast::<64, 32>(self.run.smult.val()) << self.c_logd.val()) >> 24;
+                self.th_r.d.next = self.c_ones64.val() << bit_cast::<64, 6>(self.run.sshift.val());
+                self.phase.d.next = Phase::Check2;
+            }
+            Phase::Check2 => {
+                // ((SMULT·d) >> 24) >> SSHIFT is not zero: a bit at or above SSHIFT.
+                self.bad_r.d.next = self.bad_t.q.val() | self.bad_c.q.val() | ((self.sm_r.q.val() & self.th_r.q.val()) != 0);
+                self.phase.d.next = Phase::Check3;
+            }
+            Phase::Check3 => {
+                self.hwait.d.next = self.c_mul_wait.val();
+                self.phase.d.next = Phase::HeadWait;
+                if self.run.use_kvlen.val() {
+                    self.phase.d.next = Phase::KvCheckReq;
+                }
+                if self.bad_r.q.val() {
+                    self.shell.fail.next = true;
+                    self.phase.d.next = Phase::Done;
                 }
             }
             Phase::KvCheckReq => {
@@ -406,19 +448,31 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Phase::KvCheckWait => {
                 if self.vitis.m_axi_gmem.rvalid.val() {
-                    self.b.d.next = self.b.q.val() + 1;
-                    self.bh.d.next = self.bh.q.val() + self.run.hpb.val();
-                    self.phase.d.next = Phase::KvCheckReq;
-                    if (bit_cast::<64, 32>(self.bh.q.val()) + bit_cast::<64, 32>(self.run.hpb.val()))
-                        >= bit_cast::<64, 32>(self.run.heads.val())
-                    {
-                        self.b.d.next = 0.into();
-                        self.phase.d.next = Phase::HeadInit;
-                    }
-                    if (self.kv_word.val() == 0) | (self.kv_word.val() > self.run.seq_kv.val()) {
-                        self.shell.fail.next = true;
-                        self.phase.d.next = Phase::Done;
-                    }
+                    self.kv_word_r.d.next = self.kv_word.val();
+                    self.phase.d.next = Phase::KvCheckTest;
+                }
+            }
+            Phase::KvCheckTest => {
+                self.b.d.next = self.b.q.val() + 1;
+                self.bh.d.next = self.bh.q.val() + self.run.hpb.val();
+                self.phase.d.next = Phase::KvCheckReq;
+                if (bit_cast::<64, 32>(self.bh.q.val()) + bit_cast::<64, 32>(self.run.hpb.val()))
+                    >= bit_cast::<64, 32>(self.run.heads.val())
+                {
+                    self.b.d.next = 0.into();
+                    self.hwait.d.next = self.c_mul_wait.val();
+                    self.phase.d.next = Phase::HeadWait;
+                }
+                if (self.kv_word_r.q.val() == 0) | (self.kv_word_r.q.val() > self.run.seq_kv.val()) {
+                    self.shell.fail.next = true;
+                    self.phase.d.next = Phase::Done;
+                }
+            }
+            Phase::HeadWait => {
+                // h changed on entry; `MulU32Pipe::LATENCY` cycles later the products hold it.
+                self.hwait.d.next = self.hwait.q.val() - 1;
+                if self.hwait.q.val() == 0 {
+                    self.phase.d.next = Phase::HeadInit;
                 }
             }
             Phase::HeadInit => {
@@ -428,7 +482,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.oh.d.next = self.run.o.val() + self.mul_o.p.val();
                 self.q0.d.next = 0.into();
                 self.nkv.d.next = self.run.seq_kv.val();
-                self.phase.d.next = Phase::BlockInit;
+                self.phase.d.next = Phase::BlockPre1;
                 if self.run.use_kvlen.val() {
                     self.phase.d.next = Phase::KvReq;
                 }
@@ -443,25 +497,47 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Phase::KvWait => {
                 if self.vitis.m_axi_gmem.rvalid.val() {
-                    // Checked in KvCheckWait; clamped again only in case KVLEN
-                    // changed during the run, so the unit still finishes.
-                    self.nkv.d.next = self.kv_word.val();
-                    if self.kv_word.val() > self.run.seq_kv.val() {
-                        self.nkv.d.next = self.run.seq_kv.val();
-                        self.shell.fail.next = true;
-                    }
-                    if self.kv_word.val() == 0 {
-                        self.nkv.d.next = 1.into();
-                        self.shell.fail.next = true;
-                    }
-                    self.phase.d.next = Phase::BlockInit;
+                    self.kv_word_r.d.next = self.kv_word.val();
+                    self.phase.d.next = Phase::KvTest;
                 }
             }
+            Phase::KvTest => {
+                // Checked in KvCheckTest; clamped again only in case KVLEN
+                // changed during the run, so the unit still finishes.
+                self.nkv.d.next = self.kv_word_r.q.val();
+                if self.kv_word_r.q.val() > self.run.seq_kv.val() {
+                    self.nkv.d.next = self.run.seq_kv.val();
+                    self.shell.fail.next = true;
+                }
+                if self.kv_word_r.q.val() == 0 {
+                    self.nkv.d.next = 1.into();
+                    self.shell.fail.next = true;
+                }
+                self.phase.d.next = Phase::BlockPre1;
+            }
+            // The block's query count `min(lanes, SEQ_Q − q0)`, its end and Q span, a carry chain per cycle.
+            Phase::BlockPre1 => {
+                self.qleft.d.next = self.run.seq_q.val() - self.q0.q.val();
+                self.qsp.d.next = (self.qs.val() & self.c_pmask32.val()) + self.c_pmask32.val();
+                self.phase.d.next = Phase::BlockPre2;
+            }
+            Phase::BlockPre2 => {
+                self.lv_r.d.next = self.c_lanes.val();
+                if self.qleft.q.val() < self.c_lanes.val() {
+                    self.lv_r.d.next = self.qleft.q.val();
+                }
+                self.phase.d.next = Phase::BlockPre3;
+            }
+            Phase::BlockPre3 => {
+                self.qend.d.next = self.q0.q.val() + self.lv_r.q.val();
+                self.qspan.d.next = self.qsp.q.val() + (self.lv_r.q.val() << self.c_logd.val());
+                self.phase.d.next = Phase::BlockInit;
+            }
             Phase::BlockInit => {
-                self.lv.d.next = self.lv_next.val();
+                self.lv.d.next = self.lv_r.q.val();
                 self.nk.d.next = self.nkv.q.val();
-                if self.run.causal.val() & ((self.q0.q.val() + self.lv_next.val()) < self.nkv.q.val()) {
-                    self.nk.d.next = self.q0.q.val() + self.lv_next.val();
+                if self.run.causal.val() & (self.qend.q.val() < self.nkv.q.val()) {
+                    self.nk.d.next = self.qend.q.val();
                 }
                 self.qrow_base.d.next = self.qs.val();
                 self.shell.span_load.next = true;
@@ -527,7 +603,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 // Next block, next head, or finish: the next Q load and K/V
                 // prefetch overlap this block's finalization.
                 self.q0.d.next = self.q0.q.val() + self.c_lanes.val();
-                self.phase.d.next = Phase::BlockInit;
+                self.phase.d.next = Phase::BlockPre1;
                 if self.q0.q.val() + self.c_lanes.val() >= self.run.seq_q.val() {
                     self.h.d.next = self.h.q.val() + 1;
                     self.hb.d.next = self.hb.q.val() + 1;
@@ -535,7 +611,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                         self.hb.d.next = 0.into();
                         self.b.d.next = self.b.q.val() + 1;
                     }
-                    self.phase.d.next = Phase::HeadInit;
+                    self.hwait.d.next = self.c_mul_wait.val();
+                    self.phase.d.next = Phase::HeadWait;
                     if self.h.q.val() + 1 == self.run.heads.val() {
                         self.phase.d.next = Phase::Finish;
                     }
