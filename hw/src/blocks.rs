@@ -938,3 +938,320 @@ always @(*) p = !u[39] ? raw : (((&u[39:13]) && (|u[12:8])) ? (raw >> sh) : 16'd
         ))
     }
 }
+
+// ---- attention pipelining (att150) ----
+
+/// [`MulRound16`] as a free-running pipeline of [`MulRound16Pipe::LATENCY`]
+/// stages: `y = round(o · r / 2^16)` (low 32 bits, rounding half away from
+/// zero) for a 48-bit signed `o` and unsigned `r`, of the `o`, `r` held
+/// `LATENCY` cycles earlier. Only bits 16..47 of the product reach `y`, so the
+/// product is taken mod 2^48: five unsigned 16×16 partial products (one
+/// MULT18X18D each, registered on both sides), then their sums, one carry
+/// chain per stage. In one cycle it was the attention unit's critical path
+/// (docs/timing.md).
+#[derive(LogicBlock, Default)]
+pub struct MulRound16Pipe {
+    pub clock: Signal<In, Clock>,
+    pub o: Signal<In, Signed<48>>,
+    pub r: Signal<In, Bits<32>>,
+    pub y: Signal<Out, Bits<32>>,
+    _q: [u32; MulRound16Pipe::LATENCY],
+}
+
+impl MulRound16Pipe {
+    /// Cycles from `o`, `r` to `y`: partial products, their sums, bits 16..47
+    /// of the low sum plus the middle one, plus the high one.
+    pub const LATENCY: usize = 4;
+}
+
+impl Logic for MulRound16Pipe {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let y = mul_round16(to_i64(self.o.val()), to_u64(self.r.val()));
+            self._q.copy_within(0..Self::LATENCY - 1, 1);
+            self._q[0] = y;
+            self.y.next = (self._q[Self::LATENCY - 1] as u64).to_bits();
+        }
+    }
+    fn connect(&mut self) {
+        self.y.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        // p mod 2^48 = ll + (lh + ml)·2^16 + (mh + hl)·2^32 on the 16-bit
+        // pieces of o (ol, om, oh) and r (rl, rh); y = bits 16..47 of
+        // p + 2^15 − [p < 0], which is (llr >> 16) + mid1 + mid2·2^16 mod 2^32
+        // with llr = ll + 2^15 − [p < 0].
+        Verilog::Custom(
+            "\
+reg [31:0] ll = 0;
+reg [31:0] lh = 0;
+reg [31:0] ml = 0;
+reg [31:0] mh = 0;
+reg [31:0] hl = 0;
+reg neg1 = 0;
+reg [32:0] llr = 0;
+reg [32:0] mid1 = 0;
+reg [15:0] mid2 = 0;
+reg [31:0] a = 0;
+reg [15:0] mid2b = 0;
+always @(posedge clock) begin
+   ll <= o[15:0] * r[15:0];
+   lh <= o[15:0] * r[31:16];
+   ml <= o[31:16] * r[15:0];
+   mh <= o[31:16] * r[31:16];
+   hl <= o[47:32] * r[15:0];
+   neg1 <= o[47] && (r != 32'd0);
+   llr <= {1'b0, ll} + (neg1 ? 33'd32767 : 33'd32768);
+   mid1 <= {1'b0, lh} + {1'b0, ml};
+   mid2 <= mh[15:0] + hl[15:0];
+   a <= {15'd0, llr[32:16]} + mid1[31:0];
+   mid2b <= mid2;
+   y <= {a[31:16] + mid2b, a[15:0]};
+end"
+            .into(),
+        )
+    }
+}
+
+/// `round(o · r / 2^16)` (half away from zero) to 32 bits, exactly for every
+/// 48-bit `o` and 32-bit `r` (the product can pass 64 bits).
+fn mul_round16(o: i64, r: u64) -> u32 {
+    let p = o as i128 * r as i128;
+    ((p + (1 << 15) - (p < 0) as i128) >> 16) as u32
+}
+
+/// [`DotI8`] as a free-running pipeline: the `n` int8 products registered,
+/// then one register per level of the adder tree, each level only as wide as
+/// its sums (16 + level bits), so a stage holds one multiply or one short carry
+/// chain. `dot` is the dot product of the rows held
+/// [`DotI8Pipe::latency`]`(n)` cycles earlier; it never wraps (|dot| ≤ 128 · 2^14).
+#[derive(LogicBlock)]
+pub struct DotI8Pipe<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub a: Signal<In, Bits<W>>,
+    pub b: Signal<In, Bits<W>>,
+    pub dot: Signal<Out, Signed<32>>,
+    _n: usize,
+    _q: Vec<i64>,
+}
+
+impl<const W: usize> DotI8Pipe<W> {
+    /// Cycles from `a`, `b` to `dot`: the products, then log2(n) adder levels.
+    pub const fn latency(n: usize) -> usize {
+        1 + n.trailing_zeros() as usize
+    }
+
+    pub fn new(n: usize) -> Self {
+        assert!(n.is_power_of_two() && n <= 128 && 8 * n <= W, "{n} int8 pairs in {W} bits");
+        Self {
+            clock: Default::default(),
+            a: Default::default(),
+            b: Default::default(),
+            dot: Default::default(),
+            _n: n,
+            _q: vec![0; Self::latency(n)],
+        }
+    }
+}
+
+impl<const W: usize> Logic for DotI8Pipe<W> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let (a, b) = (self.a.val(), self.b.val());
+            let dot: i64 = (0..self._n)
+                .map(|x| {
+                    let ax = a.get_bits::<8>(x * 8).to_u64() as u8 as i8 as i64;
+                    let bx = b.get_bits::<8>(x * 8).to_u64() as u8 as i8 as i64;
+                    ax * bx
+                })
+                .sum();
+            let l = self._q.len();
+            self._q.copy_within(0..l - 1, 1);
+            self._q[0] = dot;
+            self.dot.next = from_i64(self._q[l - 1]);
+        }
+    }
+    fn connect(&mut self) {
+        self.dot.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let n = self._n;
+        let levels = n.trailing_zeros() as usize;
+        let mut decl = String::new();
+        let mut body = String::new();
+        for x in 0..n {
+            decl += &format!("reg signed [15:0] s0_{x} = 0;\n");
+            body += &format!(
+                "   s0_{x} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n",
+                hi = 8 * x + 7,
+                lo = 8 * x
+            );
+        }
+        for k in 1..=levels {
+            for i in 0..n >> k {
+                decl += &format!("reg signed [{msb}:0] s{k}_{i} = 0;\n", msb = 15 + k);
+                body += &format!("   s{k}_{i} <= s{j}_{a} + s{j}_{b};\n", j = k - 1, a = 2 * i, b = 2 * i + 1);
+            }
+        }
+        let top = 15 + levels;
+        Verilog::Custom(format!(
+            "{decl}always @(posedge clock) begin\n{body}end\nalways @(*) dot = {{{{{pad}{{s{levels}_0[{top}]}}}}, s{levels}_0}};",
+            pad = 31 - top
+        ))
+    }
+}
+
+#[cfg(test)]
+mod att150_tests {
+    use super::*;
+
+    fn settle<B: Block>(b: &mut B) {
+        loop {
+            b.update_all();
+            if !b.has_changed() {
+                break;
+            }
+        }
+    }
+
+    /// The model of [`MulRound16Pipe`]'s Verilog, stage by stage (the
+    /// registers named as there), stepped beside the block.
+    #[derive(Default, Clone, Copy)]
+    struct Stages {
+        ll: u64,
+        lh: u64,
+        ml: u64,
+        mh: u64,
+        hl: u64,
+        neg1: bool,
+        llr: u64,
+        mid1: u64,
+        mid2: u64,
+        a: u64,
+        mid2b: u64,
+        y: u64,
+    }
+
+    impl Stages {
+        fn step(self, o: i64, r: u64) -> Self {
+            let s = self;
+            let ou = (o as u64) & ((1 << 48) - 1);
+            let (ol, om, oh) = (ou & 0xFFFF, ou >> 16 & 0xFFFF, ou >> 32);
+            let (rl, rh) = (r & 0xFFFF, r >> 16 & 0xFFFF);
+            Stages {
+                ll: ol * rl,
+                lh: ol * rh,
+                ml: om * rl,
+                mh: om * rh,
+                hl: oh * rl,
+                neg1: o < 0 && r != 0,
+                llr: s.ll + if s.neg1 { 32767 } else { 32768 },
+                mid1: s.lh + s.ml,
+                mid2: (s.mh + s.hl) & 0xFFFF,
+                a: ((s.llr >> 16) + s.mid1) & 0xFFFF_FFFF,
+                mid2b: s.mid2,
+                y: (s.a & 0xFFFF) | ((((s.a >> 16) + s.mid2b) & 0xFFFF) << 16),
+            }
+        }
+    }
+
+    fn cases() -> Vec<(i64, u64)> {
+        let mut v = vec![
+            (0, 0),
+            (1, 1 << 16),
+            (-1, 1 << 15),
+            (1, 1 << 15),
+            (-3, 1 << 15),
+            ((1 << 47) - 1, u32::MAX as u64),
+            (-(1 << 47), u32::MAX as u64),
+            (-(1 << 47), 0),
+            (-123_456_789_012, 262_144),
+            (987_654_321_098, 65_537),
+            (-5, 1),
+            (-65_536, 3),
+        ];
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..500 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let o = ((x << 16) as i64) >> 16;
+            let r = (x >> 13) & if x & 1 == 0 { 0x3_FFFF } else { 0xFFFF_FFFF };
+            v.push((o, r));
+        }
+        v
+    }
+
+    #[test]
+    fn dot_i8_pipe_streams_dot_products_after_its_latency() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for n in [1usize, 2, 16, 64] {
+            let mut b = DotI8Pipe::<512>::new(n);
+            b.connect_all();
+            let lat = DotI8Pipe::<512>::latency(n);
+            assert_eq!(lat, 1 + n.trailing_zeros() as usize);
+            let rows: Vec<(Vec<i8>, Vec<i8>)> = (0..20)
+                .map(|i| {
+                    let ext = |r: u64| if i < 2 { [-128i8, 127][i] } else { r as i8 };
+                    ((0..n).map(|_| ext(rnd())).collect(), (0..n).map(|_| ext(!rnd())).collect())
+                })
+                .collect();
+            let pack = |v: &[i8]| {
+                let mut bits = Bits::<512>::default();
+                for (k, &e) in v.iter().enumerate() {
+                    bits = bits | (bit_cast::<512, 8>((e as u8 as u64).to_bits()) << (8 * k) as u64);
+                }
+                bits
+            };
+            for j in 0..rows.len() + lat {
+                let (a, bb) = &rows[j.min(rows.len() - 1)];
+                b.a.next = pack(a);
+                b.b.next = pack(bb);
+                b.clock.next = Clock::from(false);
+                settle(&mut b);
+                b.clock.next = Clock::from(true);
+                settle(&mut b);
+                if let Some((a, bb)) = (j + 1).checked_sub(lat).and_then(|i| rows.get(i)) {
+                    let want: i64 = a.iter().zip(bb).map(|(&p, &q)| p as i64 * q as i64).sum();
+                    assert_eq!(to_i64(b.dot.val()), want, "n={n} row {}", j + 1 - lat);
+                }
+            }
+            // One register per level: the products, then log2(n) sums, each as wide as its level.
+            let Verilog::Custom(v) = b.hdl() else { panic!("DotI8Pipe is a custom block") };
+            let levels = n.trailing_zeros() as usize;
+            assert_eq!(v.matches(" <= ").count(), 2 * n - 1, "{v}");
+            assert!(v.contains(&format!("reg signed [{}:0] s{levels}_0 = 0;", 15 + levels)), "{v}");
+        }
+    }
+
+    #[test]
+    fn mul_round16_pipe_matches_round_shift_streamed_and_its_verilog_stages() {
+        let mut b = MulRound16Pipe::default();
+        b.connect_all();
+        let cs = cases();
+        let mut st = Stages::default();
+        for j in 0..cs.len() + MulRound16Pipe::LATENCY {
+            let (o, r) = cs[j.min(cs.len() - 1)];
+            b.o.next = from_i64(o);
+            b.r.next = r.to_bits();
+            b.clock.next = Clock::from(false);
+            settle(&mut b);
+            b.clock.next = Clock::from(true);
+            settle(&mut b);
+            st = st.step(o, r);
+            if let Some(&(o, r)) = (j + 1).checked_sub(MulRound16Pipe::LATENCY).and_then(|i| cs.get(i)) {
+                let p = o as i128 * r as i128;
+                let want = ((p.abs() + (1 << 15)) >> 16) as i64;
+                let want = (if p < 0 { -want } else { want }) as u32 as u64;
+                assert_eq!(b.y.val().to_u64(), want, "model {o}·{r}");
+                assert_eq!(st.y, want, "Verilog stages {o}·{r}");
+            }
+        }
+    }
+}

@@ -2,13 +2,25 @@
 //! the online-softmax state (m, l, o[d]) and the finalizer (divider, output row).
 //!
 //! Timing, for a step issued by the top in cycle c, with L =
-//! [`ScaleRoundPipe::LATENCY`]: S1 (end of c) latches s = q·k; S2 (end of
-//! c+L) has t = round(s·Ms/2^Ss); S3a (end of c+L+1) updates m; S3b (end of
-//! c+L+2) latches p and δ; S4a (end of c+[`V_AT`]) latches p·v with the V row
-//! the top presents in cycle c+`V_AT`; S4b (end of c+L+4) updates l and o,
-//! which hold the step from cycle c+[`DONE_AT`]. Each stage holds at most one
-//! wide carry chain: m, l and o are loops, so each has a cycle of its own.
-use crate::blocks::{DotI8, Exp2Fixed, MulRound16, Requantizer, RoundShiftAdd, ScaleRoundPipe, SkewLine};
+//! [`ScaleRoundPipe::LATENCY`] and D = [`DotI8Pipe::latency`]`(d)` − 1: S1
+//! (end of c+D) has s = q·k (a pipelined adder tree); S2 (end of c+D+L) has
+//! t = round(s·Ms/2^Ss); S3a (end of c+D+L+1) updates m; S3b (end of
+//! c+D+L+2) latches u = t − 256·m and δ; S3c (end of c+D+L+3) latches p = 2^u;
+//! S4a (end of c+[`v_at`]) latches p·v with the V row the top presents in cycle
+//! c+`v_at`; S4b (end of c+D+L+5) updates l and o, which hold the step from
+//! cycle c+[`done_at`]. Each stage holds at most one wide carry chain: m, l
+//! and o are loops, so each has a cycle of its own.
+//!
+//! The finalizer works on a snapshot: `div_start` copies l into the divider's
+//! divisor `dl` and o into the serializer's shift register `os`, so the next
+//! block's steps may overwrite l and o while it divides and serializes. The
+//! divider takes one quotient bit per cycle (33 cycles), its compare and
+//! subtract one 41-bit carry chain. Each cycle of `ser_v` moves the pair
+//! `os[0]`, `os[1]` into [`MulRound16Pipe`] and shifts `os` down by two; the
+//! pair's Q16 values enter `r32` [`MulRound16Pipe::LATENCY`] cycles later and
+//! its int8 values enter `r8` another [`RequantPipe::LATENCY`] cycles later
+//! ([`SER_LAT`] in all), steered by `ser_v` delayed alongside.
+use crate::blocks::{DotI8Pipe, Exp2Fixed, MulRound16Pipe, RequantPipe, RoundShiftAdd, ScaleRoundPipe, SkewLine};
 use rust_hdl::prelude::*;
 
 /// Widest output row: 128 Q16 values.
@@ -16,9 +28,16 @@ pub const ROW32_BITS: usize = 4096;
 /// Widest int8 output row.
 pub const ROW8_BITS: usize = 1024;
 /// The cycle after a step's issue in which S4a reads its V row (see the module doc).
-pub const V_AT: usize = ScaleRoundPipe::LATENCY + 3;
+pub const fn v_at(d: usize) -> usize {
+    DotI8Pipe::<8>::latency(d) - 1 + ScaleRoundPipe::LATENCY + 4
+}
 /// The first cycle after a step's issue in which l and o hold it.
-pub const DONE_AT: usize = V_AT + 2;
+pub const fn done_at(d: usize) -> usize {
+    v_at(d) + 2
+}
+/// Cycles from a pair's `ser_v` cycle to the cycle in which it enters `r8`
+/// (the last of a row's pairs is in `r8` after cycle `d/2 − 1 + SER_LAT` of `ser_v`'s run).
+pub const SER_LAT: usize = MulRound16Pipe::LATENCY + RequantPipe::LATENCY;
 
 #[derive(LogicBlock)]
 pub struct Lane<const W: usize> {
@@ -36,22 +55,23 @@ pub struct Lane<const W: usize> {
     pub v_row: Signal<In, Bits<W>>,
     pub smult: Signal<In, Bits<32>>,
     pub sshift: Signal<In, Bits<6>>,
+    /// Snapshot l and o (they hold the block's last step) and start the divider.
     pub div_start: Signal<In, Bit>,
     pub div_busy: Signal<Out, Bit>,
-    pub sel: Signal<In, Bits<8>>,
+    /// Serialize: the pair at the head of `os` enters the output pipeline, `os` shifts by two.
+    pub ser_v: Signal<In, Bit>,
     pub omult: Signal<In, Bits<32>>,
     pub oshift: Signal<In, Bits<6>>,
-    pub sh32: Signal<In, Bit>,
-    pub sh8: Signal<In, Bit>,
     pub out_sel: Signal<In, Bit>,
     /// The Q16 output row while `out_sel`, else zero.
     pub row32: Signal<Out, Bits<ROW32_BITS>>,
     /// The int8 output row while `out_sel`, else zero.
     pub row8: Signal<Out, Bits<ROW8_BITS>>,
     qrow: DFF<Bits<W>>,
-    qk: DotI8<W>,
-    s1: DFF<Signed<32>>,
-    f1: DFF<Bits<3>>,
+    qk: DotI8Pipe<W>,
+    /// The step's flags when `qk` has its s.
+    f1: SkewLine<3>,
+    flags0: Signal<Local, Bits<3>>,
     /// The flags of `f1` when `scale` has the step's t.
     f2: SkewLine<3>,
     scale: ScaleRoundPipe,
@@ -67,11 +87,15 @@ pub struct Lane<const W: usize> {
     m40: Signal<Local, Signed<40>>,
     u: Signal<Local, Signed<40>>,
     delta_bits: Signal<Local, Bits<32>>,
-    exp2: Exp2Fixed,
-    p3: DFF<Bits<16>>,
+    u3: DFF<Signed<40>>,
     d3: DFF<Bits<6>>,
     upd3: DFF<Bit>,
     first3: DFF<Bit>,
+    exp2: Exp2Fixed,
+    p3: DFF<Bits<16>>,
+    d3c: DFF<Bits<6>>,
+    upd3c: DFF<Bit>,
+    first3c: DFF<Bit>,
     p4: DFF<Bits<16>>,
     d4: DFF<Bits<6>>,
     upd4: DFF<Bit>,
@@ -82,15 +106,19 @@ pub struct Lane<const W: usize> {
     o_rs: Vec<RoundShiftAdd<48>>,
     pv: Vec<DFF<Signed<32>>>,
     div_cnt: DFF<Bits<6>>,
+    dl: DFF<Bits<40>>,
     rem: DFF<Bits<40>>,
     quo: DFF<Bits<40>>,
     rem_sh: Signal<Local, Bits<40>>,
-    omux_e: Vec<Signal<Local, Signed<48>>>,
-    omux_o: Vec<Signal<Local, Signed<48>>>,
-    mulr: MulRound16,
-    mulr_o: MulRound16,
-    rq: Requantizer,
-    rq_o: Requantizer,
+    rem_sub: Signal<Local, Bits<41>>,
+    os: Vec<DFF<Signed<48>>>,
+    mulr: MulRound16Pipe,
+    mulr_o: MulRound16Pipe,
+    rq: RequantPipe,
+    rq_o: RequantPipe,
+    /// `ser_v` when `mulr` has the pair's Q16 values, and when `rq` has its int8 values.
+    sh32: SkewLine<1>,
+    sh8: SkewLine<1>,
     r32: DFF<Bits<ROW32_BITS>>,
     r8: DFF<Bits<ROW8_BITS>>,
     c_top32: Constant<Bits<16>>,
@@ -98,30 +126,32 @@ pub struct Lane<const W: usize> {
     c_top32o: Constant<Bits<16>>,
     c_top8o: Constant<Bits<16>>,
     _d: usize,
-    _half: usize,
+    _dm2: usize,
 }
 
 impl<const W: usize> Lane<W> {
     pub fn new(d: usize) -> Self {
         assert!(d.is_power_of_two() && (2..=128).contains(&d) && 8 * d <= W);
         with_defaults!(Self {
-            qk: DotI8::new(d),
+            qk: DotI8Pipe::new(d),
+            f1: SkewLine::new(DotI8Pipe::<8>::latency(d)),
             o: crate::many(d),
             o_rs: crate::many(d),
             pv: crate::many(d),
-            omux_e: crate::many(d / 2),
-            omux_o: crate::many(d / 2),
+            os: crate::many(d),
+            sh32: SkewLine::new(MulRound16Pipe::LATENCY),
+            sh8: SkewLine::new(RequantPipe::LATENCY),
             f2: SkewLine::new(ScaleRoundPipe::LATENCY),
             c_top32: Constant::new(((32 * (d - 2)) as u64).to_bits()),
             c_top8: Constant::new(((8 * (d - 2)) as u64).to_bits()),
             c_top32o: Constant::new(((32 * (d - 1)) as u64).to_bits()),
             c_top8o: Constant::new(((8 * (d - 1)) as u64).to_bits()),
             _d: d,
-            _half: d / 2,
+            _dm2: d - 2,
             .. clock, q_we, q_row, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, div_start,
-            div_busy, sel, omult, oshift, sh32, sh8, out_sel, row32, row8, qrow, s1, f1, scale, mask0, e, m, t3, mn3,
-            mo3, f3, m_new, delta, m40, u, delta_bits, exp2, p3, d3, upd3, first3, p4, d4, upd4, first4, l, l_rs,
-            div_cnt, rem, quo, rem_sh, mulr, mulr_o, rq, rq_o, r32, r8
+            div_busy, ser_v, omult, oshift, out_sel, row32, row8, qrow, flags0, scale, mask0, e, m, t3, mn3,
+            mo3, f3, m_new, delta, m40, u, delta_bits, u3, d3, upd3, first3, exp2, p3, d3c, upd3c, first3c, p4, d4, upd4, first4, l, l_rs,
+            div_cnt, dl, rem, quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o, r32, r8
         })
     }
 }
@@ -130,39 +160,45 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, qrow, s1, f1, m, t3, mn3, mo3, f3, p3, d3, upd3, first3, p4, d4, upd4, first4, l, div_cnt,
-            rem, quo, r32, r8
+            self, clock, qrow, m, t3, mn3, mo3, f3, u3, d3, upd3, first3, p3, d3c, upd3c, first3c, p4, d4, upd4, first4, l, div_cnt,
+            dl, rem, quo, r32, r8
         );
         for x in 0..self._d {
             self.o[x].clock.next = self.clock.val();
             self.o[x].d.next = self.o[x].q.val();
             self.pv[x].clock.next = self.clock.val();
+            self.os[x].clock.next = self.clock.val();
+            self.os[x].d.next = self.os[x].q.val();
         }
         self.scale.clock.next = self.clock.val();
+        self.qk.clock.next = self.clock.val();
+        self.f1.clock.next = self.clock.val();
         self.f2.clock.next = self.clock.val();
         self.mulr.clock.next = self.clock.val();
         self.mulr_o.clock.next = self.clock.val();
         self.rq.clock.next = self.clock.val();
         self.rq_o.clock.next = self.clock.val();
+        self.sh32.clock.next = self.clock.val();
+        self.sh8.clock.next = self.clock.val();
         if self.q_we.val() {
             self.qrow.d.next = self.q_row.val();
         }
 
-        // S1: s = q · k over d int8 pairs, by an adder tree.
+        // S1: s = q · k over d int8 pairs, by a pipelined adder tree.
         self.qk.a.next = self.qrow.q.val();
         self.qk.b.next = self.k_row.val();
-        self.s1.d.next = self.qk.dot.val();
         // Flags through the pipeline: bit0 valid, bit1 first, bit2 masked.
         self.mask0.next = self.causal.val() & (self.st_j.val() > self.q_idx.val());
-        self.f1.d.next = bit_cast::<3, 1>(self.st_valid.val().into())
+        self.flags0.next = bit_cast::<3, 1>(self.st_valid.val().into())
             | (bit_cast::<3, 1>(self.st_first.val().into()) << 1)
             | (bit_cast::<3, 1>(self.mask0.val().into()) << 2);
+        self.f1.din.next = self.flags0.val();
 
         // S2: t = round(s · Ms / 2^Ss), log2 domain with 8 fraction bits, pipelined.
-        self.scale.x.next = self.s1.q.val();
+        self.scale.x.next = self.qk.dot.val();
         self.scale.mult.next = self.smult.val();
         self.scale.shift.next = self.sshift.val();
-        self.f2.din.next = self.f1.q.val();
+        self.f2.din.next = self.f1.dout.val();
 
         // S3a: running max on the integer grid (its own loop, alone in the cycle).
         self.e.next = self.scale.y.val().get_bits::<32>(8);
@@ -178,15 +214,14 @@ impl<const W: usize> Logic for Lane<W> {
         self.mo3.d.next = self.m.q.val();
         self.f3.d.next = self.f2.dout.val();
 
-        // S3b: p = 2^(t − m), δ = m_new − m_old.
+        // S3b: u = t − 256·m, δ = m_new − m_old.
         self.delta.next = self.mn3.q.val() - self.mo3.q.val();
         // Widen through a signed 40-bit local: Verilog sign-extends only signed operands.
         self.m40.next = signed_bit_cast::<40, 32>(self.mn3.q.val());
         self.u.next = self.t3.q.val() - signed_cast(unsigned_cast(self.m40.val()) << 8);
-        self.exp2.u.next = self.u.val();
+        self.u3.d.next = self.u.val();
         self.upd3.d.next = self.f3.q.val().get_bit(0) & !self.f3.q.val().get_bit(2);
         self.first3.d.next = self.f3.q.val().get_bit(1);
-        self.p3.d.next = self.exp2.p.val();
         self.delta_bits.next = unsigned_cast(self.delta.val());
         self.d3.d.next = self.delta_bits.val().get_bits::<6>(0);
         // δ > 62 as a signed int32, by reductions rather than a comparator carry chain.
@@ -199,11 +234,18 @@ impl<const W: usize> Logic for Lane<W> {
             self.d3.d.next = 0.into();
         }
 
+        // S3c: p = 2^u.
+        self.exp2.u.next = self.u3.q.val();
+        self.p3.d.next = self.exp2.p.val();
+        self.d3c.d.next = self.d3.q.val();
+        self.upd3c.d.next = self.upd3.q.val();
+        self.first3c.d.next = self.first3.q.val();
+
         // S4a: p · v[x] registered, with the V row the top presents now.
         self.p4.d.next = self.p3.q.val();
-        self.d4.d.next = self.d3.q.val();
-        self.upd4.d.next = self.upd3.q.val();
-        self.first4.d.next = self.first3.q.val();
+        self.d4.d.next = self.d3c.q.val();
+        self.upd4.d.next = self.upd3c.q.val();
+        self.first4.d.next = self.first3c.q.val();
         for x in 0..self._d {
             self.pv[x].d.next = signed_cast(self.p3.q.val())
                 * signed_bit_cast::<16, 8>(signed_cast(self.v_row.val().get_bits::<8>(x * 8)));
@@ -231,58 +273,58 @@ impl<const W: usize> Logic for Lane<W> {
             }
         }
 
-        // Finalize: r = floor(2^32 / l) by 33 restoring steps.
+        // Finalize: r = floor(2^32 / l) by 33 restoring steps on the snapshot `dl`;
+        // the compare is the borrow of the one 41-bit subtraction.
         self.div_busy.next = self.div_cnt.q.val() != 0;
         self.rem_sh.next = self.rem.q.val() << 1;
         if self.div_cnt.q.val() == 33 {
             self.rem_sh.next = (self.rem.q.val() << 1) | 1;
         }
+        self.rem_sub.next = bit_cast::<41, 40>(self.rem_sh.val()) - bit_cast::<41, 40>(self.dl.q.val());
         if self.div_start.val() {
             self.div_cnt.d.next = 33.into();
+            self.dl.d.next = bit_cast::<40, 48>(unsigned_cast(self.l.q.val()));
             self.rem.d.next = 0.into();
             self.quo.d.next = 0.into();
         } else if self.div_cnt.q.val() != 0 {
             self.div_cnt.d.next = self.div_cnt.q.val() - 1;
             self.quo.d.next = self.quo.q.val() << 1;
             self.rem.d.next = self.rem_sh.val();
-            if self.rem_sh.val() >= bit_cast::<40, 48>(unsigned_cast(self.l.q.val())) {
-                self.rem.d.next = self.rem_sh.val() - bit_cast::<40, 48>(unsigned_cast(self.l.q.val()));
+            if !self.rem_sub.val().get_bit(40) {
+                self.rem.d.next = self.rem_sub.val().get_bits::<40>(0);
                 self.quo.d.next = (self.quo.q.val() << 1) | 1;
             }
         }
-        // Serializer, two elements per cycle: pair `sel` → Q16 (one cycle) → int8 (two more).
-        self.omux_e[0].next = self.o[0].q.val();
-        self.omux_o[0].next = self.o[1].q.val();
-        for x in 1..self._half {
-            self.omux_e[x].next = self.omux_e[x - 1].val();
-            self.omux_o[x].next = self.omux_o[x - 1].val();
-            if self.sel.val().index() == x {
-                self.omux_e[x].next = self.o[x * 2].q.val();
-                self.omux_o[x].next = self.o[x * 2 + 1].q.val();
+        // Serializer, two elements per cycle: the snapshot `os` shifts down by two
+        // per `ser_v` cycle; its head pair → Q16 (`mulr`) → int8 (`rq`).
+        for x in 0..self._d {
+            if self.div_start.val() {
+                self.os[x].d.next = self.o[x].q.val();
             }
         }
-        for last in (self._half - 1)..self._half {
-            self.mulr.o.next = self.omux_e[last].val();
-            self.mulr_o.o.next = self.omux_o[last].val();
+        for x in 0..self._dm2 {
+            if !self.div_start.val() & self.ser_v.val() {
+                self.os[x].d.next = self.os[x + 2].q.val();
+            }
         }
+        self.mulr.o.next = self.os[0].q.val();
+        self.mulr_o.o.next = self.os[1].q.val();
         self.mulr.r.next = self.quo.q.val().get_bits::<32>(0);
         self.mulr_o.r.next = self.quo.q.val().get_bits::<32>(0);
+        self.sh32.din.next = self.ser_v.val().into();
+        self.sh8.din.next = self.sh32.dout.val();
         self.rq.x.next = self.mulr.y.val();
         self.rq_o.x.next = self.mulr_o.y.val();
         self.rq.mult.next = self.omult.val();
         self.rq_o.mult.next = self.omult.val();
         self.rq.shift.next = self.oshift.val();
         self.rq_o.shift.next = self.oshift.val();
-        self.rq.en_mul.next = true;
-        self.rq_o.en_mul.next = true;
-        self.rq.en_round.next = true;
-        self.rq_o.en_round.next = true;
-        if self.sh32.val() {
+        if self.sh32.dout.val().any() {
             self.r32.d.next = (self.r32.q.val() >> 64)
                 | (bit_cast::<ROW32_BITS, 32>(self.mulr.y.val()) << self.c_top32.val())
                 | (bit_cast::<ROW32_BITS, 32>(self.mulr_o.y.val()) << self.c_top32o.val());
         }
-        if self.sh8.val() {
+        if self.sh8.dout.val().any() {
             self.r8.d.next = (self.r8.q.val() >> 16)
                 | (bit_cast::<ROW8_BITS, 8>(self.rq.y.val()) << self.c_top8.val())
                 | (bit_cast::<ROW8_BITS, 8>(self.rq_o.y.val()) << self.c_top8o.val());

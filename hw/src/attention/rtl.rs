@@ -5,10 +5,10 @@
 //! and of V at the same offsets, one key per step broadcast to every lane),
 //! then divide, serialize and write each lane's output row. On-chip state is
 //! the lanes' q/m/l/o registers and two FIFOs: nothing grows with N.
-use super::lane::{Lane, DONE_AT, ROW32_BITS, ROW8_BITS, V_AT};
+use super::lane::{done_at, v_at, Lane, ROW32_BITS, ROW8_BITS, SER_LAT};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
-use crate::blocks::{Fifo, MulU32, SkewLine};
+use crate::blocks::{Fifo, MulU32Pipe, SkewLine};
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -16,9 +16,10 @@ use rust_hdl::prelude::*;
 
 /// Beats per K (and per V) burst.
 const CHUNK: u64 = 8;
-/// A block's last step, one bit per cycle since its issue: the top bit is set
-/// once the lanes' l and o hold it, when the finalizer may read them.
-const LAST_PIPE: usize = DONE_AT + 1;
+/// Width of `last_pipe`: a block's last step, one bit per cycle since its
+/// issue; bit `lane::done_at(d)` is set once the lanes' l and o hold it, when
+/// the finalizer may read them (bits above stay clear).
+const LAST_PIPE: usize = 32;
 
 #[derive(LogicBlock)]
 pub struct AttentionUnit<const W: usize, const S: usize> {
@@ -31,9 +32,25 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     lanes: Vec<Lane<W>>,
     kfifo: Fifo<W>,
     vfifo: Fifo<W>,
-    mul_q: MulU32,
-    mul_kv: MulU32,
-    mul_o: MulU32,
+    mul_q: MulU32Pipe,
+    mul_kv: MulU32Pipe,
+    mul_o: MulU32Pipe,
+    /// Cycles left in `HeadWait` (the head's `h · stride` products settle).
+    hwait: DFF<Bits<4>>,
+    /// The launch checks of `bad_args`, in registered parts (`Check`, `Check2`).
+    bad_t: DFF<Bit>,
+    bad_c: DFF<Bit>,
+    sm_r: DFF<Bits<64>>,
+    th_r: DFF<Bits<64>>,
+    bad_r: DFF<Bit>,
+    /// The KVLEN word as read.
+    kv_word_r: DFF<Bits<32>>,
+    /// A block's queries: `SEQ_Q − q0`, then how many (`lv_r`), its end and its Q span's end.
+    qleft: DFF<Bits<32>>,
+    lv_r: DFF<Bits<32>>,
+    qsp: DFF<Bits<32>>,
+    qend: DFF<Bits<32>>,
+    qspan: DFF<Bits<32>>,
 
     phase: DFF<Phase>,
     h: DFF<Bits<32>>,
@@ -46,29 +63,39 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     nkv: DFF<Bits<32>>,
     /// `b · HPB` during the key-count check: the first head of entry `b`.
     bh: DFF<Bits<32>>,
-    bad_args: Signal<Local, Bit>,
+    bad_zero: Signal<Local, Bit>,
+    bad_cmp: Signal<Local, Bit>,
     o_row_log: Signal<Local, Bits<16>>,
     kv_word: Signal<Local, Bits<32>>,
     kv_shift: Signal<Local, Bits<W>>,
-    k_addr: Signal<Local, Bits<64>>,
-    v_addr: Signal<Local, Bits<64>>,
+    /// The next K and V burst addresses (the head's base plus the offset streamed so far).
+    k_addr: DFF<Bits<64>>,
+    v_addr: DFF<Bits<64>>,
     q0: DFF<Bits<32>>,
     lv: DFF<Bits<32>>,
     nk: DFF<Bits<32>>,
-    lv_next: Signal<Local, Bits<32>>,
     qs: Signal<Local, Bits<32>>,
     qrow_base: DFF<Bits<32>>,
     q_total: DFF<Bits<16>>,
     qb: DFF<Bits<32>>,
     q_rx: Signal<Local, Bit>,
     // K/V read requests.
-    kv_off: DFF<Bits<64>>,
     kv_rem: DFF<Bits<32>>,
     kv_turn: DFF<Bit>,
     kv_last: DFF<Bits<16>>,
-    k_page: Signal<Local, Bits<16>>,
-    v_page: Signal<Local, Bits<16>>,
-    kv_len: Signal<Local, Bits<16>>,
+    /// The next burst length `min(CHUNK, kv_rem, beats to the 4 KiB page end of
+    /// K and of V)`, three registered stages behind `k_addr`, `v_addr` and `kv_rem`;
+    /// `kv_age` counts the cycles since those changed (3: `kv_len` is current).
+    k_page: DFF<Bits<16>>,
+    v_page: DFF<Bits<16>>,
+    kv_remc: DFF<Bits<16>>,
+    kv_pg: DFF<Bits<16>>,
+    kv_remc2: DFF<Bits<16>>,
+    kv_len: DFF<Bits<16>>,
+    kv_age: DFF<Bits<2>>,
+    /// The K and V FIFOs' room for a burst, as of last cycle.
+    k_room: DFF<Bit>,
+    v_room: DFF<Bit>,
     k_inflight: DFF<Bits<16>>,
     v_inflight: DFF<Bits<16>>,
     k_issue: Signal<Local, Bits<16>>,
@@ -79,12 +106,13 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     j: DFF<Bits<32>>,
     rib: DFF<Bits<16>>,
     go: Signal<Local, Bit>,
-    is_last: Signal<Local, Bit>,
+    /// Step `j` is the block's last (`j + 1 == nk`), kept a step ahead.
+    is_last: DFF<Bit>,
     st_valid: DFF<Bit>,
     st_first: DFF<Bit>,
     st_j: DFF<Bits<32>>,
     k_row: DFF<Bits<W>>,
-    /// V rows, delayed to the lanes' S4a (a step's V row in cycle c + `V_AT`).
+    /// V rows, delayed to the lanes' S4a (a step's V row in cycle c + `v_at(d)`).
     v_dly: SkewLine<W>,
     last_pipe: DFF<Bits<LAST_PIPE>>,
     // Finalize and write (block parameters handed over at the block's last step).
@@ -96,11 +124,22 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     f_lv: DFF<Bits<32>>,
     f_oh: DFF<Bits<64>>,
     fx: DFF<Bits<16>>,
+    /// The lanes' `ser_v`: the first d/2 cycles of `Fin::Ser`.
+    ser_v: DFF<Bit>,
     wi: DFF<Bits<32>>,
     wb: DFF<Bits<16>>,
     w_addr: DFF<Bits<64>>,
     w_beat: DFF<Bits<W>>,
     w_strb: DFF<Bits<S>>,
+    /// The row being written (registered in `WRow`): its byte offset in O's
+    /// head, its data (shifted down a beat per beat sent), beats, base address,
+    /// offset within a beat and byte strobe.
+    w_rb: DFF<Bits<32>>,
+    wrow: DFF<Bits<ROW32_BITS>>,
+    w_bpr: DFF<Bits<16>>,
+    w_rowaddr: DFF<Bits<64>>,
+    w_off: DFF<Bits<16>>,
+    w_strb_r: DFF<Bits<S>>,
     rm32: Vec<Signal<Local, Bits<ROW32_BITS>>>,
     rm8: Vec<Signal<Local, Bits<ROW8_BITS>>>,
     row32: Signal<Local, Bits<ROW32_BITS>>,
@@ -108,8 +147,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     row_bytes_log: Signal<Local, Bits<16>>,
     row_byte: Signal<Local, Bits<32>>,
     beats_per_row: Signal<Local, Bits<16>>,
-    beat32: Signal<Local, Bits<W>>,
-    beat8: Signal<Local, Bits<W>>,
 
     c_logp: Constant<Bits<16>>,
     c_pmask: Constant<Bits<64>>,
@@ -118,26 +155,43 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_logd8: Constant<Bits<16>>,
     c_rpb: Constant<Bits<16>>,
     c_lanes: Constant<Bits<32>>,
-    c_half: Constant<Bits<16>>,
+    c_half_m1: Constant<Bits<16>>,
+    c_ser_end: Constant<Bits<16>>,
     c_chunk: Constant<Bits<16>>,
     c_fifo: Constant<Bits<16>>,
     c_sbytes: Constant<Bits<16>>,
     c_ones: Constant<Bits<S>>,
     c_lane_off: Vec<Constant<Bits<32>>>,
     c_lane_idx: Vec<Constant<Bits<32>>>,
+    c_lp_mask: Constant<Bits<LAST_PIPE>>,
+    c_wbits: Constant<Bits<16>>,
+    c_mul_wait: Constant<Bits<4>>,
+    c_ones64: Constant<Bits<64>>,
     _lanes: usize,
+    /// `done_at(d) + 1`: `last_pipe`'s bits in use.
+    _lp: usize,
 }
 
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
 enum Phase {
     Idle,
+    /// The launch checks (`bad_args` in three registered steps) on the latched arguments.
+    Check,
+    Check2,
+    Check3,
     /// With FLAGS.kvlen, every batch entry's key count is read and checked
     /// before anything is written, so a bad one refuses the whole launch.
     KvCheckReq,
     KvCheckWait,
+    KvCheckTest,
+    HeadWait,
     HeadInit,
     KvReq,
     KvWait,
+    KvTest,
+    BlockPre1,
+    BlockPre2,
+    BlockPre3,
     BlockInit,
     QReq,
     QWait,
@@ -153,6 +207,9 @@ enum Fin {
     Idle,
     Div,
     Ser,
+    /// Register the row `wi` (its lane's output, its offset), then its address and strobe.
+    WRow,
+    WRow2,
     WPrep,
     WSend,
 }
@@ -175,7 +232,12 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             vfifo: Fifo::new(cfg.read_fifo_depth),
             rm32: crate::many(l),
             rm8: crate::many(l),
-            v_dly: SkewLine::new(V_AT + 1),
+            v_dly: SkewLine::new(v_at(cfg.head_dim) + 1),
+            c_lp_mask: Constant::new(k((1u64 << (done_at(cfg.head_dim) + 1)) - 1)),
+            _lp: done_at(cfg.head_dim) + 1,
+            c_wbits: Constant::new(k(W as u64)),
+            c_mul_wait: Constant::new(k(MulU32Pipe::LATENCY as u64 - 1)),
+            c_ones64: Constant::new(Bits::<64>::mask()),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
             c_pmask: Constant::new(k(p - 1)),
             c_pmask32: Constant::new(k(p - 1)),
@@ -183,7 +245,8 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_logd8: Constant::new(k(logd + 3)),
             c_rpb: Constant::new(k(p / d)),
             c_lanes: Constant::new(k(l as u64)),
-            c_half: Constant::new(k(d / 2)),
+            c_half_m1: Constant::new(k(d / 2 - 1)),
+            c_ser_end: Constant::new(k(d / 2 - 1 + SER_LAT as u64)),
             c_chunk: Constant::new(k(CHUNK)),
             c_fifo: Constant::new(k(cfg.read_fifo_depth as u64)),
             c_sbytes: Constant::new(k(S as u64)),
@@ -191,11 +254,14 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
-            .. vitis, now, run, mul_q, mul_kv, mul_o, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_args, o_row_log,
-            kv_word, kv_shift, k_addr, v_addr, q0, lv, nk, lv_next, qs, qrow_base, q_total, qb, q_rx, kv_off, kv_rem,
-            kv_turn, kv_last, k_page, v_page, kv_len, k_inflight, v_inflight, k_issue, v_issue, recv_v, kv_rx, j, rib,
-            go, is_last, st_valid, st_first, st_j, k_row, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi,
-            wb, w_addr, w_beat, w_strb, row32, row8, row_bytes_log, row_byte, beats_per_row, beat32, beat8
+            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, qleft, lv_r, qsp,
+            qend, qspan, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
+            kv_word, kv_shift, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_rx, kv_rem,
+            k_page, v_page, kv_remc, kv_pg, kv_remc2, kv_len, kv_age, k_room, v_room, is_last,
+            kv_turn, kv_last, k_inflight, v_inflight, k_issue, v_issue, recv_v, kv_rx, j, rib,
+            go, st_valid, st_first, st_j, k_row, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
+            wb, w_addr, w_beat, w_strb, w_rb, wrow, w_bpr, w_rowaddr, w_off, w_strb_r, row32, row8, row_bytes_log,
+            row_byte, beats_per_row
         }))
     }
 }
@@ -205,9 +271,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, kv_off, kv_rem,
+            self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, qleft, lv_r, qsp, qend, qspan,
+            phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, k_addr, v_addr, kv_rem,
+            k_page, v_page, kv_remc, kv_pg, kv_remc2, kv_len, kv_age, k_room, v_room, is_last,
             kv_turn, kv_last, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first, st_j, k_row, last_pipe, fin,
-            p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, wi, wb, w_addr, w_beat, w_strb
+            p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb,
+            w_rb, wrow, w_bpr, w_rowaddr, w_off, w_strb_r
         );
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
@@ -219,6 +288,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.shell.done.next = self.phase.q.val() == Phase::Done;
         self.shell.fail.next = false;
 
+        self.mul_q.clock.next = self.vitis.ap_clk.val();
+        self.mul_kv.clock.next = self.vitis.ap_clk.val();
+        self.mul_o.clock.next = self.vitis.ap_clk.val();
         self.mul_q.a.next = self.h.q.val();
         self.mul_q.b.next = self.run.q_stride.val();
         self.mul_kv.a.next = self.h.q.val();
@@ -229,19 +301,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.kv_shift.next = self.vitis.m_axi_gmem.rdata.val()
             >> (bit_cast::<16, 32>((self.b.q.val() << 2) & self.c_pmask32.val()) << 3);
         self.kv_word.next = self.kv_shift.val().get_bits::<32>(0);
-        self.lv_next.next = self.c_lanes.val();
-        if (self.run.seq_q.val() - self.q0.q.val()) < self.c_lanes.val() {
-            self.lv_next.next = self.run.seq_q.val() - self.q0.q.val();
-        }
         self.qs.next = self.q0.q.val() << self.c_logd.val();
         // A block's Q rows: one span from its first beat.
         self.shell.span_load.next = false;
         self.shell.span_resume.next = false;
         self.shell.span_addr.next = self.qh.q.val() + (bit_cast::<64, 32>(self.qs.val()) & !self.c_pmask.val());
-        self.shell.span_beats.next = bit_cast::<16, 32>(
-            ((self.qs.val() & self.c_pmask32.val()) + (self.lv_next.val() << self.c_logd.val()) + self.c_pmask32.val())
-                >> self.c_logp.val(),
-        );
+        self.shell.span_beats.next = bit_cast::<16, 32>(self.qspan.q.val() >> self.c_logp.val());
         self.shell.span_rows.next = 1.into();
         self.shell.span_pitch.next = 0.into();
         self.shell.span_go.next = self.phase.q.val() == Phase::QReq;
@@ -249,40 +314,45 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             & ((self.phase.q.val() == Phase::QReq) | (self.phase.q.val() == Phase::QWait));
         self.kv_rx.next = self.vitis.m_axi_gmem.rvalid.val() & (self.phase.q.val() == Phase::Stream);
         // K/V bursts: the same length for K and V, never crossing a page in either.
-        self.k_addr.next = self.kh.q.val() + self.kv_off.q.val();
-        self.v_addr.next = self.vh.q.val() + self.kv_off.q.val();
         // Q spans aside, the unit's reads are K/V bursts and the KVLEN word.
         self.shell.ar_req.next = false;
-        self.shell.ar_req_addr.next = self.k_addr.val();
+        self.shell.ar_req_addr.next = self.k_addr.q.val();
         self.shell.ar_req_len.next = 0.into();
-        self.k_page.next =
-            (bits::<16>(4096) - bit_cast::<16, 12>(self.k_addr.val().get_bits::<12>(0))) >> self.c_logp.val();
-        self.v_page.next =
-            (bits::<16>(4096) - bit_cast::<16, 12>(self.v_addr.val().get_bits::<12>(0))) >> self.c_logp.val();
-        self.kv_len.next = self.c_chunk.val();
-        if self.kv_rem.q.val() < bit_cast::<32, 16>(self.kv_len.val()) {
-            self.kv_len.next = bit_cast::<16, 32>(self.kv_rem.q.val());
+        self.k_page.d.next =
+            (bits::<16>(4096) - bit_cast::<16, 12>(self.k_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val();
+        self.v_page.d.next =
+            (bits::<16>(4096) - bit_cast::<16, 12>(self.v_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val();
+        self.kv_remc.d.next = self.c_chunk.val();
+        if self.kv_rem.q.val() < bit_cast::<32, 16>(self.c_chunk.val()) {
+            self.kv_remc.d.next = bit_cast::<16, 32>(self.kv_rem.q.val());
         }
-        if self.k_page.val() < self.kv_len.val() {
-            self.kv_len.next = self.k_page.val();
+        self.kv_pg.d.next = self.k_page.q.val();
+        if self.v_page.q.val() < self.k_page.q.val() {
+            self.kv_pg.d.next = self.v_page.q.val();
         }
-        if self.v_page.val() < self.kv_len.val() {
-            self.kv_len.next = self.v_page.val();
+        self.kv_remc2.d.next = self.kv_remc.q.val();
+        self.kv_len.d.next = self.kv_remc2.q.val();
+        if self.kv_pg.q.val() < self.kv_remc2.q.val() {
+            self.kv_len.d.next = self.kv_pg.q.val();
         }
+        if self.kv_age.q.val() != 3 {
+            self.kv_age.d.next = self.kv_age.q.val() + 1;
+        }
+        self.k_room.d.next =
+            (self.kfifo.count.val() + self.k_inflight.q.val() + self.c_chunk.val()) <= self.c_fifo.val();
+        self.v_room.d.next =
+            (self.vfifo.count.val() + self.v_inflight.q.val() + self.c_chunk.val()) <= self.c_fifo.val();
         self.k_issue.next = 0.into();
         self.v_issue.next = 0.into();
 
-        self.is_last.next = self.j.q.val() + 1 == self.nk.q.val();
-        // Steps wait while the finalizer reads l and o (Div, Ser) and until the
-        // previous block's last step has reached it; a block's last step also
-        // waits for the previous block's rows to be written.
+        // Steps wait until the previous block's last step has reached the
+        // finalizer, which snapshots l and o then (the lanes' `div_start`); a
+        // block's last step also waits for the previous block's rows to be written.
         self.go.next = (self.phase.q.val() == Phase::Stream)
             & !self.kfifo.empty.val()
             & !self.vfifo.empty.val()
             & (self.last_pipe.q.val() == 0)
-            & (self.fin.q.val() != Fin::Div)
-            & (self.fin.q.val() != Fin::Ser)
-            & (!self.is_last.val() | (self.fin.q.val() == Fin::Idle));
+            & (!self.is_last.q.val() | (self.fin.q.val() == Fin::Idle));
         // ---------------- Output rows ----------------
         self.rm32[0].next = self.lanes[0].row32.val();
         self.rm8[0].next = self.lanes[0].row8.val();
@@ -306,41 +376,33 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         if self.row_bytes_log.val() > self.c_logp.val() {
             self.beats_per_row.next = bits::<16>(1) << (self.row_bytes_log.val() - self.c_logp.val());
         }
-        self.beat32.next = bit_cast::<W, ROW32_BITS>(
-            self.row32.val() >> (bit_cast::<32, 16>(self.wb.q.val()) << (self.c_logp.val() + 3)),
-        ) << (bit_cast::<16, 32>(self.row_byte.val() & self.c_pmask32.val()) << 3);
-        self.beat8.next = bit_cast::<W, ROW8_BITS>(
-            self.row8.val() >> (bit_cast::<32, 16>(self.wb.q.val()) << (self.c_logp.val() + 3)),
-        ) << (bit_cast::<16, 32>(self.row_byte.val() & self.c_pmask32.val()) << 3);
 
         // What the unit refuses at start (STATUS bit 0, no memory traffic),
         // as AttentionProblem::validate_for and the host's layout checks do:
         // docs/attention.md. Multipliers are positive int32; |t| < 2^38 is
         // d·SMULT < 2^(24+SSHIFT); head strides are beat multiples that hold a head.
+        // Checked on the latched arguments in `Check` and `Check2`, registered in parts.
         self.o_row_log.next = self.c_logd.val() + 2;
-        if self.now.out8.val() {
+        if self.run.out8.val() {
             self.o_row_log.next = self.c_logd.val();
         }
-        self.bad_args.next = (self.now.heads.val() == 0)
-            | (self.now.hpb.val() == 0)
-            | (self.now.seq_q.val() == 0)
-            | (self.now.seq_kv.val() == 0)
-            | self.now.bad_shift.val()
-            | (self.now.smult.val() == 0)
-            | self.now.smult.val().get_bit(31)
-            | (self.now.out8.val() & ((self.now.omult.val() == 0) | self.now.omult.val().get_bit(31)))
-            | ((((bit_cast::<64, 32>(self.now.smult.val()) << self.c_logd.val()) >> 24)
-                >> bit_cast::<64, 6>(self.now.sshift.val()))
-                != 0)
-            | ((bit_cast::<64, 32>(self.now.q_stride.val() | self.now.kv_stride.val() | self.now.o_stride.val())
+        self.bad_zero.next = (self.run.heads.val() == 0)
+            | (self.run.hpb.val() == 0)
+            | (self.run.seq_q.val() == 0)
+            | (self.run.seq_kv.val() == 0)
+            | self.run.bad_shift.val()
+            | (self.run.smult.val() == 0)
+            | self.run.smult.val().get_bit(31)
+            | (self.run.out8.val() & ((self.run.omult.val() == 0) | self.run.omult.val().get_bit(31)))
+            | ((bit_cast::<64, 32>(self.run.q_stride.val() | self.run.kv_stride.val() | self.run.o_stride.val())
                 & self.c_pmask.val())
-                != 0)
-            | (bit_cast::<64, 32>(self.now.q_stride.val())
-                < (bit_cast::<64, 32>(self.now.seq_q.val()) << self.c_logd.val()))
-            | (bit_cast::<64, 32>(self.now.kv_stride.val())
-                < (bit_cast::<64, 32>(self.now.seq_kv.val()) << self.c_logd.val()))
-            | (bit_cast::<64, 32>(self.now.o_stride.val())
-                < (bit_cast::<64, 32>(self.now.seq_q.val()) << self.o_row_log.val()));
+                != 0);
+        self.bad_cmp.next = (bit_cast::<64, 32>(self.run.q_stride.val())
+            < (bit_cast::<64, 32>(self.run.seq_q.val()) << self.c_logd.val()))
+            | (bit_cast::<64, 32>(self.run.kv_stride.val())
+                < (bit_cast::<64, 32>(self.run.seq_kv.val()) << self.c_logd.val()))
+            | (bit_cast::<64, 32>(self.run.o_stride.val())
+                < (bit_cast::<64, 32>(self.run.seq_q.val()) << self.o_row_log.val()));
 
         // ---------------- Phase machine ----------------
         match self.phase.q.val() {
@@ -350,14 +412,30 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.hb.d.next = 0.into();
                     self.b.d.next = 0.into();
                     self.bh.d.next = 0.into();
-                    self.phase.d.next = Phase::HeadInit;
-                    if self.now.use_kvlen.val() {
-                        self.phase.d.next = Phase::KvCheckReq;
-                    }
-                    if self.bad_args.val() {
-                        self.shell.fail.next = true;
-                        self.phase.d.next = Phase::Done;
-                    }
+                    self.phase.d.next = Phase::Check;
+                }
+            }
+            Phase::Check => {
+                self.bad_t.d.next = self.bad_zero.val();
+                self.bad_c.d.next = self.bad_cmp.val();
+                self.sm_r.d.next = (bit_cast::<64, 32>(self.run.smult.val()) << self.c_logd.val()) >> 24;
+                self.th_r.d.next = self.c_ones64.val() << bit_cast::<64, 6>(self.run.sshift.val());
+                self.phase.d.next = Phase::Check2;
+            }
+            Phase::Check2 => {
+                // ((SMULT·d) >> 24) >> SSHIFT is not zero: a bit at or above SSHIFT.
+                self.bad_r.d.next = self.bad_t.q.val() | self.bad_c.q.val() | ((self.sm_r.q.val() & self.th_r.q.val()) != 0);
+                self.phase.d.next = Phase::Check3;
+            }
+            Phase::Check3 => {
+                self.hwait.d.next = self.c_mul_wait.val();
+                self.phase.d.next = Phase::HeadWait;
+                if self.run.use_kvlen.val() {
+                    self.phase.d.next = Phase::KvCheckReq;
+                }
+                if self.bad_r.q.val() {
+                    self.shell.fail.next = true;
+                    self.phase.d.next = Phase::Done;
                 }
             }
             Phase::KvCheckReq => {
@@ -370,19 +448,31 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Phase::KvCheckWait => {
                 if self.vitis.m_axi_gmem.rvalid.val() {
-                    self.b.d.next = self.b.q.val() + 1;
-                    self.bh.d.next = self.bh.q.val() + self.run.hpb.val();
-                    self.phase.d.next = Phase::KvCheckReq;
-                    if (bit_cast::<64, 32>(self.bh.q.val()) + bit_cast::<64, 32>(self.run.hpb.val()))
-                        >= bit_cast::<64, 32>(self.run.heads.val())
-                    {
-                        self.b.d.next = 0.into();
-                        self.phase.d.next = Phase::HeadInit;
-                    }
-                    if (self.kv_word.val() == 0) | (self.kv_word.val() > self.run.seq_kv.val()) {
-                        self.shell.fail.next = true;
-                        self.phase.d.next = Phase::Done;
-                    }
+                    self.kv_word_r.d.next = self.kv_word.val();
+                    self.phase.d.next = Phase::KvCheckTest;
+                }
+            }
+            Phase::KvCheckTest => {
+                self.b.d.next = self.b.q.val() + 1;
+                self.bh.d.next = self.bh.q.val() + self.run.hpb.val();
+                self.phase.d.next = Phase::KvCheckReq;
+                if (bit_cast::<64, 32>(self.bh.q.val()) + bit_cast::<64, 32>(self.run.hpb.val()))
+                    >= bit_cast::<64, 32>(self.run.heads.val())
+                {
+                    self.b.d.next = 0.into();
+                    self.hwait.d.next = self.c_mul_wait.val();
+                    self.phase.d.next = Phase::HeadWait;
+                }
+                if (self.kv_word_r.q.val() == 0) | (self.kv_word_r.q.val() > self.run.seq_kv.val()) {
+                    self.shell.fail.next = true;
+                    self.phase.d.next = Phase::Done;
+                }
+            }
+            Phase::HeadWait => {
+                // h changed on entry; `MulU32Pipe::LATENCY` cycles later the products hold it.
+                self.hwait.d.next = self.hwait.q.val() - 1;
+                if self.hwait.q.val() == 0 {
+                    self.phase.d.next = Phase::HeadInit;
                 }
             }
             Phase::HeadInit => {
@@ -392,7 +482,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.oh.d.next = self.run.o.val() + self.mul_o.p.val();
                 self.q0.d.next = 0.into();
                 self.nkv.d.next = self.run.seq_kv.val();
-                self.phase.d.next = Phase::BlockInit;
+                self.phase.d.next = Phase::BlockPre1;
                 if self.run.use_kvlen.val() {
                     self.phase.d.next = Phase::KvReq;
                 }
@@ -407,25 +497,47 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Phase::KvWait => {
                 if self.vitis.m_axi_gmem.rvalid.val() {
-                    // Checked in KvCheckWait; clamped again only in case KVLEN
-                    // changed during the run, so the unit still finishes.
-                    self.nkv.d.next = self.kv_word.val();
-                    if self.kv_word.val() > self.run.seq_kv.val() {
-                        self.nkv.d.next = self.run.seq_kv.val();
-                        self.shell.fail.next = true;
-                    }
-                    if self.kv_word.val() == 0 {
-                        self.nkv.d.next = 1.into();
-                        self.shell.fail.next = true;
-                    }
-                    self.phase.d.next = Phase::BlockInit;
+                    self.kv_word_r.d.next = self.kv_word.val();
+                    self.phase.d.next = Phase::KvTest;
                 }
             }
+            Phase::KvTest => {
+                // Checked in KvCheckTest; clamped again only in case KVLEN
+                // changed during the run, so the unit still finishes.
+                self.nkv.d.next = self.kv_word_r.q.val();
+                if self.kv_word_r.q.val() > self.run.seq_kv.val() {
+                    self.nkv.d.next = self.run.seq_kv.val();
+                    self.shell.fail.next = true;
+                }
+                if self.kv_word_r.q.val() == 0 {
+                    self.nkv.d.next = 1.into();
+                    self.shell.fail.next = true;
+                }
+                self.phase.d.next = Phase::BlockPre1;
+            }
+            // The block's query count `min(lanes, SEQ_Q − q0)`, its end and Q span, a carry chain per cycle.
+            Phase::BlockPre1 => {
+                self.qleft.d.next = self.run.seq_q.val() - self.q0.q.val();
+                self.qsp.d.next = (self.qs.val() & self.c_pmask32.val()) + self.c_pmask32.val();
+                self.phase.d.next = Phase::BlockPre2;
+            }
+            Phase::BlockPre2 => {
+                self.lv_r.d.next = self.c_lanes.val();
+                if self.qleft.q.val() < self.c_lanes.val() {
+                    self.lv_r.d.next = self.qleft.q.val();
+                }
+                self.phase.d.next = Phase::BlockPre3;
+            }
+            Phase::BlockPre3 => {
+                self.qend.d.next = self.q0.q.val() + self.lv_r.q.val();
+                self.qspan.d.next = self.qsp.q.val() + (self.lv_r.q.val() << self.c_logd.val());
+                self.phase.d.next = Phase::BlockInit;
+            }
             Phase::BlockInit => {
-                self.lv.d.next = self.lv_next.val();
+                self.lv.d.next = self.lv_r.q.val();
                 self.nk.d.next = self.nkv.q.val();
-                if self.run.causal.val() & ((self.q0.q.val() + self.lv_next.val()) < self.nkv.q.val()) {
-                    self.nk.d.next = self.q0.q.val() + self.lv_next.val();
+                if self.run.causal.val() & (self.qend.q.val() < self.nkv.q.val()) {
+                    self.nk.d.next = self.qend.q.val();
                 }
                 self.qrow_base.d.next = self.qs.val();
                 self.shell.span_load.next = true;
@@ -440,7 +552,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Phase::QWait => {
                 if bit_cast::<16, 32>(self.qb.q.val()) == self.q_total.q.val() {
-                    self.kv_off.d.next = 0.into();
+                    self.k_addr.d.next = self.kh.q.val();
+                    self.v_addr.d.next = self.vh.q.val();
+                    self.kv_age.d.next = 0.into();
+                    self.is_last.d.next = self.nk.q.val() == 1;
                     self.kv_rem.d.next =
                         ((self.nk.q.val() << self.c_logd.val()) + self.c_pmask32.val()) >> self.c_logp.val();
                     self.kv_turn.d.next = false;
@@ -453,30 +568,31 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             Phase::Stream => {
                 if self.shell.slot_free.val() {
                     if !self.kv_turn.q.val() {
-                        if (self.kv_rem.q.val() != 0)
-                            & ((self.kfifo.count.val() + self.k_inflight.q.val() + self.c_chunk.val())
-                                <= self.c_fifo.val())
-                            & ((self.vfifo.count.val() + self.v_inflight.q.val() + self.c_chunk.val())
-                                <= self.c_fifo.val())
+                        // The room registers are last cycle's: no burst was issued then
+                        // (a V burst came at least `kv_age` = 3 cycles ago, and each K one before it).
+                        if (self.kv_age.q.val() == 3) & (self.kv_rem.q.val() != 0) & self.k_room.q.val() & self.v_room.q.val()
                         {
                             self.shell.ar_req.next = true;
-                            self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_len.val() - 1);
-                            self.kv_last.d.next = self.kv_len.val();
-                            self.k_issue.next = self.kv_len.val();
+                            self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_len.q.val() - 1);
+                            self.kv_last.d.next = self.kv_len.q.val();
+                            self.k_issue.next = self.kv_len.q.val();
                             self.kv_turn.d.next = true;
                         }
                     } else {
                         self.shell.ar_req.next = true;
-                        self.shell.ar_req_addr.next = self.v_addr.val();
+                        self.shell.ar_req_addr.next = self.v_addr.q.val();
                         self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_last.q.val() - 1);
                         self.v_issue.next = self.kv_last.q.val();
-                        self.kv_off.d.next =
-                            self.kv_off.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
+                        self.k_addr.d.next =
+                            self.k_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
+                        self.v_addr.d.next =
+                            self.v_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
+                        self.kv_age.d.next = 0.into();
                         self.kv_rem.d.next = self.kv_rem.q.val() - bit_cast::<32, 16>(self.kv_last.q.val());
                         self.kv_turn.d.next = false;
                     }
                 }
-                if self.go.val() & self.is_last.val() {
+                if self.go.val() & self.is_last.q.val() {
                     self.p_q0.d.next = self.q0.q.val();
                     self.p_lv.d.next = self.lv.q.val();
                     self.p_oh.d.next = self.oh.q.val();
@@ -487,7 +603,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 // Next block, next head, or finish: the next Q load and K/V
                 // prefetch overlap this block's finalization.
                 self.q0.d.next = self.q0.q.val() + self.c_lanes.val();
-                self.phase.d.next = Phase::BlockInit;
+                self.phase.d.next = Phase::BlockPre1;
                 if self.q0.q.val() + self.c_lanes.val() >= self.run.seq_q.val() {
                     self.h.d.next = self.h.q.val() + 1;
                     self.hb.d.next = self.hb.q.val() + 1;
@@ -495,7 +611,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                         self.hb.d.next = 0.into();
                         self.b.d.next = self.b.q.val() + 1;
                     }
-                    self.phase.d.next = Phase::HeadInit;
+                    self.hwait.d.next = self.c_mul_wait.val();
+                    self.phase.d.next = Phase::HeadWait;
                     if self.h.q.val() + 1 == self.run.heads.val() {
                         self.phase.d.next = Phase::Finish;
                     }
@@ -517,7 +634,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // ---------------- Finalizer: divide, serialize, write the block's rows ----------------
         match self.fin.q.val() {
             Fin::Idle => {
-                for top in (LAST_PIPE - 1)..LAST_PIPE {
+                for top in (self._lp - 1)..self._lp {
                     if self.last_pipe.q.val().get_bit(top) {
                         self.f_q0.d.next = self.p_q0.q.val();
                         self.f_lv.d.next = self.p_lv.q.val();
@@ -529,42 +646,60 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             Fin::Div => {
                 if !self.lanes[0].div_busy.val() {
                     self.fx.d.next = 0.into();
+                    self.ser_v.d.next = true;
                     self.fin.d.next = Fin::Ser;
                 }
             }
             Fin::Ser => {
                 self.fx.d.next = self.fx.q.val() + 1;
-                if self.fx.q.val() == self.c_half.val() + 2 {
+                if self.fx.q.val() == self.c_half_m1.val() {
+                    self.ser_v.d.next = false;
+                }
+                // The last pair's int8 values enter the lanes' r8 in this cycle.
+                if self.fx.q.val() == self.c_ser_end.val() {
                     self.wi.d.next = 0.into();
                     self.wb.d.next = 0.into();
-                    self.fin.d.next = Fin::WPrep;
+                    self.fin.d.next = Fin::WRow;
                 }
             }
-            Fin::WPrep => {
-                // Row `f_q0 + wi` of the block's head, beat `wb` of it.
-                self.w_addr.d.next = self.f_oh.q.val()
-                    + (bit_cast::<64, 32>(self.row_byte.val()) & !self.c_pmask.val())
-                    + (bit_cast::<64, 16>(self.wb.q.val()) << self.c_logp.val());
-                self.w_beat.d.next = self.beat32.val();
+            Fin::WRow => {
+                // Row `f_q0 + wi` of the block's head: its byte offset and its lane's output.
+                self.w_rb.d.next = self.row_byte.val();
+                self.wrow.d.next = self.row32.val();
                 if self.run.out8.val() {
-                    self.w_beat.d.next = self.beat8.val();
+                    self.wrow.d.next = bit_cast::<ROW32_BITS, ROW8_BITS>(self.row8.val());
                 }
-                self.w_strb.d.next = self.c_ones.val();
+                self.w_bpr.d.next = self.beats_per_row.val();
+                self.fin.d.next = Fin::WRow2;
+            }
+            Fin::WRow2 => {
+                self.w_rowaddr.d.next = self.f_oh.q.val() + (bit_cast::<64, 32>(self.w_rb.q.val()) & !self.c_pmask.val());
+                self.w_off.d.next = bit_cast::<16, 32>(self.w_rb.q.val() & self.c_pmask32.val());
+                self.w_strb_r.d.next = self.c_ones.val();
                 if self.row_bytes_log.val() < self.c_logp.val() {
-                    self.w_strb.d.next = (self.c_ones.val()
+                    self.w_strb_r.d.next = (self.c_ones.val()
                         >> (self.c_sbytes.val() - (bits::<16>(1) << self.row_bytes_log.val())))
-                        << bit_cast::<16, 32>(self.row_byte.val() & self.c_pmask32.val());
+                        << bit_cast::<16, 32>(self.w_rb.q.val() & self.c_pmask32.val());
                 }
+                self.fin.d.next = Fin::WPrep;
+            }
+            Fin::WPrep => {
+                // Beat `wb` of the row: the bottom of `wrow`, placed at the row's offset in the beat.
+                self.w_addr.d.next = self.w_rowaddr.q.val() + (bit_cast::<64, 16>(self.wb.q.val()) << self.c_logp.val());
+                self.w_beat.d.next = bit_cast::<W, ROW32_BITS>(self.wrow.q.val()) << (self.w_off.q.val() << 3);
+                self.w_strb.d.next = self.w_strb_r.q.val();
                 self.fin.d.next = Fin::WSend;
             }
             Fin::WSend => {
                 if self.shell.wr_fire.val() {
                     self.fin.d.next = Fin::WPrep;
-                    if self.wb.q.val() + 1 < self.beats_per_row.val() {
+                    self.wrow.d.next = self.wrow.q.val() >> self.c_wbits.val();
+                    if self.wb.q.val() + 1 < self.w_bpr.q.val() {
                         self.wb.d.next = self.wb.q.val() + 1;
                     } else {
                         self.wb.d.next = 0.into();
                         self.wi.d.next = self.wi.q.val() + 1;
+                        self.fin.d.next = Fin::WRow;
                         if self.wi.q.val() + 1 >= self.f_lv.q.val() {
                             self.fin.d.next = Fin::Idle;
                         }
@@ -608,14 +743,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         if self.go.val() {
             self.j.d.next = self.j.q.val() + 1;
             self.rib.d.next = self.rib.q.val() + 1;
-            if (self.rib.q.val() + 1 == self.c_rpb.val()) | self.is_last.val() {
+            self.is_last.d.next = self.j.q.val() + 2 == self.nk.q.val();
+            if (self.rib.q.val() + 1 == self.c_rpb.val()) | self.is_last.q.val() {
                 self.kfifo.pop.next = true;
                 self.vfifo.pop.next = true;
                 self.rib.d.next = 0.into();
             }
         }
-        self.last_pipe.d.next =
-            (self.last_pipe.q.val() << 1) | bit_cast::<LAST_PIPE, 1>((self.go.val() & self.is_last.val()).into());
+        self.last_pipe.d.next = ((self.last_pipe.q.val() << 1)
+            | bit_cast::<LAST_PIPE, 1>((self.go.val() & self.is_last.q.val()).into()))
+            & self.c_lp_mask.val();
 
         // ---------------- Lanes ----------------
         for i in 0..self._lanes {
@@ -635,16 +772,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].v_row.next = self.v_dly.dout.val();
             self.lanes[i].smult.next = self.run.smult.val();
             self.lanes[i].sshift.next = self.run.sshift.val();
-            for top in (LAST_PIPE - 1)..LAST_PIPE {
+            for top in (self._lp - 1)..self._lp {
                 self.lanes[i].div_start.next = (self.fin.q.val() == Fin::Idle) & self.last_pipe.q.val().get_bit(top);
             }
-            self.lanes[i].sel.next = self.fx.q.val().get_bits::<8>(0);
+            self.lanes[i].ser_v.next = self.ser_v.q.val();
             self.lanes[i].omult.next = self.run.omult.val();
             self.lanes[i].oshift.next = self.run.oshift.val();
-            self.lanes[i].sh32.next =
-                (self.fin.q.val() == Fin::Ser) & (self.fx.q.val() >= 1) & (self.fx.q.val() <= self.c_half.val());
-            self.lanes[i].sh8.next =
-                (self.fin.q.val() == Fin::Ser) & (self.fx.q.val() >= 3) & (self.fx.q.val() <= self.c_half.val() + 2);
             self.lanes[i].out_sel.next = self.wi.q.val().index() == i;
         }
 
@@ -661,6 +794,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.k_inflight.d.next = 0.into();
             self.v_inflight.d.next = 0.into();
             self.last_pipe.d.next = 0.into();
+            self.ser_v.d.next = false;
         }
     }
 }
