@@ -1033,29 +1033,38 @@ impl Logic for Exp2Pipe {
         self.p.connect();
     }
     fn hdl(&self) -> Verilog {
-        let cases: String = crate::numerics::exp2_lut()
-            .iter()
-            .enumerate()
-            .map(|(i, v)| format!("      8'd{i}: lut = 16'd{v};\n"))
+        // The LUT as 16 constant bit vectors indexed by u[7:0] (logic): a `case`
+        // ROM read into a register becomes a block RAM, whose 5.8 ns
+        // clock-to-out would sit in front of the shifter.
+        let lut = crate::numerics::exp2_lut();
+        let planes: String = (0..16)
+            .map(|b| {
+                let hex: String = (0..64)
+                    .rev()
+                    .map(|nib| {
+                        let v = (0..4).fold(0u32, |acc, k| acc | ((lut[4 * nib + k] >> b) & 1) << k);
+                        format!("{v:x}")
+                    })
+                    .collect();
+                format!("wire [255:0] lut{b} = 256'h{hex};\n")
+            })
             .collect();
+        let bits: Vec<String> = (0..16).rev().map(|b| format!("lut{b}[u[7:0]]")).collect();
         Verilog::Custom(format!(
             "\
-function [15:0] lut(input [7:0] a);
-   case (a)
-{cases}      default: lut = 16'd0;
-   endcase
-endfunction
+{planes}wire [15:0] rawc = {{{}}};
 reg [15:0] raw = 0;
 reg [4:0] sh = 0;
 reg pos = 0;
 reg inr = 0;
 always @(posedge clock) begin
-   raw <= lut(u[7:0]);
+   raw <= rawc;
    sh <= ~u[12:8] + 5'd1;
    pos <= !u[39];
    inr <= (&u[39:13]) && (|u[12:8]);
    p <= pos ? raw : (inr ? (raw >> sh) : 16'd0);
-end"
+end",
+            bits.join(", ")
         ))
     }
 }

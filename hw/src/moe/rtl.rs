@@ -93,7 +93,26 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     cgoff: DFF<Bits<16>>,
     go: Signal<Local, Bit>,
     tok_start: Signal<Local, Bit>,
-    inflight: DFF<Bits<16>>,
+    /// Tokens started and not yet popped by the writer (in the pipeline or the
+    /// output FIFO), and whether one more may start: last cycle's count below
+    /// depth − 1 (the count grows by at most one a cycle).
+    pending: DFF<Bits<16>>,
+    room: DFF<Bit>,
+    /// T − 1, and whether token ct is not past it (ct < T), kept as ct moves.
+    t_m1: DFF<Bits<32>>,
+    more: DFF<Bit>,
+    /// x rows received minus tokens finished: the row of token ct is on chip when not zero.
+    ahead: DFF<Bits<16>>,
+    /// ct + 2, for the x rows' read-ahead (row r loads once token r − 2 is issued).
+    ct2: DFF<Bits<32>>,
+    /// Beats and groups less one, latched at ap_start.
+    beats_m1: DFF<Bits<16>>,
+    groups_m1: DFF<Bits<16>>,
+    tok_end: Signal<Local, Bit>,
+    /// Cycles after ap_rst_n in which the tail may still hold tokens of an
+    /// aborted run (its stages are not reset): their results are not pushed.
+    flush: DFF<Bits<8>>,
+    flushed: DFF<Bit>,
     s1_valid: DFF<Bit>,
     s1_first: DFF<Bit>,
     s1_last: DFF<Bit>,
@@ -224,6 +243,8 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     c_lanes: Constant<Bits<16>>,
     c_lanes32: Constant<Bits<16>>,
     c_depth: Constant<Bits<16>>,
+    c_depth_m1: Constant<Bits<16>>,
+    c_flush: Constant<Bits<8>>,
     c_nb: Constant<Bits<8>>,
     c_rem0: Constant<Bits<32>>,
     c_strb: Constant<Bits<S>>,
@@ -299,6 +320,17 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // and Σ_e p, plus one, so that both delays are at least a register.
         let rounds_lat = nr * TopkRound::<EL, ZB, PB>::latency(cfg.e_max);
         let q_at = rounds_lat.max(AddTree16Pipe::<PB>::latency(cfg.e_max)) + 1;
+        // Cycles from a_valid to o_valid: round 0, x1, the exponentials, rounds and
+        // normalizer delay, d, the reciprocal, the weights, o.
+        let tail_lat = TopkRound::<EL, ZB, TB>::latency(cfg.e_max)
+            + 1
+            + ExpUnit::<TB>::LATENCY
+            + q_at
+            + 1
+            + DIV_STAGES
+            + MulRoundSat16Pipe::LATENCY
+            + 1;
+        assert!(tail_lat + 2 < 256);
         Ok(with_defaults!(Self {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
             lanes: (0..l).map(|_| GateLane::new(g * cm)).collect(),
@@ -350,6 +382,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_lanes: k(l as u64),
             c_lanes32: k(32 * l as u64),
             c_depth: k(OUT_DEPTH as u64),
+            c_depth_m1: k(OUT_DEPTH as u64 - 1),
+            c_flush: k(tail_lat as u64 + 2),
             c_nb: k((RECORD_BYTES / p) as u64),
             c_rem0: k(1 << 13),
             c_strb: k(0xF),
@@ -372,7 +406,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, groups_of, recv_cnt,
             recv_rows, recv_lane, recv_grp, rx, row_end, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
-            cap, ct, cg, cc, cgoff, go, tok_start, inflight, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            cap, ct, cg, cc, cgoff, go, tok_start, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, o_valid, o_rec,
@@ -390,7 +424,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, recv_cnt, recv_rows, recv_lane,
-            recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid, s1_first, s1_last,
+            recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
@@ -414,7 +448,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // x rows go into the double buffer: row r may load once token r − 2 is issued.
         self.shell.span_go.next = (self.phase.q.val() == Phase::BiasReq)
             | (self.phase.q.val() == Phase::WReq)
-            | ((self.phase.q.val() == Phase::Run) & (self.shell.span_row.val() < self.ct.q.val() + 2));
+            | ((self.phase.q.val() == Phase::Run) & (self.shell.span_row.val() < self.ct2.q.val()));
         self.shell.ar_req.next = false;
         self.shell.ar_req_addr.next = 0.into();
         self.shell.ar_req_len.next = 0.into();
@@ -481,6 +515,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                             !(self.c_beat_ones.val() << ((self.now.h.val() & self.c_pmask32.val()) << 3));
                     }
                     self.groups.d.next = self.groups_of.val();
+                    self.groups_m1.d.next = self.groups_of.val() - 1;
+                    self.beats_m1.d.next =
+                        bit_cast::<16, 32>(((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val()) - 1);
+                    self.t_m1.d.next = self.now.t.val() - 1;
                     self.emask.d.next = (bits::<EL>(1) << bit_cast::<16, 32>(self.now.e.val())) - 1;
                     self.bias_bus.d.next = 0.into();
                     self.recv_cnt.d.next = 0.into();
@@ -588,7 +626,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.cg.d.next = 0.into();
                     self.cc.d.next = 0.into();
                     self.cgoff.d.next = 0.into();
-                    self.inflight.d.next = 0.into();
+                    self.pending.d.next = 0.into();
+                    self.room.d.next = true;
+                    self.more.d.next = true;
+                    self.ahead.d.next = 0.into();
+                    self.ct2.d.next = 2.into();
                     self.tokens_out.d.next = 0.into();
                     self.phase.d.next = Phase::Run;
                 }
@@ -624,7 +666,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         // ---------------- Read-data receiver ----------------
         self.rx.next = self.vitis.m_axi_gmem.rvalid.val();
-        self.row_end.next = self.recv_cnt.q.val() == self.beats.q.val() - 1;
+        self.row_end.next = self.recv_cnt.q.val() == self.beats_m1.q.val();
         if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
             self.bias_bus.d.next = self.bias_bus.q.val()
                 | (bit_cast::<ZB, W>(self.vitis.m_axi_gmem.rdata.val())
@@ -676,29 +718,31 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // ---------------- Gate projection: one beat of every lane per cycle ----------------
         // A token starts only when the output FIFO can take it and every token ahead.
         self.tok_start.next = (self.cc.q.val() == 0) & (self.cg.q.val() == 0);
+        // From registers only: it fans out to the counters, the RAM addresses and s1.
         self.go.next = (self.phase.q.val() == Phase::Run)
-            & (self.ct.q.val() < self.run.t.val())
-            & (self.recv_rows.q.val() > self.ct.q.val())
-            & (!self.tok_start.val() | ((self.ofifo.count.val() + self.inflight.q.val()) < self.c_depth.val()));
+            & self.more.q.val()
+            & (self.ahead.q.val() != 0)
+            & (!self.tok_start.val() | self.room.q.val());
         self.xbuf.port.raddr.next =
             (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.cc.q.val();
         self.s1_valid.d.next = self.go.val();
         self.s1_first.d.next = self.cc.q.val() == 0;
-        self.s1_last.d.next = self.cc.q.val() == self.beats.q.val() - 1;
+        self.s1_last.d.next = self.cc.q.val() == self.beats_m1.q.val();
         self.s1_g.d.next = self.cg.q.val();
         self.s1_goff.d.next = self.cgoff.q.val();
-        self.s1_lastg.d.next = self.cg.q.val() == self.groups.q.val() - 1;
+        self.s1_lastg.d.next = self.cg.q.val() == self.groups_m1.q.val();
         self.s1_tok.d.next = self.ct.q.val();
         if self.go.val() {
             self.cc.d.next = self.cc.q.val() + 1;
-            if self.cc.q.val() == self.beats.q.val() - 1 {
+            if self.cc.q.val() == self.beats_m1.q.val() {
                 self.cc.d.next = 0.into();
                 self.cg.d.next = self.cg.q.val() + 1;
                 self.cgoff.d.next = self.cgoff.q.val() + self.c_lanes32.val();
-                if self.cg.q.val() == self.groups.q.val() - 1 {
+                if self.cg.q.val() == self.groups_m1.q.val() {
                     self.cg.d.next = 0.into();
                     self.cgoff.d.next = 0.into();
                     self.ct.d.next = self.ct.q.val() + 1;
+                    self.ct2.d.next = self.ct2.q.val() + 1;
                 }
             }
         }
@@ -938,17 +982,29 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         self.ofifo.clock.next = self.vitis.ap_clk.val();
         self.ofifo.reset.next = !self.vitis.ap_rst_n.val();
-        self.ofifo.push.next = self.o_valid.q.val();
+        self.ofifo.push.next = self.o_valid.q.val() & self.flushed.q.val();
         self.ofifo.din.next =
             bit_cast::<OB, RB>(self.o_rec.q.val()) | (bit_cast::<OB, 32>(self.o_tok.q.val()) << self.c_rb.val());
         if self.o_valid.q.val() {
             self.tokens_out.d.next = self.tokens_out.q.val() + 1;
         }
-        if self.go.val() & self.tok_start.val() & !self.o_valid.q.val() {
-            self.inflight.d.next = self.inflight.q.val() + 1;
+        self.room.d.next = self.pending.q.val() < self.c_depth_m1.val();
+        // The last beat of a token's last group: ct moves on.
+        self.tok_end.next = self.go.val()
+            & (self.cc.q.val() == self.beats_m1.q.val())
+            & (self.cg.q.val() == self.groups_m1.q.val());
+        if self.tok_end.val() & (self.ct.q.val() == self.t_m1.q.val()) {
+            self.more.d.next = false;
         }
-        if !(self.go.val() & self.tok_start.val()) & self.o_valid.q.val() {
-            self.inflight.d.next = self.inflight.q.val() - 1;
+        if self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.val() & !self.tok_end.val() {
+            self.ahead.d.next = self.ahead.q.val() + 1;
+        }
+        if !(self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.val()) & self.tok_end.val() {
+            self.ahead.d.next = self.ahead.q.val() - 1;
+        }
+        self.flushed.d.next = self.flush.q.val() == 0;
+        if self.flush.q.val() != 0 {
+            self.flush.d.next = self.flush.q.val() - 1;
         }
 
         // ---------------- Writer ----------------
@@ -1055,6 +1111,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
         }
 
+        // After the writer, which drives the pop.
+        if self.go.val() & self.tok_start.val() & !self.ofifo.pop.val() {
+            self.pending.d.next = self.pending.q.val() + 1;
+        }
+        if !(self.go.val() & self.tok_start.val()) & self.ofifo.pop.val() {
+            self.pending.d.next = self.pending.q.val() - 1;
+        }
+
         if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.wstate.d.next = WriterState::Idle;
@@ -1064,6 +1128,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.s3_valid.d.next = false;
             self.s4_valid.d.next = false;
             self.post_v.d.next = 0.into();
+            self.flush.d.next = self.c_flush.val();
+            self.flushed.d.next = false;
         }
     }
 }
