@@ -1255,3 +1255,467 @@ mod att150_tests {
         }
     }
 }
+
+// ---- MoE pipelining (moe150) ----
+
+/// [`MulRoundSat16`] as a free-running pipeline of [`MulRoundSat16Pipe::LATENCY`]
+/// registered stages: the two 16×16 partial products `p · r[15:0]` and
+/// `p · r[31:16]` (one MULT18X18D each, registered on both sides), their sum
+/// `s = p · r` (48 bits; its low 16 bits are the low product's), then the
+/// rounding and saturation from `s`'s bits: `w = s[39:24] + s[23]`, or 65535
+/// when `s[47:40]` is not zero or the increment would carry out. `w` is
+/// `min(round(p · r / 2^24), 65535)` of the `p`, `r` held `LATENCY` cycles
+/// earlier. The MoE choice's weight; combinational, it followed the last
+/// reciprocal stage in the same cycle.
+#[derive(LogicBlock, Default)]
+pub struct MulRoundSat16Pipe {
+    pub clock: Signal<In, Clock>,
+    pub p: Signal<In, Bits<16>>,
+    pub r: Signal<In, Bits<32>>,
+    pub w: Signal<Out, Bits<16>>,
+    /// The model's registers: low product, high product, sum.
+    _s: [u64; 3],
+}
+
+impl MulRoundSat16Pipe {
+    pub const LATENCY: usize = 3;
+}
+
+impl Logic for MulRoundSat16Pipe {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let [pl, ph, s] = self._s;
+            let sat = (s >> 40) != 0 || ((s >> 24) & 0xFFFF == 0xFFFF && (s >> 23) & 1 == 1);
+            let w = if sat { 0xFFFF } else { ((s >> 24) & 0xFFFF) + ((s >> 23) & 1) };
+            self.w.next = w.to_bits();
+            let s = ((ph + (pl >> 16)) << 16 | (pl & 0xFFFF)) & ((1 << 48) - 1);
+            let (p, r) = (to_u64(self.p.val()), to_u64(self.r.val()));
+            self._s = [p * (r & 0xFFFF), p * (r >> 16 & 0xFFFF), s];
+        }
+    }
+    fn connect(&mut self) {
+        self.w.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(
+            "\
+reg [31:0] pl = 0;
+reg [31:0] ph = 0;
+reg [47:0] s = 0;
+always @(posedge clock) begin
+   pl <= p * r[15:0];
+   ph <= p * r[31:16];
+   s <= {ph + {16'd0, pl[31:16]}, pl[15:0]};
+   w <= ((|s[47:40]) || ((&s[39:24]) && s[23])) ? 16'hffff : s[39:24] + {15'd0, s[23]};
+end"
+            .into(),
+        )
+    }
+}
+
+/// [`Exp2Fixed`] in two registered stages: the Q1.14 LUT on the 8 fraction
+/// bits, the shift amount `ceil(−u / 2^8)` (a 5-bit negation) and the range
+/// tests (reductions) first, then the shift. `p` is `exp2_fixed(u)` of the
+/// `u ≤ 0` held [`Exp2Pipe::LATENCY`] cycles earlier. The MoE exponentials;
+/// combinational, LUT and shifter were one cycle with the subtraction before
+/// them and the sum after.
+#[derive(LogicBlock, Default)]
+pub struct Exp2Pipe {
+    pub clock: Signal<In, Clock>,
+    pub u: Signal<In, Signed<40>>,
+    pub p: Signal<Out, Bits<16>>,
+    /// The model's first stage: LUT value, shift, `u ≥ 0`, shift in range.
+    _s: (u32, u32, bool, bool),
+}
+
+impl Exp2Pipe {
+    pub const LATENCY: usize = 2;
+}
+
+impl Logic for Exp2Pipe {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let (raw, sh, pos, inr) = self._s;
+            self.p.next = (if pos { raw } else if inr { raw >> sh } else { 0 } as u64).to_bits();
+            let u = to_i64(self.u.val());
+            let lut = crate::numerics::exp2_lut();
+            let raw = lut[(u & 0xFF) as usize];
+            // ceil(−u / 2^8) in 5 bits, in range when u[39:13] is all ones and u[12:8] is not zero.
+            let f = ((u >> 8) & 0x1F) as u32;
+            let sh = (!f).wrapping_add(1) & 0x1F;
+            self._s = (raw, sh, u >= 0, (u >> 13) == -1 && f != 0);
+        }
+    }
+    fn connect(&mut self) {
+        self.p.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        // The LUT as 16 constant bit vectors indexed by u[7:0] (logic): a `case`
+        // ROM read into a register becomes a block RAM, whose 5.8 ns
+        // clock-to-out would sit in front of the shifter.
+        let lut = crate::numerics::exp2_lut();
+        let planes: String = (0..16)
+            .map(|b| {
+                let hex: String = (0..64)
+                    .rev()
+                    .map(|nib| {
+                        let v = (0..4).fold(0u32, |acc, k| acc | ((lut[4 * nib + k] >> b) & 1) << k);
+                        format!("{v:x}")
+                    })
+                    .collect();
+                format!("wire [255:0] lut{b} = 256'h{hex};\n")
+            })
+            .collect();
+        let bits: Vec<String> = (0..16).rev().map(|b| format!("lut{b}[u[7:0]]")).collect();
+        Verilog::Custom(format!(
+            "\
+{planes}wire [15:0] rawc = {{{}}};
+reg [15:0] raw = 0;
+reg [4:0] sh = 0;
+reg pos = 0;
+reg inr = 0;
+always @(posedge clock) begin
+   raw <= rawc;
+   sh <= ~u[12:8] + 5'd1;
+   pos <= !u[39];
+   inr <= (&u[39:13]) && (|u[12:8]);
+   p <= pos ? raw : (inr ? (raw >> sh) : 16'd0);
+end",
+            bits.join(", ")
+        ))
+    }
+}
+
+/// The sum of the first `n` 16-bit lanes of a packed `W`-bit bus, 32 bits
+/// wide, as a pipeline: a binary adder tree with a register after every two
+/// levels and on its output, [`AddTree16Pipe::latency`] cycles from `x` to
+/// `s`. The MoE's `Σ_e p` over e_max exponentials; a chain of e_max − 1 adds
+/// in one cycle before.
+#[derive(LogicBlock)]
+pub struct AddTree16Pipe<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub x: Signal<In, Bits<W>>,
+    pub s: Signal<Out, Bits<32>>,
+    _n: usize,
+    /// The model's registers before `s`: the partial sums after levels 2, 4, ….
+    _regs: Vec<Vec<u64>>,
+}
+
+impl<const W: usize> AddTree16Pipe<W> {
+    pub fn new(n: usize) -> Self {
+        assert!((1..=W / 16).contains(&n));
+        let lat = Self::latency(n);
+        with_defaults!(Self {
+            _n: n,
+            _regs: vec![vec![0]; lat - 1],
+            .. clock, x, s
+        })
+    }
+    /// Adder levels: ceil(log2 n).
+    fn levels(n: usize) -> usize {
+        n.next_power_of_two().trailing_zeros() as usize
+    }
+    /// Cycles from `x` to `s`: one register per two levels, at least one.
+    pub fn latency(n: usize) -> usize {
+        Self::levels(n).div_ceil(2).max(1)
+    }
+    /// Partial sums after `levels` pairwise levels of `v`.
+    fn reduce(mut v: Vec<u64>, levels: usize) -> Vec<u64> {
+        for _ in 0..levels {
+            v = v.chunks(2).map(|c| c.iter().sum::<u64>() & 0xFFFF_FFFF).collect();
+        }
+        v
+    }
+}
+
+impl<const W: usize> Logic for AddTree16Pipe<W> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            // `_regs[i]` is the register after levels 2(i+1); `s` the last.
+            let mid = self._regs.len();
+            let levels = Self::levels(self._n);
+            let x: Vec<u64> = (0..self._n).map(|i| self.x.val().get_bits::<16>(16 * i).to_u64()).collect();
+            let last = if mid == 0 { x.clone() } else { self._regs[mid - 1].clone() };
+            self.s.next = Self::reduce(last, levels - 2 * mid)[0].to_bits();
+            for i in (1..mid).rev() {
+                self._regs[i] = Self::reduce(self._regs[i - 1].clone(), 2);
+            }
+            if mid > 0 {
+                self._regs[0] = Self::reduce(x, 2);
+            }
+        }
+    }
+    fn connect(&mut self) {
+        self.s.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        // Level l holds ceil(n / 2^l) 32-bit sums; levels 2, 4, … are registers (`r<l>_<i>`),
+        // the others wires (`w<l>_<i>`); the last level is registered as `s`.
+        let n = self._n;
+        let levels = Self::levels(n);
+        let mut decl = String::new();
+        let mut seq = String::new();
+        let mut comb = String::new();
+        let name = |l: usize, i: usize| if l > 0 && l % 2 == 0 && l < levels { format!("r{l}_{i}") } else { format!("w{l}_{i}") };
+        for i in 0..n {
+            decl += &format!("wire [31:0] w0_{i} = {{16'd0, x[{}:{}]}};\n", 16 * i + 15, 16 * i);
+        }
+        let mut m = n;
+        for l in 1..=levels {
+            let mm = m.div_ceil(2);
+            for i in 0..mm {
+                let sum = if 2 * i + 1 < m {
+                    format!("{} + {}", name(l - 1, 2 * i), name(l - 1, 2 * i + 1))
+                } else {
+                    name(l - 1, 2 * i)
+                };
+                if name(l, i).starts_with('r') {
+                    decl += &format!("reg [31:0] r{l}_{i} = 0;\n");
+                    seq += &format!("   r{l}_{i} <= {sum};\n");
+                } else {
+                    decl += &format!("wire [31:0] w{l}_{i};\n");
+                    comb += &format!("assign w{l}_{i} = {sum};\n");
+                }
+            }
+            m = mm;
+        }
+        seq += &format!("   s <= {};\n", name(levels, 0));
+        Verilog::Custom(format!("{decl}{comb}always @(posedge clock) begin\n{seq}end"))
+    }
+}
+
+/// The dot product of the first `n` int8 pairs of two packed rows as a
+/// pipeline of [`DotI8Pipe2::latency`] stages, two adder levels a stage (the
+/// attention lane's [`DotI8Pipe`] registers every level; one block with the
+/// levels per stage as a parameter should replace both): the `n` 8×8 products registered
+/// (a MULT18X18D each, registered on both sides), then a binary adder tree
+/// registered after every two levels and on its output, each level only as wide
+/// as its sums (16 + level bits), sign-extended to 32 bits at the end. The same
+/// sum as [`DotI8`] (which cannot wrap: |sum| < 2^23 for n ≤ 128). The MoE gate
+/// lanes' x·w; combinational, the products and the whole tree were one cycle.
+#[derive(LogicBlock)]
+pub struct DotI8Pipe2<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub a: Signal<In, Bits<W>>,
+    pub b: Signal<In, Bits<W>>,
+    pub dot: Signal<Out, Signed<32>>,
+    _n: usize,
+    /// The model's registers before `dot`: the products, then the partial sums after levels 2, 4, ….
+    _regs: Vec<Vec<i64>>,
+}
+
+impl<const W: usize> DotI8Pipe2<W> {
+    pub fn new(n: usize) -> Self {
+        assert!(n.is_power_of_two() && (2..=128).contains(&n) && 8 * n <= W, "{n} int8 pairs in {W} bits");
+        with_defaults!(Self {
+            _n: n,
+            _regs: vec![vec![0]; Self::latency(n) - 1],
+            .. clock, a, b, dot
+        })
+    }
+    fn levels(n: usize) -> usize {
+        n.trailing_zeros() as usize
+    }
+    /// Cycles from `a`, `b` to `dot`: the products' register, then one per two tree levels.
+    pub fn latency(n: usize) -> usize {
+        1 + Self::levels(n).div_ceil(2)
+    }
+    fn reduce(mut v: Vec<i64>, levels: usize) -> Vec<i64> {
+        for _ in 0..levels {
+            v = v.chunks(2).map(|c| c.iter().sum()).collect();
+        }
+        v
+    }
+}
+
+impl<const W: usize> Logic for DotI8Pipe2<W> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            // `_regs[0]`: products; `_regs[i]`: sums after levels 2i; `dot` the rest.
+            let mid = self._regs.len();
+            let levels = Self::levels(self._n);
+            let last = self._regs[mid - 1].clone();
+            self.dot.next = from_i64(Self::reduce(last, levels - 2 * (mid - 1))[0]);
+            for i in (1..mid).rev() {
+                self._regs[i] = Self::reduce(self._regs[i - 1].clone(), 2);
+            }
+            let byte = |v: Bits<W>, i: usize| v.get_bits::<8>(8 * i).to_u64() as u8 as i8 as i64;
+            self._regs[0] = (0..self._n).map(|i| byte(self.a.val(), i) * byte(self.b.val(), i)).collect();
+        }
+    }
+    fn connect(&mut self) {
+        self.dot.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        // Level l holds n / 2^l sums of 16 + l bits: level 0 the products' registers
+        // (`r0_<i>`), levels 2, 4, … registers below the root, the others wires; the
+        // root is registered as `dot`.
+        let n = self._n;
+        let levels = Self::levels(n);
+        let (mut decl, mut seq, mut comb) = (String::new(), String::new(), String::new());
+        let name = |l: usize, i: usize| {
+            if l == 0 || (l % 2 == 0 && l < levels) {
+                format!("r{l}_{i}")
+            } else {
+                format!("w{l}_{i}")
+            }
+        };
+        for i in 0..n {
+            decl += &format!("reg signed [15:0] r0_{i} = 0;\n");
+            seq += &format!(
+                "   r0_{i} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n",
+                hi = 8 * i + 7,
+                lo = 8 * i
+            );
+        }
+        for l in 1..=levels {
+            let w = 16 + l;
+            for i in 0..n >> l {
+                let (x, y) = (name(l - 1, 2 * i), name(l - 1, 2 * i + 1));
+                let sum = format!("{{{x}[{m}], {x}}} + {{{y}[{m}], {y}}}", m = w - 2);
+                if name(l, i).starts_with('r') {
+                    decl += &format!("reg signed [{}:0] r{l}_{i} = 0;\n", w - 1);
+                    seq += &format!("   r{l}_{i} <= {sum};\n");
+                } else {
+                    decl += &format!("wire signed [{}:0] w{l}_{i};\n", w - 1);
+                    comb += &format!("assign w{l}_{i} = {sum};\n");
+                }
+            }
+        }
+        let root = name(levels, 0);
+        seq += &format!("   dot <= {{{{{ext}{{{root}[{m}]}}}}, {root}}};\n", ext = 32 - (16 + levels), m = 15 + levels);
+        Verilog::Custom(format!("{decl}{comb}always @(posedge clock) begin\n{seq}end"))
+    }
+}
+
+#[cfg(test)]
+mod moe150_tests {
+    use super::*;
+
+    /// Clock `n` edges, settling after each change as rust-hdl's simulator does.
+    fn clock<B: Block>(b: &mut B, clk: impl Fn(&mut B, bool), n: usize) {
+        let settle = |b: &mut B| loop {
+            b.update_all();
+            if !b.has_changed() {
+                break;
+            }
+        };
+        for _ in 0..n {
+            clk(b, false);
+            settle(b);
+            clk(b, true);
+            settle(b);
+        }
+    }
+
+    #[test]
+    fn mul_round_sat16_pipe_matches_the_combinational_block_after_its_latency() {
+        let want = |p: u64, r: u64| ((p * r + (1 << 23)) >> 24).min(0xFFFF);
+        let cases = [
+            (0u64, 0u64),
+            (0xFFFF, u32::MAX as u64),
+            (16384, 1 << 26),
+            (16384, (1 << 26) - 1),
+            (1, 1 << 23),
+            (1, (1 << 23) - 1),
+            (0xFFFF, 0x0100_0000),
+            (0xFFFF, 0x00FF_FFFF),
+            (0x8000, 0x0200_0000),
+            (12345, 98_765_432),
+            (3, 0xFFFF_FFFF),
+        ];
+        let mut m = MulRoundSat16Pipe::default();
+        m.connect_all();
+        for &(p, r) in &cases {
+            m.p.next = p.to_bits();
+            m.r.next = r.to_bits();
+            clock(&mut m, |m, c| m.clock.next = Clock::from(c), MulRoundSat16Pipe::LATENCY);
+            assert_eq!(m.w.val().to_u64(), want(p, r), "{p}·{r}");
+        }
+        // Streaming: one operand pair per cycle.
+        for j in 0..cases.len() + MulRoundSat16Pipe::LATENCY {
+            let (p, r) = cases[j.min(cases.len() - 1)];
+            m.p.next = p.to_bits();
+            m.r.next = r.to_bits();
+            clock(&mut m, |m, c| m.clock.next = Clock::from(c), 1);
+            if let Some(&(p, r)) = (j + 1).checked_sub(MulRoundSat16Pipe::LATENCY).and_then(|i| cases.get(i)) {
+                assert_eq!(m.w.val().to_u64(), want(p, r), "streamed {p}·{r}");
+            }
+        }
+    }
+
+    #[test]
+    fn exp2_pipe_matches_exp2_fixed_after_its_latency() {
+        let lut = crate::numerics::exp2_lut();
+        let mut us: Vec<i64> = (-9000..=0).step_by(7).collect();
+        us.extend([0, -1, -255, -256, -257, -7936, -7937, -7680, -7679, -8192, -(1 << 38), -(1i64 << 39)]);
+        let mut e = Exp2Pipe::default();
+        e.connect_all();
+        for j in 0..us.len() + Exp2Pipe::LATENCY {
+            e.u.next = from_i64(us[j.min(us.len() - 1)]);
+            clock(&mut e, |e, c| e.clock.next = Clock::from(c), 1);
+            if let Some(&u) = (j + 1).checked_sub(Exp2Pipe::LATENCY).and_then(|i| us.get(i)) {
+                assert_eq!(e.p.val().to_u64(), crate::numerics::exp2_fixed(&lut, u) as u64, "u = {u}");
+            }
+        }
+    }
+
+    #[test]
+    fn add_tree16_pipe_sums_n_lanes_after_its_latency() {
+        for n in [1usize, 2, 3, 4, 5, 12, 16] {
+            let lat = AddTree16Pipe::<256>::latency(n);
+            let mut t = AddTree16Pipe::<256>::new(n);
+            t.connect_all();
+            let buses: Vec<Vec<u64>> =
+                (0..6u64).map(|k| (0..16u64).map(|i| (0xFFFF - 977 * i - 4099 * k) & 0xFFFF).collect()).collect();
+            for j in 0..buses.len() + lat {
+                let b = &buses[j.min(buses.len() - 1)];
+                let mut x = Bits::<256>::default();
+                for (i, v) in b.iter().enumerate() {
+                    x = x | (bits::<256>(*v) << (16 * i as u64));
+                }
+                t.x.next = x;
+                clock(&mut t, |t, c| t.clock.next = Clock::from(c), 1);
+                if let Some(b) = (j + 1).checked_sub(lat).and_then(|i| buses.get(i)) {
+                    assert_eq!(t.s.val().to_u64(), b[..n].iter().sum::<u64>(), "n = {n}, bus {j}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dot_i8_pipe_sums_products_after_its_latency() {
+        for n in [2usize, 4, 16, 64] {
+            let lat = DotI8Pipe2::<512>::latency(n);
+            let mut d = DotI8Pipe2::<512>::new(n);
+            d.connect_all();
+            let rows: Vec<(Vec<i8>, Vec<i8>)> = (0..5i64)
+                .map(|k| {
+                    let f = |i: i64, m: i64| (((i * m + 31 * k) % 256) - 128) as i8;
+                    let mut a: Vec<i8> = (0..64).map(|i| f(i, 37)).collect();
+                    let mut b: Vec<i8> = (0..64).map(|i| f(i, 91)).collect();
+                    if k == 0 {
+                        (a, b) = (vec![-128; 64], vec![-128; 64]);
+                    }
+                    if k == 1 {
+                        (a, b) = (vec![-128; 64], vec![127; 64]);
+                    }
+                    (a, b)
+                })
+                .collect();
+            let pack = |v: &[i8]| {
+                v.iter().enumerate().fold(Bits::<512>::default(), |acc, (i, &x)| acc | (bits::<512>(x as u8 as u64) << (8 * i as u64)))
+            };
+            for j in 0..rows.len() + lat {
+                let (a, b) = &rows[j.min(rows.len() - 1)];
+                d.a.next = pack(a);
+                d.b.next = pack(b);
+                clock(&mut d, |d, c| d.clock.next = Clock::from(c), 1);
+                if let Some((a, b)) = (j + 1).checked_sub(lat).and_then(|i| rows.get(i)) {
+                    let want: i64 = (0..n).map(|i| a[i] as i64 * b[i] as i64).sum();
+                    assert_eq!(to_i64(d.dot.val()), want, "n = {n}, row {j}");
+                }
+            }
+        }
+    }
+}

@@ -11,8 +11,8 @@
 //! end the statistics.
 use super::config::{MoeConfig, EXPERT_SLOTS, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
-use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_SUM, META_TOK, POST_LATENCY, RB};
-use crate::blocks::{Fifo, MulU32, Pack, SkewLine, SyncRam};
+use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_TOK, POST_LATENCY, RB};
+use crate::blocks::{AddTree16Pipe, Fifo, MulRoundSat16Pipe, MulU32Pipe, Pack, SkewLine, SyncRam};
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -45,9 +45,18 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     rounds: Vec<TopkRound<EL, ZB, PB>>,
     divs: Vec<DivStage>,
     choices: Vec<Choice>,
+    /// The choices' weights, computed in the cycles after the reciprocal.
+    wq: Vec<MulRoundSat16Pipe>,
     ofifo: Fifo<OB>,
-    mul_a: MulU32,
-    mul_b: MulU32,
+    /// T·k, then CF·(T·k), for the capacity ([`MulU32Pipe`]: registered, off the critical path).
+    cap_mul: MulU32Pipe,
+    /// Expert e's dispatch row address `DISPATCH + e·DPITCH` at word e, written
+    /// one entry a cycle after ap_start (an accumulator, no multiply); the writer
+    /// reads the row of the choice it writes next.
+    dbase: SyncRam<64>,
+    tb_on: DFF<Bit>,
+    tb_i: DFF<Bits<16>>,
+    tb_addr: DFF<Bits<64>>,
 
     // Run arguments, latched at ap_start.
     use_sk: DFF<Bit>,
@@ -73,6 +82,7 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     cap_rem: DFF<Bits<32>>,
     cap_q: DFF<Bits<64>>,
     cap_den: DFF<Bits<32>>,
+    cap_dm1: DFF<Bits<32>>,
     cap_i: DFF<Bits<8>>,
     cap_r2: Signal<Local, Bits<32>>,
     cap: DFF<Bits<32>>,
@@ -83,7 +93,26 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     cgoff: DFF<Bits<16>>,
     go: Signal<Local, Bit>,
     tok_start: Signal<Local, Bit>,
-    inflight: DFF<Bits<16>>,
+    /// Tokens started and not yet popped by the writer (in the pipeline or the
+    /// output FIFO), and whether one more may start: last cycle's count below
+    /// depth − 1 (the count grows by at most one a cycle).
+    pending: DFF<Bits<16>>,
+    room: DFF<Bit>,
+    /// T − 1, and whether token ct is not past it (ct < T), kept as ct moves.
+    t_m1: DFF<Bits<32>>,
+    more: DFF<Bit>,
+    /// x rows received minus tokens finished: the row of token ct is on chip when not zero.
+    ahead: DFF<Bits<16>>,
+    /// ct + 2, for the x rows' read-ahead (row r loads once token r − 2 is issued).
+    ct2: DFF<Bits<32>>,
+    /// Beats and groups less one, latched at ap_start.
+    beats_m1: DFF<Bits<16>>,
+    groups_m1: DFF<Bits<16>>,
+    tok_end: Signal<Local, Bit>,
+    /// Cycles after ap_rst_n in which the tail may still hold tokens of an
+    /// aborted run (its stages are not reset): their results are not pushed.
+    flush: DFF<Bits<8>>,
+    flushed: DFF<Bit>,
     s1_valid: DFF<Bit>,
     s1_first: DFF<Bit>,
     s1_last: DFF<Bit>,
@@ -96,6 +125,9 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     s2_goff: DFF<Bits<16>>,
     s2_lastg: DFF<Bit>,
     s2_tok: DFF<Bits<32>>,
+    /// s2's valid, group, group offset, last-group flag and token (bits 0, 1,
+    /// 17, 33, 34) on their way to s3, beside the gate lanes' dot products.
+    lane_tag: SkewLine<66>,
     s3_valid: DFF<Bit>,
     s3_g: DFF<Bits<16>>,
     s3_goff: DFF<Bits<16>>,
@@ -121,18 +153,36 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     a_t: DFF<Bits<TB>>,
     a_tok: DFF<Bits<32>>,
     sel0: Signal<Local, Bits<8>>,
-    tmax: Signal<Local, Signed<40>>,
-    /// The token's exponentials, expert e at slot e.
+    /// After round 0: its winner's t (the maximum) selected and registered.
+    x1_valid: DFF<Bit>,
+    x1_z: DFF<Bits<ZB>>,
+    x1_t: DFF<Bits<TB>>,
+    x1_mask: DFF<Bits<EL>>,
+    x1_meta: DFF<Bits<MB>>,
+    x1_tmax: DFF<Signed<40>>,
+    /// The token's buses beside the exponentials' pipeline.
+    xd_z: SkewLine<ZB>,
+    xd_mask: SkewLine<EL>,
+    xd_meta: SkewLine<MB>,
+    xd_v: SkewLine<1>,
+    /// The token's exponentials, expert e at slot e (registers of the exponentials).
     ppack: Pack<16, PB>,
-    schain: Vec<Signal<Local, Bits<32>>>,
-    p_valid: DFF<Bit>,
-    p_z: DFF<Bits<ZB>>,
-    p_p: DFF<Bits<PB>>,
-    p_mask: DFF<Bits<EL>>,
-    p_meta: DFF<Bits<MB>>,
-    ssum: Signal<Local, Bits<32>>,
+    /// Σ_e p, and its delay to the normalizer.
+    psum: AddTree16Pipe<PB>,
+    sd: SkewLine<32>,
+    /// The last round's metadata, delayed to meet Σ_e p.
+    r_meta: Signal<Local, Bits<MB>>,
+    r_valid: Signal<Local, Bit>,
+    qd_meta: SkewLine<MB>,
+    qd_v: SkewLine<1>,
     q_meta: Signal<Local, Bits<MB>>,
     q_valid: Signal<Local, Bit>,
+    /// Ids (bits 0..64) and token (64..96) of the reciprocal's output, and its
+    /// valid, delayed to meet the weights.
+    cd_meta: SkewLine<96>,
+    cw_meta: Signal<Local, Bits<MB>>,
+    cw_valid: Signal<Local, Bit>,
+    cd_v: SkewLine<1>,
     ps: Vec<Signal<Local, Bits<32>>>,
     sk: Vec<Signal<Local, Bits<32>>>,
     d_valid: DFF<Bit>,
@@ -156,21 +206,25 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     tokens_out: DFF<Bits<32>>,
     // Writer.
     wstate: DFF<WriterState>,
-    w_rec: DFF<Bits<RB>>,
     w_beats: DFF<Bits<RB>>,
+    /// The popped record's ids and slots, shifted down a choice at a time, and
+    /// the choices left: the writer's current choice is always at bit 0.
+    w_ids: DFF<Bits<64>>,
+    w_slots: DFF<Bits<256>>,
+    w_left: DFF<Bits<8>>,
+    /// The next token's route record address: tokens leave the FIFO in order.
+    route_ptr: DFF<Bits<64>>,
+    d_shift: Signal<Local, Bit>,
     w_tok: DFF<Bits<32>>,
     w_addr: DFF<Bits<64>>,
     w_word: DFF<Bits<32>>,
     w_stats: DFF<Bit>,
     rb: DFF<Bits<8>>,
-    di: DFF<Bits<32>>,
     si: DFF<Bits<32>>,
     stats_done: DFF<Bit>,
     /// Bytes of a token row's last beat that hold X (all when H fills it): the
     /// padding up to LDX is not data and must not reach the dot products.
     xmask: DFF<Bits<W>>,
-    d_slot: Signal<Local, Bits<32>>,
-    d_sel: Signal<Local, Bits<8>>,
     lane_off: Signal<Local, Bits<64>>,
 
     c_beat_ones: Constant<Bits<W>>,
@@ -182,11 +236,15 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     c_wbits: Constant<Bits<16>>,
     c_hmax: Constant<Bits<32>>,
     c_emax: Constant<Bits<32>>,
+    c_tb_last: Constant<Bits<16>>,
+    c_mlat: Constant<Bits<8>>,
     c_kmax: Constant<Bits<32>>,
     c_tlim: Constant<Bits<32>>,
     c_lanes: Constant<Bits<16>>,
     c_lanes32: Constant<Bits<16>>,
     c_depth: Constant<Bits<16>>,
+    c_depth_m1: Constant<Bits<16>>,
+    c_flush: Constant<Bits<8>>,
     c_nb: Constant<Bits<8>>,
     c_rem0: Constant<Bits<32>>,
     c_strb: Constant<Bits<S>>,
@@ -200,7 +258,6 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// Statistics word of expert e's load (after dropped and capacity).
     c_se: Vec<Constant<Bits<32>>>,
     c_meta_tok: Constant<Bits<16>>,
-    c_meta_sum: Constant<Bits<16>>,
     c_rb: Constant<Bits<16>>,
     _lanes: usize,
     _groups: usize,
@@ -259,6 +316,21 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         let (l, g, p, cm) = (cfg.lanes, cfg.groups(), cfg.port_bytes(), cfg.row_beats());
         let nr = cfg.k_max - 1;
+        // Cycles from the exponentials to the normalizer: the later of the rounds
+        // and Σ_e p, plus one, so that both delays are at least a register.
+        let rounds_lat = nr * TopkRound::<EL, ZB, PB>::latency(cfg.e_max);
+        let q_at = rounds_lat.max(AddTree16Pipe::<PB>::latency(cfg.e_max)) + 1;
+        // Cycles from a_valid to o_valid: round 0, x1, the exponentials, rounds and
+        // normalizer delay, d, the reciprocal, the weights, o.
+        let tail_lat = TopkRound::<EL, ZB, TB>::latency(cfg.e_max)
+            + 1
+            + ExpUnit::<TB>::LATENCY
+            + q_at
+            + 1
+            + DIV_STAGES
+            + MulRoundSat16Pipe::LATENCY
+            + 1;
+        assert!(tail_lat + 2 < 256);
         Ok(with_defaults!(Self {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
             lanes: (0..l).map(|_| GateLane::new(g * cm)).collect(),
@@ -269,12 +341,24 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             rounds: (1..cfg.k_max).map(|r| TopkRound::new(r, cfg.e_max)).collect(),
             divs: crate::many(DIV_STAGES),
             choices: (0..cfg.k_max).map(Choice::new).collect(),
+            wq: crate::many(cfg.k_max),
+            xd_z: SkewLine::new(ExpUnit::<TB>::LATENCY),
+            xd_mask: SkewLine::new(ExpUnit::<TB>::LATENCY),
+            xd_meta: SkewLine::new(ExpUnit::<TB>::LATENCY),
+            xd_v: SkewLine::new(ExpUnit::<TB>::LATENCY),
+            psum: AddTree16Pipe::new(cfg.e_max),
+            sd: SkewLine::new(q_at - AddTree16Pipe::<PB>::latency(cfg.e_max)),
+            qd_meta: SkewLine::new(q_at - rounds_lat),
+            qd_v: SkewLine::new(q_at - rounds_lat),
+            cd_meta: SkewLine::new(MulRoundSat16Pipe::LATENCY),
+            cd_v: SkewLine::new(MulRoundSat16Pipe::LATENCY),
             ofifo: Fifo::new(OUT_DEPTH),
+            dbase: SyncRam::new(cfg.e_max),
             post_tag: SkewLine::new(POST_DLY),
+            lane_tag: SkewLine::new(GateLane::<W>::latency() - 2),
             zpack: Pack::new(l),
             tpack: Pack::new(l),
             ppack: Pack::new(cfg.e_max),
-            schain: locals(cfg.e_max),
             ps: locals(cfg.k_max),
             sk: locals(cfg.k_max),
             rec_chain: locals(cfg.k_max),
@@ -291,11 +375,15 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_wbits: k(W as u64),
             c_hmax: k(cfg.h_max as u64),
             c_emax: k(cfg.e_max as u64),
+            c_tb_last: k(cfg.e_max as u64 - 1),
+            c_mlat: k(MulU32Pipe::LATENCY as u64),
             c_kmax: k(cfg.k_max as u64),
             c_tlim: k(T_LIMIT as u64),
             c_lanes: k(l as u64),
             c_lanes32: k(32 * l as u64),
             c_depth: k(OUT_DEPTH as u64),
+            c_depth_m1: k(OUT_DEPTH as u64 - 1),
+            c_flush: k(tail_lat as u64 + 2),
             c_nb: k((RECORD_BYTES / p) as u64),
             c_rem0: k(1 << 13),
             c_strb: k(0xF),
@@ -308,7 +396,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_e: (0..cfg.e_max).map(|e| k(e as u64)).collect(),
             c_se: (0..cfg.e_max).map(|e| k(e as u64 + 2)).collect(),
             c_meta_tok: k(META_TOK as u64),
-            c_meta_sum: k(META_SUM as u64),
             c_rb: k(RB as u64),
             _lanes: l,
             _groups: g,
@@ -317,14 +404,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _rounds: nr,
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
-            .. vitis, now, run, mul_a, mul_b, use_sk, beats, groups, emask, phase, bad_args, groups_of, recv_cnt,
-            recv_rows, recv_lane, recv_grp, rx, row_end, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_i, cap_r2,
-            cap, ct, cg, cc, cgoff, go, tok_start, inflight, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, groups_of, recv_cnt,
+            recv_rows, recv_lane, recv_grp, rx, row_end, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
+            cap, ct, cg, cc, cgoff, go, tok_start, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
-            s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, tmax, p_valid,
-            p_z, p_p, p_mask, p_meta, ssum, q_meta, q_valid, d_valid, d_l, d_meta, s_load, dropped, o_valid, o_rec,
-            o_tok, tokens_out, wstate, w_rec, w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, xmask,
-            d_slot, d_sel, lane_off
+            s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
+            x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, o_valid, o_rec,
+            o_tok, tokens_out, wstate, w_beats, w_ids, w_slots, w_left, route_ptr, d_shift, w_tok, w_addr, w_word,
+            w_stats, rb, si, stats_done, xmask, lane_off
         }))
     }
 }
@@ -336,12 +423,12 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, use_sk, beats, groups, emask, phase, recv_cnt, recv_rows, recv_lane, recv_grp, bias_bus, tk,
-            cap_num, cap_rem, cap_q, cap_den, cap_i, cap, ct, cg, cc, cgoff, inflight, s1_valid, s1_first, s1_last,
+            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, recv_cnt, recv_rows, recv_lane,
+            recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
-            p_valid, p_z, p_p, p_mask, p_meta, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
-            wstate, w_rec, w_beats, w_tok, w_addr, w_word, w_stats, rb, di, si, stats_done, xmask
+            x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
+            wstate, w_beats, w_ids, w_slots, w_left, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, stats_done, xmask
         );
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
@@ -361,7 +448,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // x rows go into the double buffer: row r may load once token r − 2 is issued.
         self.shell.span_go.next = (self.phase.q.val() == Phase::BiasReq)
             | (self.phase.q.val() == Phase::WReq)
-            | ((self.phase.q.val() == Phase::Run) & (self.shell.span_row.val() < self.ct.q.val() + 2));
+            | ((self.phase.q.val() == Phase::Run) & (self.shell.span_row.val() < self.ct2.q.val()));
         self.shell.ar_req.next = false;
         self.shell.ar_req_addr.next = 0.into();
         self.shell.ar_req_len.next = 0.into();
@@ -396,10 +483,25 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             | (self.now.ldw.val() < self.now.h.val());
 
         // ---------------- Phase machine and read requests ----------------
-        self.mul_a.a.next = self.run.t.val();
-        self.mul_a.b.next = self.run.k.val();
-        self.mul_b.a.next = self.run.cf.val();
-        self.mul_b.b.next = self.tk.q.val();
+        self.cap_mul.clock.next = self.vitis.ap_clk.val();
+        self.cap_mul.a.next = self.run.t.val();
+        self.cap_mul.b.next = self.run.k.val();
+        if self.phase.q.val() == Phase::CapMul {
+            self.cap_mul.a.next = self.run.cf.val();
+            self.cap_mul.b.next = self.tk.q.val();
+        }
+        // The dispatch row table: entry e = DISPATCH + e·DPITCH, one a cycle from ap_start.
+        self.dbase.clock.next = self.vitis.ap_clk.val();
+        self.dbase.port.we.next = self.tb_on.q.val();
+        self.dbase.port.waddr.next = self.tb_i.q.val();
+        self.dbase.port.wdata.next = self.tb_addr.q.val();
+        if self.tb_on.q.val() {
+            self.tb_i.d.next = self.tb_i.q.val() + 1;
+            self.tb_addr.d.next = self.tb_addr.q.val() + bit_cast::<64, 32>(self.run.dpitch.val());
+            if self.tb_i.q.val() == self.c_tb_last.val() {
+                self.tb_on.d.next = false;
+            }
+        }
         self.cap_r2.next = (self.cap_rem.q.val() << 1) | bit_cast::<32, 1>(self.cap_num.q.val().get_bit(63).into());
         match self.phase.q.val() {
             Phase::Idle => {
@@ -413,12 +515,21 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                             !(self.c_beat_ones.val() << ((self.now.h.val() & self.c_pmask32.val()) << 3));
                     }
                     self.groups.d.next = self.groups_of.val();
+                    self.groups_m1.d.next = self.groups_of.val() - 1;
+                    self.beats_m1.d.next =
+                        bit_cast::<16, 32>(((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val()) - 1);
+                    self.t_m1.d.next = self.now.t.val() - 1;
                     self.emask.d.next = (bits::<EL>(1) << bit_cast::<16, 32>(self.now.e.val())) - 1;
                     self.bias_bus.d.next = 0.into();
                     self.recv_cnt.d.next = 0.into();
                     self.recv_rows.d.next = 0.into();
                     self.recv_lane.d.next = 0.into();
                     self.recv_grp.d.next = 0.into();
+                    self.cap_i.d.next = 0.into();
+                    self.tb_on.d.next = true;
+                    self.tb_i.d.next = 0.into();
+                    self.tb_addr.d.next = self.now.dispatch.val();
+                    self.route_ptr.d.next = self.now.route.val();
                     self.phase.d.next = Phase::CapPrep;
                     if self.bad_args.val() {
                         self.shell.fail.next = true;
@@ -427,17 +538,26 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             Phase::CapPrep => {
-                self.tk.d.next = self.mul_a.p.val().get_bits::<32>(0);
-                self.phase.d.next = Phase::CapMul;
+                // T·k leaves the multiplier pipeline LATENCY cycles after its operands.
+                self.cap_den.d.next = self.run.e.val() << 16;
+                self.cap_dm1.d.next = (self.run.e.val() << 16) - 1;
+                self.cap_i.d.next = self.cap_i.q.val() + 1;
+                if self.cap_i.q.val() == self.c_mlat.val() {
+                    self.tk.d.next = self.cap_mul.p.val().get_bits::<32>(0);
+                    self.cap_i.d.next = 0.into();
+                    self.phase.d.next = Phase::CapMul;
+                }
             }
             Phase::CapMul => {
                 // ceil(CF·T·k / (E·2^16)) = floor((CF·T·k + E·2^16 − 1) / (E·2^16)).
-                self.cap_den.d.next = self.run.e.val() << 16;
-                self.cap_num.d.next = self.mul_b.p.val() + bit_cast::<64, 32>((self.run.e.val() << 16) - 1);
-                self.cap_rem.d.next = 0.into();
-                self.cap_q.d.next = 0.into();
-                self.cap_i.d.next = 0.into();
-                self.phase.d.next = Phase::CapDiv;
+                self.cap_i.d.next = self.cap_i.q.val() + 1;
+                if self.cap_i.q.val() == self.c_mlat.val() {
+                    self.cap_num.d.next = self.cap_mul.p.val() + bit_cast::<64, 32>(self.cap_dm1.q.val());
+                    self.cap_rem.d.next = 0.into();
+                    self.cap_q.d.next = 0.into();
+                    self.cap_i.d.next = 0.into();
+                    self.phase.d.next = Phase::CapDiv;
+                }
             }
             Phase::CapDiv => {
                 self.cap_num.d.next = self.cap_num.q.val() << 1;
@@ -506,7 +626,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.cg.d.next = 0.into();
                     self.cc.d.next = 0.into();
                     self.cgoff.d.next = 0.into();
-                    self.inflight.d.next = 0.into();
+                    self.pending.d.next = 0.into();
+                    self.room.d.next = true;
+                    self.more.d.next = true;
+                    self.ahead.d.next = 0.into();
+                    self.ct2.d.next = 2.into();
                     self.tokens_out.d.next = 0.into();
                     self.phase.d.next = Phase::Run;
                 }
@@ -542,7 +666,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         // ---------------- Read-data receiver ----------------
         self.rx.next = self.vitis.m_axi_gmem.rvalid.val();
-        self.row_end.next = self.recv_cnt.q.val() == self.beats.q.val() - 1;
+        self.row_end.next = self.recv_cnt.q.val() == self.beats_m1.q.val();
         if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
             self.bias_bus.d.next = self.bias_bus.q.val()
                 | (bit_cast::<ZB, W>(self.vitis.m_axi_gmem.rdata.val())
@@ -594,29 +718,31 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // ---------------- Gate projection: one beat of every lane per cycle ----------------
         // A token starts only when the output FIFO can take it and every token ahead.
         self.tok_start.next = (self.cc.q.val() == 0) & (self.cg.q.val() == 0);
+        // From registers only: it fans out to the counters, the RAM addresses and s1.
         self.go.next = (self.phase.q.val() == Phase::Run)
-            & (self.ct.q.val() < self.run.t.val())
-            & (self.recv_rows.q.val() > self.ct.q.val())
-            & (!self.tok_start.val() | ((self.ofifo.count.val() + self.inflight.q.val()) < self.c_depth.val()));
+            & self.more.q.val()
+            & (self.ahead.q.val() != 0)
+            & (!self.tok_start.val() | self.room.q.val());
         self.xbuf.port.raddr.next =
             (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.cc.q.val();
         self.s1_valid.d.next = self.go.val();
         self.s1_first.d.next = self.cc.q.val() == 0;
-        self.s1_last.d.next = self.cc.q.val() == self.beats.q.val() - 1;
+        self.s1_last.d.next = self.cc.q.val() == self.beats_m1.q.val();
         self.s1_g.d.next = self.cg.q.val();
         self.s1_goff.d.next = self.cgoff.q.val();
-        self.s1_lastg.d.next = self.cg.q.val() == self.groups.q.val() - 1;
+        self.s1_lastg.d.next = self.cg.q.val() == self.groups_m1.q.val();
         self.s1_tok.d.next = self.ct.q.val();
         if self.go.val() {
             self.cc.d.next = self.cc.q.val() + 1;
-            if self.cc.q.val() == self.beats.q.val() - 1 {
+            if self.cc.q.val() == self.beats_m1.q.val() {
                 self.cc.d.next = 0.into();
                 self.cg.d.next = self.cg.q.val() + 1;
                 self.cgoff.d.next = self.cgoff.q.val() + self.c_lanes32.val();
-                if self.cg.q.val() == self.groups.q.val() - 1 {
+                if self.cg.q.val() == self.groups_m1.q.val() {
                     self.cg.d.next = 0.into();
                     self.cgoff.d.next = 0.into();
                     self.ct.d.next = self.ct.q.val() + 1;
+                    self.ct2.d.next = self.ct2.q.val() + 1;
                 }
             }
         }
@@ -625,11 +751,18 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.s2_goff.d.next = self.s1_goff.q.val();
         self.s2_lastg.d.next = self.s1_lastg.q.val();
         self.s2_tok.d.next = self.s1_tok.q.val();
-        self.s3_valid.d.next = self.s2_valid.q.val();
-        self.s3_g.d.next = self.s2_g.q.val();
-        self.s3_goff.d.next = self.s2_goff.q.val();
-        self.s3_lastg.d.next = self.s2_lastg.q.val();
-        self.s3_tok.d.next = self.s2_tok.q.val();
+        // s3 meets the lanes' logits: the dot products' pipeline lies between.
+        self.lane_tag.clock.next = self.vitis.ap_clk.val();
+        self.lane_tag.din.next = bit_cast::<66, 1>(self.s2_valid.q.val().into())
+            | (bit_cast::<66, 16>(self.s2_g.q.val()) << 1)
+            | (bit_cast::<66, 16>(self.s2_goff.q.val()) << 17)
+            | (bit_cast::<66, 1>(self.s2_lastg.q.val().into()) << 33)
+            | (bit_cast::<66, 32>(self.s2_tok.q.val()) << 34);
+        self.s3_valid.d.next = self.lane_tag.dout.val().get_bit(0);
+        self.s3_g.d.next = self.lane_tag.dout.val().get_bits::<16>(1);
+        self.s3_goff.d.next = self.lane_tag.dout.val().get_bits::<16>(17);
+        self.s3_lastg.d.next = self.lane_tag.dout.val().get_bit(33);
+        self.s3_tok.d.next = self.lane_tag.dout.val().get_bits::<32>(34);
         self.post_tag.clock.next = self.vitis.ap_clk.val();
         self.post_tag.din.next = bit_cast::<49, 16>(self.s3_g.q.val())
             | (bit_cast::<49, 1>(self.s3_lastg.q.val().into()) << 16)
@@ -686,37 +819,46 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.r0.mask.next = self.emask.q.val();
         self.r0.meta.next = bit_cast::<MB, 32>(self.a_tok.q.val()) << self.c_meta_tok.val();
         self.r0.valid.next = self.a_valid.q.val();
+        // Round 0's winner's t, selected from registers into a register.
         self.sel0.next = self.r0.meta_o.val().get_bits::<8>(0);
-        self.tmax.next = signed_cast(self.r0.aux_o.val().get_bits::<40>(self.sel0.val().index() * 40));
+        self.x1_valid.d.next = self.r0.valid_o.val();
+        self.x1_z.d.next = self.r0.z_o.val();
+        self.x1_t.d.next = self.r0.aux_o.val();
+        self.x1_mask.d.next = self.r0.mask_o.val();
+        self.x1_meta.d.next = self.r0.meta_o.val();
+        self.x1_tmax.d.next = signed_cast(self.r0.aux_o.val().get_bits::<40>(self.sel0.val().index() * 40));
+        // The exponentials (ExpUnit::LATENCY stages), the token's buses beside them.
         for e in 0..self._emax {
-            self.exps[e].t.next = self.r0.aux_o.val();
-            self.exps[e].tmax.next = self.tmax.val();
+            self.exps[e].clock.next = self.vitis.ap_clk.val();
+            self.exps[e].t.next = self.x1_t.q.val();
+            self.exps[e].tmax.next = self.x1_tmax.q.val();
             self.exps[e].experts.next = bit_cast::<16, 32>(self.run.e.val());
         }
-        self.schain[0].next = self.exps[0].p32.val();
-        for e in 1..self._emax {
-            self.schain[e].next = self.schain[e - 1].val() + self.exps[e].p32.val();
-        }
+        self.xd_z.clock.next = self.vitis.ap_clk.val();
+        self.xd_mask.clock.next = self.vitis.ap_clk.val();
+        self.xd_meta.clock.next = self.vitis.ap_clk.val();
+        self.xd_v.clock.next = self.vitis.ap_clk.val();
+        self.xd_z.din.next = self.x1_z.q.val();
+        self.xd_mask.din.next = self.x1_mask.q.val();
+        self.xd_meta.din.next = self.x1_meta.q.val();
+        self.xd_v.din.next = bit_cast::<1, 1>(self.x1_valid.q.val().into());
         for e in 0..self._emax {
             self.ppack.lanes[e].next = self.exps[e].p.val();
         }
-        self.p_valid.d.next = self.r0.valid_o.val();
-        self.p_z.d.next = self.r0.z_o.val();
-        self.p_mask.d.next = self.r0.mask_o.val();
-        self.p_p.d.next = self.ppack.out.val();
-        for last in (self._emax - 1)..self._emax {
-            self.ssum.next = self.schain[last].val();
-        }
-        self.p_meta.d.next = self.r0.meta_o.val() | (bit_cast::<MB, 32>(self.ssum.val()) << self.c_meta_sum.val());
+        // Σ_e p: an adder tree, registered every two levels.
+        self.psum.clock.next = self.vitis.ap_clk.val();
+        self.psum.x.next = self.ppack.out.val();
+        self.sd.clock.next = self.vitis.ap_clk.val();
+        self.sd.din.next = self.psum.s.val();
         for r in 0..self._rounds {
             self.rounds[r].clock.next = self.vitis.ap_clk.val();
         }
         for r in 0..self._rounds.min(1) {
-            self.rounds[r].z.next = self.p_z.q.val();
-            self.rounds[r].aux.next = self.p_p.q.val();
-            self.rounds[r].mask.next = self.p_mask.q.val();
-            self.rounds[r].meta.next = self.p_meta.q.val();
-            self.rounds[r].valid.next = self.p_valid.q.val();
+            self.rounds[r].z.next = self.xd_z.dout.val();
+            self.rounds[r].aux.next = self.ppack.out.val();
+            self.rounds[r].mask.next = self.xd_mask.dout.val();
+            self.rounds[r].meta.next = self.xd_meta.dout.val();
+            self.rounds[r].valid.next = self.xd_v.dout.val().any();
         }
         for r in 1..self._rounds {
             self.rounds[r].z.next = self.rounds[r - 1].z_o.val();
@@ -725,12 +867,18 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.rounds[r].meta.next = self.rounds[r - 1].meta_o.val();
             self.rounds[r].valid.next = self.rounds[r - 1].valid_o.val();
         }
-        self.q_meta.next = self.p_meta.q.val();
-        self.q_valid.next = self.p_valid.q.val();
+        self.r_meta.next = self.xd_meta.dout.val();
+        self.r_valid.next = self.xd_v.dout.val().any();
         for last in self._last_lo..self._last_hi {
-            self.q_meta.next = self.rounds[last].meta_o.val();
-            self.q_valid.next = self.rounds[last].valid_o.val();
+            self.r_meta.next = self.rounds[last].meta_o.val();
+            self.r_valid.next = self.rounds[last].valid_o.val();
         }
+        self.qd_meta.clock.next = self.vitis.ap_clk.val();
+        self.qd_v.clock.next = self.vitis.ap_clk.val();
+        self.qd_meta.din.next = self.r_meta.val();
+        self.qd_v.din.next = bit_cast::<1, 1>(self.r_valid.val().into());
+        self.q_meta.next = self.qd_meta.dout.val();
+        self.q_valid.next = self.qd_v.dout.val().any();
         // Normalizer: all E exponentials, or the k chosen ones.
         for i in 0..self._kmax {
             self.ps[i].next = self.q_meta.val().get_bits::<32>(64 + i * 16) & 0xFFFF;
@@ -744,7 +892,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         self.d_valid.d.next = self.q_valid.val();
         self.d_meta.d.next = self.q_meta.val();
-        self.d_l.d.next = self.q_meta.val().get_bits::<32>(self.c_meta_sum.val().index());
+        self.d_l.d.next = self.sd.dout.val();
         if self.use_sk.q.val() {
             for last in (self._kmax - 1)..self._kmax {
                 self.d_l.d.next = self.sk[last].val();
@@ -765,19 +913,31 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.divs[s].meta.next = self.divs[s - 1].meta_o.val();
             self.divs[s].valid.next = self.divs[s - 1].valid_o.val();
         }
-        // Weights, slots and load counters of the k choices.
+        // Weights (MulRoundSat16Pipe::LATENCY stages after the reciprocal), then
+        // slots and load counters of the k choices.
+        self.cd_meta.clock.next = self.vitis.ap_clk.val();
+        self.cd_v.clock.next = self.vitis.ap_clk.val();
         for last in (DIV_STAGES - 1)..DIV_STAGES {
             for i in 0..self._kmax {
-                self.choices[i].meta.next = self.divs[last].meta_o.val();
-                self.sels[i].next = self.divs[last].meta_o.val().get_bits::<8>(i * 8);
-                self.choices[i].sel.next = self.sels[i].val();
-                self.choices[i].r.next = self.divs[last].q_o.val();
-                self.choices[i].cap.next = self.cap.q.val();
-                self.choices[i].active.next = self.divs[last].valid_o.val() & (self.c_i[i].val() < self.run.k.val());
+                self.wq[i].clock.next = self.vitis.ap_clk.val();
+                self.wq[i].p.next = self.divs[last].meta_o.val().get_bits::<16>(64 + i * 16);
+                self.wq[i].r.next = self.divs[last].q_o.val();
             }
-            self.o_valid.d.next = self.divs[last].valid_o.val();
-            self.o_tok.d.next = self.divs[last].meta_o.val().get_bits::<32>(self.c_meta_tok.val().index());
+            self.cw_meta.next = self.divs[last].meta_o.val();
+            self.cw_valid.next = self.divs[last].valid_o.val();
         }
+        self.cd_meta.din.next = bit_cast::<96, 64>(self.cw_meta.val().get_bits::<64>(0))
+            | (bit_cast::<96, 32>(self.cw_meta.val().get_bits::<32>(self.c_meta_tok.val().index())) << 64);
+        self.cd_v.din.next = bit_cast::<1, 1>(self.cw_valid.val().into());
+        for i in 0..self._kmax {
+            self.sels[i].next = self.cd_meta.dout.val().get_bits::<8>(i * 8);
+            self.choices[i].w.next = self.wq[i].w.val();
+            self.choices[i].sel.next = self.sels[i].val();
+            self.choices[i].cap.next = self.cap.q.val();
+            self.choices[i].active.next = self.cd_v.dout.val().any() & (self.c_i[i].val() < self.run.k.val());
+        }
+        self.o_valid.d.next = self.cd_v.dout.val().any();
+        self.o_tok.d.next = self.cd_meta.dout.val().get_bits::<32>(64);
         // Each choice reads its expert's counter.
         for i in 0..self._kmax {
             self.choices[i].ld.next = 0.into();
@@ -822,28 +982,42 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         self.ofifo.clock.next = self.vitis.ap_clk.val();
         self.ofifo.reset.next = !self.vitis.ap_rst_n.val();
-        self.ofifo.push.next = self.o_valid.q.val();
+        self.ofifo.push.next = self.o_valid.q.val() & self.flushed.q.val();
         self.ofifo.din.next =
             bit_cast::<OB, RB>(self.o_rec.q.val()) | (bit_cast::<OB, 32>(self.o_tok.q.val()) << self.c_rb.val());
         if self.o_valid.q.val() {
             self.tokens_out.d.next = self.tokens_out.q.val() + 1;
         }
-        if self.go.val() & self.tok_start.val() & !self.o_valid.q.val() {
-            self.inflight.d.next = self.inflight.q.val() + 1;
+        self.room.d.next = self.pending.q.val() < self.c_depth_m1.val();
+        // The last beat of a token's last group: ct moves on.
+        self.tok_end.next = self.go.val()
+            & (self.cc.q.val() == self.beats_m1.q.val())
+            & (self.cg.q.val() == self.groups_m1.q.val());
+        if self.tok_end.val() & (self.ct.q.val() == self.t_m1.q.val()) {
+            self.more.d.next = false;
         }
-        if !(self.go.val() & self.tok_start.val()) & self.o_valid.q.val() {
-            self.inflight.d.next = self.inflight.q.val() - 1;
+        if self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.val() & !self.tok_end.val() {
+            self.ahead.d.next = self.ahead.q.val() + 1;
+        }
+        if !(self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.val()) & self.tok_end.val() {
+            self.ahead.d.next = self.ahead.q.val() - 1;
+        }
+        self.flushed.d.next = self.flush.q.val() == 0;
+        if self.flush.q.val() != 0 {
+            self.flush.d.next = self.flush.q.val() - 1;
         }
 
         // ---------------- Writer ----------------
         self.ofifo.pop.next = false;
-        self.d_sel.next = self.w_rec.q.val().get_bits::<8>(self.di.q.val().index() * 8);
-        self.d_slot.next = self.w_rec.q.val().get_bits::<32>(256 + self.di.q.val().index() * 32);
-        self.mul_b.a.next = self.run.cf.val();
-        self.mul_b.b.next = self.tk.q.val();
-        if self.phase.q.val() != Phase::CapMul {
-            self.mul_b.a.next = bit_cast::<32, 8>(self.d_sel.val());
-            self.mul_b.b.next = self.run.dpitch.val();
+        // The dispatch row of the current choice (w_ids[7:0]) is read a cycle
+        // ahead; when DPrep moves on to the next choice it reads that one's.
+        self.d_shift.next = (self.wstate.q.val() == WriterState::DPrep) & (self.w_left.q.val() != 0);
+        self.dbase.port.raddr.next = bit_cast::<16, 8>(self.w_ids.q.val().get_bits::<8>(0));
+        if self.d_shift.val() {
+            self.dbase.port.raddr.next = bit_cast::<16, 8>(self.w_ids.q.val().get_bits::<8>(8));
+            self.w_ids.d.next = self.w_ids.q.val() >> 8;
+            self.w_slots.d.next = self.w_slots.q.val() >> 32;
+            self.w_left.d.next = self.w_left.q.val() - 1;
         }
         self.lane_off.next = self.w_addr.q.val() & self.c_pmask.val();
         self.s_load.next = 0.into();
@@ -863,11 +1037,13 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             WriterState::Idle => {
                 if !self.ofifo.empty.val() & (self.phase.q.val() == Phase::Run) {
                     self.ofifo.pop.next = true;
-                    self.w_rec.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
                     self.w_beats.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
+                    self.w_ids.d.next = self.ofifo.dout.val().get_bits::<64>(0);
+                    self.w_slots.d.next = self.ofifo.dout.val().get_bits::<256>(256);
+                    self.w_left.d.next = bit_cast::<8, 32>(self.run.k.val());
                     self.w_tok.d.next = self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index());
-                    self.w_addr.d.next = self.run.route.val()
-                        + (bit_cast::<64, 32>(self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index())) << 6);
+                    self.w_addr.d.next = self.route_ptr.q.val();
+                    self.route_ptr.d.next = self.route_ptr.q.val() + 64;
                     self.rb.d.next = 0.into();
                     self.wstate.d.next = WriterState::Rec;
                 }
@@ -885,19 +1061,17 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.w_beats.d.next = self.w_beats.q.val() >> self.c_wbits.val();
                 }
                 if self.shell.wr_fire.val() {
-                    self.di.d.next = 0.into();
                     self.wstate.d.next = WriterState::DPrep;
                 }
             }
             WriterState::DPrep => {
-                // Dispatch entry of choice `di`: DISPATCH[expert][slot] = token.
-                if self.di.q.val() >= self.run.k.val() {
+                // Dispatch entry of the current choice: DISPATCH[expert][slot] = token;
+                // its row address was read from `dbase` last cycle (d_shift moves on).
+                if self.w_left.q.val() == 0 {
                     self.wstate.d.next = WriterState::Idle;
-                } else if self.d_slot.val().get_bit(31) {
-                    self.di.d.next = self.di.q.val() + 1;
-                } else {
+                } else if !self.w_slots.q.val().get_bit(31) {
                     self.w_addr.d.next =
-                        self.run.dispatch.val() + self.mul_b.p.val() + (bit_cast::<64, 32>(self.d_slot.val()) << 2);
+                        self.dbase.rdata.val() + (bit_cast::<64, 32>(self.w_slots.q.val().get_bits::<32>(0)) << 2);
                     self.w_word.d.next = self.w_tok.q.val();
                     self.w_stats.d.next = false;
                     self.wstate.d.next = WriterState::WSend;
@@ -928,7 +1102,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                         self.si.d.next = self.si.q.val() + 1;
                         self.wstate.d.next = WriterState::SPrep;
                     } else {
-                        self.di.d.next = self.di.q.val() + 1;
                         self.wstate.d.next = WriterState::DPrep;
                     }
                 }
@@ -936,6 +1109,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _ => {
                 self.wstate.d.next = WriterState::Idle;
             }
+        }
+
+        // After the writer, which drives the pop.
+        if self.go.val() & self.tok_start.val() & !self.ofifo.pop.val() {
+            self.pending.d.next = self.pending.q.val() + 1;
+        }
+        if !(self.go.val() & self.tok_start.val()) & self.ofifo.pop.val() {
+            self.pending.d.next = self.pending.q.val() - 1;
         }
 
         if !self.vitis.ap_rst_n.val() {
@@ -947,6 +1128,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.s3_valid.d.next = false;
             self.s4_valid.d.next = false;
             self.post_v.d.next = 0.into();
+            self.flush.d.next = self.c_flush.val();
+            self.flushed.d.next = false;
         }
     }
 }

@@ -10,7 +10,7 @@
 //! log2-domain values, `PB = 16·EL` of Q1.14 exponentials. They are const
 //! parameters because rust-hdl's widths are types; sizing them for the largest
 //! unit made every unit pay for 256 experts in synthesis and simulation.
-use crate::blocks::{DotI8, Exp2Fixed, MulRoundSat16, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
+use crate::blocks::{DotI8Pipe2, Exp2Pipe, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
 use rust_hdl::prelude::*;
 
 /// Per-token metadata through the tail: ids (8×8 bits @0), chosen exponentials
@@ -27,8 +27,10 @@ pub const RB: usize = 512;
 /// beat-wide int8 dot product accumulated over the beats of a row.
 ///
 /// Timing: `valid/first/last` arrive with the RAM data (the cycle after the
-/// top presents `raddr`); the dot product is registered, then accumulated;
-/// `res` holds the finished logit the cycle after the row's last beat.
+/// top presents `raddr`); the dot product is a pipeline ([`DotI8Pipe2`]:
+/// products registered, then the adder tree registered every two levels) with
+/// the flags delayed beside it, then accumulated; `res` holds the finished
+/// logit [`GateLane::latency`] cycles after the row's last beat arrived.
 #[derive(LogicBlock)]
 pub struct GateLane<const W: usize> {
     pub clock: Signal<In, Clock>,
@@ -40,11 +42,12 @@ pub struct GateLane<const W: usize> {
     pub last: Signal<In, Bit>,
     pub res: Signal<Out, Bits<32>>,
     ram: SyncRam<W>,
-    xw: DotI8<W>,
-    dot: DFF<Signed<32>>,
-    v2: DFF<Bit>,
-    f2: DFF<Bit>,
-    l2: DFF<Bit>,
+    xw: DotI8Pipe2<W>,
+    /// valid, first, last (bits 0, 1, 2) beside the dot product.
+    flags: SkewLine<3>,
+    v2: Signal<Local, Bit>,
+    f2: Signal<Local, Bit>,
+    l2: Signal<Local, Bit>,
     acc: DFF<Signed<32>>,
     acc_new: Signal<Local, Signed<32>>,
     res_r: DFF<Bits<32>>,
@@ -54,32 +57,42 @@ impl<const W: usize> GateLane<W> {
     pub fn new(depth: usize) -> Self {
         with_defaults!(Self {
             ram: SyncRam::new(depth),
-            xw: DotI8::new(W / 8),
-            .. clock, ram_port, x, valid, first, last, res, dot, v2, f2, l2, acc, acc_new, res_r
+            xw: DotI8Pipe2::new(W / 8),
+            flags: SkewLine::new(DotI8Pipe2::<W>::latency(W / 8)),
+            .. clock, ram_port, x, valid, first, last, res, v2, f2, l2, acc, acc_new, res_r
         })
+    }
+
+    /// Cycles from a row's last beat (with its flags) to its logit on `res`.
+    pub fn latency() -> usize {
+        DotI8Pipe2::<W>::latency(W / 8) + 1
     }
 }
 
 impl<const W: usize> Logic for GateLane<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, dot, v2, f2, l2, acc, res_r);
+        dff_setup!(self, clock, acc, res_r);
         self.ram.clock.next = self.clock.val();
+        self.xw.clock.next = self.clock.val();
+        self.flags.clock.next = self.clock.val();
         RamPort::<W>::link(&mut self.ram_port, &mut self.ram.port);
         self.xw.a.next = self.x.val();
         self.xw.b.next = self.ram.rdata.val();
-        self.dot.d.next = self.xw.dot.val();
-        self.v2.d.next = self.valid.val();
-        self.f2.d.next = self.first.val();
-        self.l2.d.next = self.last.val();
+        self.flags.din.next = bit_cast::<3, 1>(self.valid.val().into())
+            | (bit_cast::<3, 1>(self.first.val().into()) << 1)
+            | (bit_cast::<3, 1>(self.last.val().into()) << 2);
+        self.v2.next = self.flags.dout.val().get_bit(0);
+        self.f2.next = self.flags.dout.val().get_bit(1);
+        self.l2.next = self.flags.dout.val().get_bit(2);
         // Integer addition wraps like the model's int32 accumulator.
-        self.acc_new.next = self.acc.q.val() + self.dot.q.val();
-        if self.f2.q.val() {
-            self.acc_new.next = self.dot.q.val();
+        self.acc_new.next = self.acc.q.val() + self.xw.dot.val();
+        if self.f2.val() {
+            self.acc_new.next = self.xw.dot.val();
         }
-        if self.v2.q.val() {
+        if self.v2.val() {
             self.acc.d.next = self.acc_new.val();
-            if self.l2.q.val() {
+            if self.l2.val() {
                 self.res_r.d.next = unsigned_cast(self.acc_new.val());
             }
         }
@@ -152,27 +165,34 @@ impl<const ZB: usize> Logic for PostLane<ZB> {
     }
 }
 
-/// Expert `e`'s exponential (combinational): `p = exp2_fixed(t[e] − t_max)` in
-/// Q1.14 (the attention unit's LUT and shift), zero for `e ≥ E`.
+/// Expert `e`'s exponential, a pipeline of [`ExpUnit::LATENCY`] stages:
+/// `u = t[e] − t_max` registered (the most negative value for `e ≥ E`, whose
+/// exponential is zero), then `p = exp2_fixed(u)` in Q1.14 ([`Exp2Pipe`]: the
+/// attention unit's LUT and shift, registered between them).
 #[derive(LogicBlock)]
 pub struct ExpUnit<const TB: usize> {
+    pub clock: Signal<In, Clock>,
     pub t: Signal<In, Bits<TB>>,
     pub tmax: Signal<In, Signed<40>>,
     pub experts: Signal<In, Bits<16>>,
     pub p: Signal<Out, Bits<16>>,
-    pub p32: Signal<Out, Bits<32>>,
-    exp: Exp2Fixed,
+    u: DFF<Bits<40>>,
+    exp: Exp2Pipe,
     c_e: Constant<Bits<16>>,
     c_t: Constant<Bits<16>>,
+    c_floor: Constant<Bits<40>>,
 }
 
 impl<const TB: usize> ExpUnit<TB> {
+    pub const LATENCY: usize = 1 + Exp2Pipe::LATENCY;
+
     pub fn new(e: usize) -> Self {
         let k = |v: usize| Constant::new((v as u64).to_bits());
         with_defaults!(Self {
             c_e: k(e),
             c_t: k(40 * e),
-            .. t, tmax, experts, p, p32, exp
+            c_floor: Constant::new((1u64 << 39).to_bits()),
+            .. clock, t, tmax, experts, p, u, exp
         })
     }
 }
@@ -180,12 +200,15 @@ impl<const TB: usize> ExpUnit<TB> {
 impl<const TB: usize> Logic for ExpUnit<TB> {
     #[hdl_gen]
     fn update(&mut self) {
-        self.exp.u.next = signed_cast(self.t.val().get_bits::<40>(self.c_t.val().index())) - self.tmax.val();
-        self.p.next = 0.into();
+        dff_setup!(self, clock, u);
+        self.exp.clock.next = self.clock.val();
+        self.u.d.next = self.c_floor.val();
         if self.c_e.val() < self.experts.val() {
-            self.p.next = self.exp.p.val();
+            self.u.d.next =
+                unsigned_cast(signed_cast(self.t.val().get_bits::<40>(self.c_t.val().index())) - self.tmax.val());
         }
-        self.p32.next = bit_cast::<32, 16>(self.p.val());
+        self.exp.u.next = signed_cast(self.u.q.val());
+        self.p.next = self.exp.p.val();
     }
 }
 
@@ -193,11 +216,13 @@ fn locals<T: Default>(n: usize) -> Vec<T> {
     (0..n).map(|_| T::default()).collect()
 }
 
-/// One round of top-k (one pipeline stage): the largest valid logit, ties to
-/// the lower expert index, by a comparator tree over `e_max` experts; the winner
-/// is masked out for the next round and recorded in the metadata with its
-/// exponential (read from `aux`, or 1.0 for the first round, which is the
-/// maximum). `aux` rides along unchanged.
+/// One round of top-k, a pipeline of [`TopkRound::latency`] stages (two once
+/// e_max ≥ 2): the largest valid logit, ties to the lower expert index, by a
+/// comparator tree over `e_max` experts, registered after its first
+/// `ceil(levels / 2)` levels (the tree in one cycle was too deep for timing
+/// closure); the winner is masked out for the next round and recorded in the
+/// metadata with its exponential (read from `aux`, or 1.0 for the first round,
+/// which is the maximum). `aux` rides along unchanged.
 #[derive(LogicBlock)]
 pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     pub clock: Signal<In, Clock>,
@@ -216,6 +241,21 @@ pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     maskr: DFF<Bits<EL>>,
     metar: DFF<Bits<MB>>,
     validr: DFF<Bit>,
+    /// The token's buses beside the tree's cut, and as the second stage sees them.
+    z1: DFF<Bits<ZB>>,
+    aux1: DFF<Bits<AB>>,
+    mask1: DFF<Bits<EL>>,
+    meta1: DFF<Bits<MB>>,
+    valid1: DFF<Bit>,
+    zs: Signal<Local, Bits<ZB>>,
+    auxs: Signal<Local, Bits<AB>>,
+    masks: Signal<Local, Bits<EL>>,
+    metas: Signal<Local, Bits<MB>>,
+    valids: Signal<Local, Bit>,
+    /// The tree's nodes at the cut, registered.
+    rk: Vec<DFF<Bits<32>>>,
+    ri: Vec<DFF<Bits<8>>>,
+    rv: Vec<DFF<Bit>>,
     k0: Vec<Signal<Local, Bits<32>>>,
     i0: Vec<Signal<Local, Bits<8>>>,
     v0: Vec<Signal<Local, Bit>>,
@@ -243,6 +283,30 @@ pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     k8: Vec<Signal<Local, Bits<32>>>,
     i8: Vec<Signal<Local, Bits<8>>>,
     v8: Vec<Signal<Local, Bit>>,
+    kc1: Vec<Signal<Local, Bits<32>>>,
+    ic1: Vec<Signal<Local, Bits<8>>>,
+    vc1: Vec<Signal<Local, Bit>>,
+    kc2: Vec<Signal<Local, Bits<32>>>,
+    ic2: Vec<Signal<Local, Bits<8>>>,
+    vc2: Vec<Signal<Local, Bit>>,
+    kc3: Vec<Signal<Local, Bits<32>>>,
+    ic3: Vec<Signal<Local, Bits<8>>>,
+    vc3: Vec<Signal<Local, Bit>>,
+    kc4: Vec<Signal<Local, Bits<32>>>,
+    ic4: Vec<Signal<Local, Bits<8>>>,
+    vc4: Vec<Signal<Local, Bit>>,
+    kc5: Vec<Signal<Local, Bits<32>>>,
+    ic5: Vec<Signal<Local, Bits<8>>>,
+    vc5: Vec<Signal<Local, Bit>>,
+    kc6: Vec<Signal<Local, Bits<32>>>,
+    ic6: Vec<Signal<Local, Bits<8>>>,
+    vc6: Vec<Signal<Local, Bit>>,
+    kc7: Vec<Signal<Local, Bits<32>>>,
+    ic7: Vec<Signal<Local, Bits<8>>>,
+    vc7: Vec<Signal<Local, Bit>>,
+    kc8: Vec<Signal<Local, Bits<32>>>,
+    ic8: Vec<Signal<Local, Bits<8>>>,
+    vc8: Vec<Signal<Local, Bit>>,
     sel: Signal<Local, Bits<8>>,
     psel: Signal<Local, Bits<16>>,
     c_e: Vec<Constant<Bits<8>>>,
@@ -254,9 +318,24 @@ pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     _e: usize,
     _n: [usize; 8],
     _sz: [usize; 9],
+    /// 1 at the level registered (none for e_max = 1).
+    _cut: [usize; 9],
+    _has_cut: usize,
+    _ncut: usize,
 }
 
 impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
+    /// The tree level after which a round over `e_max` experts is registered (0: none).
+    fn cut_level(e_max: usize) -> usize {
+        let levels = e_max.next_power_of_two().trailing_zeros() as usize;
+        levels.div_ceil(2)
+    }
+
+    /// Cycles from a round's inputs to its outputs.
+    pub fn latency(e_max: usize) -> usize {
+        1 + usize::from(Self::cut_level(e_max) > 0)
+    }
+
     /// Round `round` (0-based) over `e_max` experts.
     pub fn new(round: usize, e_max: usize) -> Self {
         assert!((1..=EL).contains(&e_max) && round < 8);
@@ -266,6 +345,12 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
             sz[l] = sz[l - 1].div_ceil(2);
         }
         let n: [usize; 8] = std::array::from_fn(|l| sz[l] / 2);
+        let cl = Self::cut_level(e_max);
+        let mut cut = [0usize; 9];
+        if cl > 0 {
+            cut[cl] = 1;
+        }
+        let ncut = if cl > 0 { sz[cl] } else { 0 };
         let k = |v: usize| Constant::new((v as u64).to_bits());
         with_defaults!(Self {
             k0: locals(sz[0]),
@@ -295,6 +380,33 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
             k8: locals(sz[8]),
             i8: locals(sz[8]),
             v8: locals(sz[8]),
+            kc1: locals(sz[1]),
+            ic1: locals(sz[1]),
+            vc1: locals(sz[1]),
+            kc2: locals(sz[2]),
+            ic2: locals(sz[2]),
+            vc2: locals(sz[2]),
+            kc3: locals(sz[3]),
+            ic3: locals(sz[3]),
+            vc3: locals(sz[3]),
+            kc4: locals(sz[4]),
+            ic4: locals(sz[4]),
+            vc4: locals(sz[4]),
+            kc5: locals(sz[5]),
+            ic5: locals(sz[5]),
+            vc5: locals(sz[5]),
+            kc6: locals(sz[6]),
+            ic6: locals(sz[6]),
+            vc6: locals(sz[6]),
+            kc7: locals(sz[7]),
+            ic7: locals(sz[7]),
+            vc7: locals(sz[7]),
+            kc8: locals(sz[8]),
+            ic8: locals(sz[8]),
+            vc8: locals(sz[8]),
+            rk: crate::many(ncut),
+            ri: crate::many(ncut),
+            rv: crate::many(ncut),
             c_e: (0..e_max).map(|e| Constant::new((e as u64).to_bits())).collect(),
             c_sign: Constant::new((1u64 << 31).to_bits()),
             c_sel_sh: k(8 * round),
@@ -304,8 +416,11 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
             _e: e_max,
             _n: n,
             _sz: sz,
+            _cut: cut,
+            _has_cut: usize::from(cl > 0),
+            _ncut: ncut,
             .. clock, z, aux, mask, meta, valid, z_o, aux_o, mask_o, meta_o, valid_o, zr, auxr, maskr, metar, validr,
-            sel, psel
+            z1, aux1, mask1, meta1, valid1, zs, auxs, masks, metas, valids, sel, psel
         })
     }
 }
@@ -313,7 +428,12 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
 impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, ZB, AB> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, zr, auxr, maskr, metar, validr);
+        dff_setup!(self, clock, zr, auxr, maskr, metar, validr, z1, aux1, mask1, meta1, valid1);
+        for i in 0..self._ncut {
+            self.rk[i].clock.next = self.clock.val();
+            self.ri[i].clock.next = self.clock.val();
+            self.rv[i].clock.next = self.clock.val();
+        }
         // Leaves: logits with the sign bit flipped, so unsigned comparison orders them.
         for e in 0..self._e {
             self.k0[e].next = self.z.val().get_bits::<32>(e * 32) ^ self.c_sign.val();
@@ -322,137 +442,275 @@ impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, 
         }
         // Each node keeps its left (lower-index) child unless the right one is strictly larger.
         for i in 0..self._n[0] {
-            self.k1[i].next = self.k0[i * 2].val();
-            self.i1[i].next = self.i0[i * 2].val();
-            self.v1[i].next = self.v0[i * 2].val();
+            self.kc1[i].next = self.k0[i * 2].val();
+            self.ic1[i].next = self.i0[i * 2].val();
+            self.vc1[i].next = self.v0[i * 2].val();
             if self.v0[i * 2 + 1].val() & (!self.v0[i * 2].val() | (self.k0[i * 2 + 1].val() > self.k0[i * 2].val())) {
-                self.k1[i].next = self.k0[i * 2 + 1].val();
-                self.i1[i].next = self.i0[i * 2 + 1].val();
-                self.v1[i].next = self.v0[i * 2 + 1].val();
+                self.kc1[i].next = self.k0[i * 2 + 1].val();
+                self.ic1[i].next = self.i0[i * 2 + 1].val();
+                self.vc1[i].next = self.v0[i * 2 + 1].val();
             }
         }
         for i in self._n[0]..self._sz[1] {
-            self.k1[i].next = self.k0[i * 2].val();
-            self.i1[i].next = self.i0[i * 2].val();
-            self.v1[i].next = self.v0[i * 2].val();
+            self.kc1[i].next = self.k0[i * 2].val();
+            self.ic1[i].next = self.i0[i * 2].val();
+            self.vc1[i].next = self.v0[i * 2].val();
+        }
+        for i in 0..self._sz[1] {
+            self.k1[i].next = self.kc1[i].val();
+            self.i1[i].next = self.ic1[i].val();
+            self.v1[i].next = self.vc1[i].val();
+        }
+        for _c in 0..self._cut[1] {
+            for i in 0..self._sz[1] {
+                self.rk[i].d.next = self.kc1[i].val();
+                self.ri[i].d.next = self.ic1[i].val();
+                self.rv[i].d.next = self.vc1[i].val();
+                self.k1[i].next = self.rk[i].q.val();
+                self.i1[i].next = self.ri[i].q.val();
+                self.v1[i].next = self.rv[i].q.val();
+            }
         }
         for i in 0..self._n[1] {
-            self.k2[i].next = self.k1[i * 2].val();
-            self.i2[i].next = self.i1[i * 2].val();
-            self.v2[i].next = self.v1[i * 2].val();
+            self.kc2[i].next = self.k1[i * 2].val();
+            self.ic2[i].next = self.i1[i * 2].val();
+            self.vc2[i].next = self.v1[i * 2].val();
             if self.v1[i * 2 + 1].val() & (!self.v1[i * 2].val() | (self.k1[i * 2 + 1].val() > self.k1[i * 2].val())) {
-                self.k2[i].next = self.k1[i * 2 + 1].val();
-                self.i2[i].next = self.i1[i * 2 + 1].val();
-                self.v2[i].next = self.v1[i * 2 + 1].val();
+                self.kc2[i].next = self.k1[i * 2 + 1].val();
+                self.ic2[i].next = self.i1[i * 2 + 1].val();
+                self.vc2[i].next = self.v1[i * 2 + 1].val();
             }
         }
         for i in self._n[1]..self._sz[2] {
-            self.k2[i].next = self.k1[i * 2].val();
-            self.i2[i].next = self.i1[i * 2].val();
-            self.v2[i].next = self.v1[i * 2].val();
+            self.kc2[i].next = self.k1[i * 2].val();
+            self.ic2[i].next = self.i1[i * 2].val();
+            self.vc2[i].next = self.v1[i * 2].val();
+        }
+        for i in 0..self._sz[2] {
+            self.k2[i].next = self.kc2[i].val();
+            self.i2[i].next = self.ic2[i].val();
+            self.v2[i].next = self.vc2[i].val();
+        }
+        for _c in 0..self._cut[2] {
+            for i in 0..self._sz[2] {
+                self.rk[i].d.next = self.kc2[i].val();
+                self.ri[i].d.next = self.ic2[i].val();
+                self.rv[i].d.next = self.vc2[i].val();
+                self.k2[i].next = self.rk[i].q.val();
+                self.i2[i].next = self.ri[i].q.val();
+                self.v2[i].next = self.rv[i].q.val();
+            }
         }
         for i in 0..self._n[2] {
-            self.k3[i].next = self.k2[i * 2].val();
-            self.i3[i].next = self.i2[i * 2].val();
-            self.v3[i].next = self.v2[i * 2].val();
+            self.kc3[i].next = self.k2[i * 2].val();
+            self.ic3[i].next = self.i2[i * 2].val();
+            self.vc3[i].next = self.v2[i * 2].val();
             if self.v2[i * 2 + 1].val() & (!self.v2[i * 2].val() | (self.k2[i * 2 + 1].val() > self.k2[i * 2].val())) {
-                self.k3[i].next = self.k2[i * 2 + 1].val();
-                self.i3[i].next = self.i2[i * 2 + 1].val();
-                self.v3[i].next = self.v2[i * 2 + 1].val();
+                self.kc3[i].next = self.k2[i * 2 + 1].val();
+                self.ic3[i].next = self.i2[i * 2 + 1].val();
+                self.vc3[i].next = self.v2[i * 2 + 1].val();
             }
         }
         for i in self._n[2]..self._sz[3] {
-            self.k3[i].next = self.k2[i * 2].val();
-            self.i3[i].next = self.i2[i * 2].val();
-            self.v3[i].next = self.v2[i * 2].val();
+            self.kc3[i].next = self.k2[i * 2].val();
+            self.ic3[i].next = self.i2[i * 2].val();
+            self.vc3[i].next = self.v2[i * 2].val();
+        }
+        for i in 0..self._sz[3] {
+            self.k3[i].next = self.kc3[i].val();
+            self.i3[i].next = self.ic3[i].val();
+            self.v3[i].next = self.vc3[i].val();
+        }
+        for _c in 0..self._cut[3] {
+            for i in 0..self._sz[3] {
+                self.rk[i].d.next = self.kc3[i].val();
+                self.ri[i].d.next = self.ic3[i].val();
+                self.rv[i].d.next = self.vc3[i].val();
+                self.k3[i].next = self.rk[i].q.val();
+                self.i3[i].next = self.ri[i].q.val();
+                self.v3[i].next = self.rv[i].q.val();
+            }
         }
         for i in 0..self._n[3] {
-            self.k4[i].next = self.k3[i * 2].val();
-            self.i4[i].next = self.i3[i * 2].val();
-            self.v4[i].next = self.v3[i * 2].val();
+            self.kc4[i].next = self.k3[i * 2].val();
+            self.ic4[i].next = self.i3[i * 2].val();
+            self.vc4[i].next = self.v3[i * 2].val();
             if self.v3[i * 2 + 1].val() & (!self.v3[i * 2].val() | (self.k3[i * 2 + 1].val() > self.k3[i * 2].val())) {
-                self.k4[i].next = self.k3[i * 2 + 1].val();
-                self.i4[i].next = self.i3[i * 2 + 1].val();
-                self.v4[i].next = self.v3[i * 2 + 1].val();
+                self.kc4[i].next = self.k3[i * 2 + 1].val();
+                self.ic4[i].next = self.i3[i * 2 + 1].val();
+                self.vc4[i].next = self.v3[i * 2 + 1].val();
             }
         }
         for i in self._n[3]..self._sz[4] {
-            self.k4[i].next = self.k3[i * 2].val();
-            self.i4[i].next = self.i3[i * 2].val();
-            self.v4[i].next = self.v3[i * 2].val();
+            self.kc4[i].next = self.k3[i * 2].val();
+            self.ic4[i].next = self.i3[i * 2].val();
+            self.vc4[i].next = self.v3[i * 2].val();
+        }
+        for i in 0..self._sz[4] {
+            self.k4[i].next = self.kc4[i].val();
+            self.i4[i].next = self.ic4[i].val();
+            self.v4[i].next = self.vc4[i].val();
+        }
+        for _c in 0..self._cut[4] {
+            for i in 0..self._sz[4] {
+                self.rk[i].d.next = self.kc4[i].val();
+                self.ri[i].d.next = self.ic4[i].val();
+                self.rv[i].d.next = self.vc4[i].val();
+                self.k4[i].next = self.rk[i].q.val();
+                self.i4[i].next = self.ri[i].q.val();
+                self.v4[i].next = self.rv[i].q.val();
+            }
         }
         for i in 0..self._n[4] {
-            self.k5[i].next = self.k4[i * 2].val();
-            self.i5[i].next = self.i4[i * 2].val();
-            self.v5[i].next = self.v4[i * 2].val();
+            self.kc5[i].next = self.k4[i * 2].val();
+            self.ic5[i].next = self.i4[i * 2].val();
+            self.vc5[i].next = self.v4[i * 2].val();
             if self.v4[i * 2 + 1].val() & (!self.v4[i * 2].val() | (self.k4[i * 2 + 1].val() > self.k4[i * 2].val())) {
-                self.k5[i].next = self.k4[i * 2 + 1].val();
-                self.i5[i].next = self.i4[i * 2 + 1].val();
-                self.v5[i].next = self.v4[i * 2 + 1].val();
+                self.kc5[i].next = self.k4[i * 2 + 1].val();
+                self.ic5[i].next = self.i4[i * 2 + 1].val();
+                self.vc5[i].next = self.v4[i * 2 + 1].val();
             }
         }
         for i in self._n[4]..self._sz[5] {
-            self.k5[i].next = self.k4[i * 2].val();
-            self.i5[i].next = self.i4[i * 2].val();
-            self.v5[i].next = self.v4[i * 2].val();
+            self.kc5[i].next = self.k4[i * 2].val();
+            self.ic5[i].next = self.i4[i * 2].val();
+            self.vc5[i].next = self.v4[i * 2].val();
+        }
+        for i in 0..self._sz[5] {
+            self.k5[i].next = self.kc5[i].val();
+            self.i5[i].next = self.ic5[i].val();
+            self.v5[i].next = self.vc5[i].val();
+        }
+        for _c in 0..self._cut[5] {
+            for i in 0..self._sz[5] {
+                self.rk[i].d.next = self.kc5[i].val();
+                self.ri[i].d.next = self.ic5[i].val();
+                self.rv[i].d.next = self.vc5[i].val();
+                self.k5[i].next = self.rk[i].q.val();
+                self.i5[i].next = self.ri[i].q.val();
+                self.v5[i].next = self.rv[i].q.val();
+            }
         }
         for i in 0..self._n[5] {
-            self.k6[i].next = self.k5[i * 2].val();
-            self.i6[i].next = self.i5[i * 2].val();
-            self.v6[i].next = self.v5[i * 2].val();
+            self.kc6[i].next = self.k5[i * 2].val();
+            self.ic6[i].next = self.i5[i * 2].val();
+            self.vc6[i].next = self.v5[i * 2].val();
             if self.v5[i * 2 + 1].val() & (!self.v5[i * 2].val() | (self.k5[i * 2 + 1].val() > self.k5[i * 2].val())) {
-                self.k6[i].next = self.k5[i * 2 + 1].val();
-                self.i6[i].next = self.i5[i * 2 + 1].val();
-                self.v6[i].next = self.v5[i * 2 + 1].val();
+                self.kc6[i].next = self.k5[i * 2 + 1].val();
+                self.ic6[i].next = self.i5[i * 2 + 1].val();
+                self.vc6[i].next = self.v5[i * 2 + 1].val();
             }
         }
         for i in self._n[5]..self._sz[6] {
-            self.k6[i].next = self.k5[i * 2].val();
-            self.i6[i].next = self.i5[i * 2].val();
-            self.v6[i].next = self.v5[i * 2].val();
+            self.kc6[i].next = self.k5[i * 2].val();
+            self.ic6[i].next = self.i5[i * 2].val();
+            self.vc6[i].next = self.v5[i * 2].val();
+        }
+        for i in 0..self._sz[6] {
+            self.k6[i].next = self.kc6[i].val();
+            self.i6[i].next = self.ic6[i].val();
+            self.v6[i].next = self.vc6[i].val();
+        }
+        for _c in 0..self._cut[6] {
+            for i in 0..self._sz[6] {
+                self.rk[i].d.next = self.kc6[i].val();
+                self.ri[i].d.next = self.ic6[i].val();
+                self.rv[i].d.next = self.vc6[i].val();
+                self.k6[i].next = self.rk[i].q.val();
+                self.i6[i].next = self.ri[i].q.val();
+                self.v6[i].next = self.rv[i].q.val();
+            }
         }
         for i in 0..self._n[6] {
-            self.k7[i].next = self.k6[i * 2].val();
-            self.i7[i].next = self.i6[i * 2].val();
-            self.v7[i].next = self.v6[i * 2].val();
+            self.kc7[i].next = self.k6[i * 2].val();
+            self.ic7[i].next = self.i6[i * 2].val();
+            self.vc7[i].next = self.v6[i * 2].val();
             if self.v6[i * 2 + 1].val() & (!self.v6[i * 2].val() | (self.k6[i * 2 + 1].val() > self.k6[i * 2].val())) {
-                self.k7[i].next = self.k6[i * 2 + 1].val();
-                self.i7[i].next = self.i6[i * 2 + 1].val();
-                self.v7[i].next = self.v6[i * 2 + 1].val();
+                self.kc7[i].next = self.k6[i * 2 + 1].val();
+                self.ic7[i].next = self.i6[i * 2 + 1].val();
+                self.vc7[i].next = self.v6[i * 2 + 1].val();
             }
         }
         for i in self._n[6]..self._sz[7] {
-            self.k7[i].next = self.k6[i * 2].val();
-            self.i7[i].next = self.i6[i * 2].val();
-            self.v7[i].next = self.v6[i * 2].val();
+            self.kc7[i].next = self.k6[i * 2].val();
+            self.ic7[i].next = self.i6[i * 2].val();
+            self.vc7[i].next = self.v6[i * 2].val();
+        }
+        for i in 0..self._sz[7] {
+            self.k7[i].next = self.kc7[i].val();
+            self.i7[i].next = self.ic7[i].val();
+            self.v7[i].next = self.vc7[i].val();
+        }
+        for _c in 0..self._cut[7] {
+            for i in 0..self._sz[7] {
+                self.rk[i].d.next = self.kc7[i].val();
+                self.ri[i].d.next = self.ic7[i].val();
+                self.rv[i].d.next = self.vc7[i].val();
+                self.k7[i].next = self.rk[i].q.val();
+                self.i7[i].next = self.ri[i].q.val();
+                self.v7[i].next = self.rv[i].q.val();
+            }
         }
         for i in 0..self._n[7] {
-            self.k8[i].next = self.k7[i * 2].val();
-            self.i8[i].next = self.i7[i * 2].val();
-            self.v8[i].next = self.v7[i * 2].val();
+            self.kc8[i].next = self.k7[i * 2].val();
+            self.ic8[i].next = self.i7[i * 2].val();
+            self.vc8[i].next = self.v7[i * 2].val();
             if self.v7[i * 2 + 1].val() & (!self.v7[i * 2].val() | (self.k7[i * 2 + 1].val() > self.k7[i * 2].val())) {
-                self.k8[i].next = self.k7[i * 2 + 1].val();
-                self.i8[i].next = self.i7[i * 2 + 1].val();
-                self.v8[i].next = self.v7[i * 2 + 1].val();
+                self.kc8[i].next = self.k7[i * 2 + 1].val();
+                self.ic8[i].next = self.i7[i * 2 + 1].val();
+                self.vc8[i].next = self.v7[i * 2 + 1].val();
             }
         }
         for i in self._n[7]..self._sz[8] {
-            self.k8[i].next = self.k7[i * 2].val();
-            self.i8[i].next = self.i7[i * 2].val();
-            self.v8[i].next = self.v7[i * 2].val();
+            self.kc8[i].next = self.k7[i * 2].val();
+            self.ic8[i].next = self.i7[i * 2].val();
+            self.vc8[i].next = self.v7[i * 2].val();
+        }
+        for i in 0..self._sz[8] {
+            self.k8[i].next = self.kc8[i].val();
+            self.i8[i].next = self.ic8[i].val();
+            self.v8[i].next = self.vc8[i].val();
+        }
+        for _c in 0..self._cut[8] {
+            for i in 0..self._sz[8] {
+                self.rk[i].d.next = self.kc8[i].val();
+                self.ri[i].d.next = self.ic8[i].val();
+                self.rv[i].d.next = self.vc8[i].val();
+                self.k8[i].next = self.rk[i].q.val();
+                self.i8[i].next = self.ri[i].q.val();
+                self.v8[i].next = self.rv[i].q.val();
+            }
+        }
+        // The buses as the stage after the cut sees them.
+        self.z1.d.next = self.z.val();
+        self.aux1.d.next = self.aux.val();
+        self.mask1.d.next = self.mask.val();
+        self.meta1.d.next = self.meta.val();
+        self.valid1.d.next = self.valid.val();
+        self.zs.next = self.z.val();
+        self.auxs.next = self.aux.val();
+        self.masks.next = self.mask.val();
+        self.metas.next = self.meta.val();
+        self.valids.next = self.valid.val();
+        for _c in 0..self._has_cut {
+            self.zs.next = self.z1.q.val();
+            self.auxs.next = self.aux1.q.val();
+            self.masks.next = self.mask1.q.val();
+            self.metas.next = self.meta1.q.val();
+            self.valids.next = self.valid1.q.val();
         }
         self.sel.next = self.i8[0].val();
-        self.psel.next = self.aux.val().get_bits::<16>(self.sel.val().index() * 16);
+        self.psel.next = self.auxs.val().get_bits::<16>(self.sel.val().index() * 16);
         if self.c_first.val() {
             self.psel.next = self.c_one.val();
         }
-        self.zr.d.next = self.z.val();
-        self.auxr.d.next = self.aux.val();
-        self.maskr.d.next = self.mask.val() & !(bits::<EL>(1) << self.sel.val());
-        self.metar.d.next = self.meta.val()
+        self.zr.d.next = self.zs.val();
+        self.auxr.d.next = self.auxs.val();
+        self.maskr.d.next = self.masks.val() & !(bits::<EL>(1) << self.sel.val());
+        self.metar.d.next = self.metas.val()
             | (bit_cast::<MB, 8>(self.sel.val()) << self.c_sel_sh.val())
             | (bit_cast::<MB, 16>(self.psel.val()) << self.c_p_sh.val());
-        self.validr.d.next = self.valid.val();
+        self.validr.d.next = self.valids.val();
         self.z_o.next = self.zr.q.val();
         self.aux_o.next = self.auxr.q.val();
         self.mask_o.next = self.maskr.q.val();
@@ -506,15 +764,16 @@ impl Logic for DivStage {
     }
 }
 
-/// Choice `i` of a token (combinational): its Q0.16 weight, its slot from its
-/// expert's running load and the capacity, and its fields placed in the route
-/// record. The top reads the expert id `sel` from the metadata and selects `ld`
-/// from its per-expert counters (an output `sel` read back by the top would be
-/// a combinational loop between the two blocks for Verilator).
+/// Choice `i` of a token (combinational): its slot from its expert's running
+/// load and the capacity, and its fields placed in the route record. Its
+/// weight `w` comes from a [`MulRoundSat16Pipe`](crate::blocks::MulRoundSat16Pipe)
+/// the top runs ahead of it. The top reads the expert id `sel` from the
+/// metadata and selects `ld` from its per-expert counters (an output `sel`
+/// read back by the top would be a combinational loop between the two blocks
+/// for Verilator).
 #[derive(LogicBlock)]
 pub struct Choice {
-    pub meta: Signal<In, Bits<MB>>,
-    pub r: Signal<In, Bits<32>>,
+    pub w: Signal<In, Bits<16>>,
     pub sel: Signal<In, Bits<8>>,
     pub ld: Signal<In, Bits<32>>,
     pub cap: Signal<In, Bits<32>>,
@@ -523,8 +782,6 @@ pub struct Choice {
     pub rec: Signal<Out, Bits<RB>>,
     slot: Signal<Local, Bits<32>>,
     full: Signal<Local, Bit>,
-    wm: MulRoundSat16,
-    c_p: Constant<Bits<16>>,
     c_id_sh: Constant<Bits<16>>,
     c_w_sh: Constant<Bits<16>>,
     c_s_sh: Constant<Bits<16>>,
@@ -536,12 +793,11 @@ impl Choice {
         use super::config::{REC_IDS, REC_SLOTS, REC_WEIGHTS};
         let k = |v: usize| Constant::new((v as u64).to_bits());
         with_defaults!(Self {
-            c_p: k(META_P + 16 * i),
             c_id_sh: k(8 * (REC_IDS + i)),
             c_w_sh: k(8 * (REC_WEIGHTS + 2 * i)),
             c_s_sh: k(8 * (REC_SLOTS + 4 * i)),
             c_neg1: Constant::new(u32::MAX.to_bits()),
-            .. meta, r, sel, ld, cap, active, drop, rec, slot, full, wm
+            .. w, sel, ld, cap, active, drop, rec, slot, full
         })
     }
 }
@@ -549,8 +805,6 @@ impl Choice {
 impl Logic for Choice {
     #[hdl_gen]
     fn update(&mut self) {
-        self.wm.p.next = self.meta.val().get_bits::<16>(self.c_p.val().index());
-        self.wm.r.next = self.r.val();
         self.full.next = self.ld.val() >= self.cap.val();
         self.slot.next = self.ld.val();
         if self.full.val() {
@@ -561,7 +815,7 @@ impl Logic for Choice {
         if self.active.val() {
             self.drop.next = self.full.val();
             self.rec.next = (bit_cast::<RB, 8>(self.sel.val()) << self.c_id_sh.val())
-                | (bit_cast::<RB, 16>(self.wm.w.val()) << self.c_w_sh.val())
+                | (bit_cast::<RB, 16>(self.w.val()) << self.c_w_sh.val())
                 | (bit_cast::<RB, 32>(self.slot.val()) << self.c_s_sh.val());
         }
     }
