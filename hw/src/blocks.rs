@@ -1081,11 +1081,8 @@ impl<const W: usize> Logic for DotI8Pipe<W> {
         let mut body = String::new();
         for x in 0..n {
             decl += &format!("reg signed [15:0] s0_{x} = 0;\n");
-            body += &format!(
-                "   s0_{x} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n",
-                hi = 8 * x + 7,
-                lo = 8 * x
-            );
+            body +=
+                &format!("   s0_{x} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n", hi = 8 * x + 7, lo = 8 * x);
         }
         for k in 1..=levels {
             for i in 0..n >> k {
@@ -1336,7 +1333,14 @@ impl Logic for Exp2Pipe {
     fn update(&mut self) {
         if self.clock.pos_edge() {
             let (raw, sh, pos, inr) = self._s;
-            self.p.next = (if pos { raw } else if inr { raw >> sh } else { 0 } as u64).to_bits();
+            self.p.next = (if pos {
+                raw
+            } else if inr {
+                raw >> sh
+            } else {
+                0
+            } as u64)
+                .to_bits();
             let u = to_i64(self.u.val());
             let lut = crate::numerics::exp2_lut();
             let raw = lut[(u & 0xFF) as usize];
@@ -1456,7 +1460,13 @@ impl<const W: usize> Logic for AddTree16Pipe<W> {
         let mut decl = String::new();
         let mut seq = String::new();
         let mut comb = String::new();
-        let name = |l: usize, i: usize| if l > 0 && l % 2 == 0 && l < levels { format!("r{l}_{i}") } else { format!("w{l}_{i}") };
+        let name = |l: usize, i: usize| {
+            if l > 0 && l.is_multiple_of(2) && l < levels {
+                format!("r{l}_{i}")
+            } else {
+                format!("w{l}_{i}")
+            }
+        };
         for i in 0..n {
             decl += &format!("wire [31:0] w0_{i} = {{16'd0, x[{}:{}]}};\n", 16 * i + 15, 16 * i);
         }
@@ -1554,7 +1564,7 @@ impl<const W: usize> Logic for DotI8Pipe2<W> {
         let levels = Self::levels(n);
         let (mut decl, mut seq, mut comb) = (String::new(), String::new(), String::new());
         let name = |l: usize, i: usize| {
-            if l == 0 || (l % 2 == 0 && l < levels) {
+            if l == 0 || (l.is_multiple_of(2) && l < levels) {
                 format!("r{l}_{i}")
             } else {
                 format!("w{l}_{i}")
@@ -1562,11 +1572,8 @@ impl<const W: usize> Logic for DotI8Pipe2<W> {
         };
         for i in 0..n {
             decl += &format!("reg signed [15:0] r0_{i} = 0;\n");
-            seq += &format!(
-                "   r0_{i} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n",
-                hi = 8 * i + 7,
-                lo = 8 * i
-            );
+            seq +=
+                &format!("   r0_{i} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n", hi = 8 * i + 7, lo = 8 * i);
         }
         for l in 1..=levels {
             let w = 16 + l;
@@ -1704,7 +1711,9 @@ mod moe150_tests {
                 })
                 .collect();
             let pack = |v: &[i8]| {
-                v.iter().enumerate().fold(Bits::<512>::default(), |acc, (i, &x)| acc | (bits::<512>(x as u8 as u64) << (8 * i as u64)))
+                v.iter()
+                    .enumerate()
+                    .fold(Bits::<512>::default(), |acc, (i, &x)| acc | (bits::<512>(x as u8 as u64) << (8 * i as u64)))
             };
             for j in 0..rows.len() + lat {
                 let (a, b) = &rows[j.min(rows.len() - 1)];

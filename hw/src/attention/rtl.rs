@@ -424,7 +424,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Phase::Check2 => {
                 // ((SMULT·d) >> 24) >> SSHIFT is not zero: a bit at or above SSHIFT.
-                self.bad_r.d.next = self.bad_t.q.val() | self.bad_c.q.val() | ((self.sm_r.q.val() & self.th_r.q.val()) != 0);
+                self.bad_r.d.next =
+                    self.bad_t.q.val() | self.bad_c.q.val() | ((self.sm_r.q.val() & self.th_r.q.val()) != 0);
                 self.phase.d.next = Phase::Check3;
             }
             Phase::Check3 => {
@@ -570,7 +571,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     if !self.kv_turn.q.val() {
                         // The room registers are last cycle's: no burst was issued then
                         // (a V burst came at least `kv_age` = 3 cycles ago, and each K one before it).
-                        if (self.kv_age.q.val() == 3) & (self.kv_rem.q.val() != 0) & self.k_room.q.val() & self.v_room.q.val()
+                        if (self.kv_age.q.val() == 3)
+                            & (self.kv_rem.q.val() != 0)
+                            & self.k_room.q.val()
+                            & self.v_room.q.val()
                         {
                             self.shell.ar_req.next = true;
                             self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_len.q.val() - 1);
@@ -673,7 +677,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.fin.d.next = Fin::WRow2;
             }
             Fin::WRow2 => {
-                self.w_rowaddr.d.next = self.f_oh.q.val() + (bit_cast::<64, 32>(self.w_rb.q.val()) & !self.c_pmask.val());
+                self.w_rowaddr.d.next =
+                    self.f_oh.q.val() + (bit_cast::<64, 32>(self.w_rb.q.val()) & !self.c_pmask.val());
                 self.w_off.d.next = bit_cast::<16, 32>(self.w_rb.q.val() & self.c_pmask32.val());
                 self.w_strb_r.d.next = self.c_ones.val();
                 if self.row_bytes_log.val() < self.c_logp.val() {
@@ -685,7 +690,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Fin::WPrep => {
                 // Beat `wb` of the row: the bottom of `wrow`, placed at the row's offset in the beat.
-                self.w_addr.d.next = self.w_rowaddr.q.val() + (bit_cast::<64, 16>(self.wb.q.val()) << self.c_logp.val());
+                self.w_addr.d.next =
+                    self.w_rowaddr.q.val() + (bit_cast::<64, 16>(self.wb.q.val()) << self.c_logp.val());
                 self.w_beat.d.next = bit_cast::<W, ROW32_BITS>(self.wrow.q.val()) << (self.w_off.q.val() << 3);
                 self.w_strb.d.next = self.w_strb_r.q.val();
                 self.fin.d.next = Fin::WSend;

@@ -990,9 +990,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         self.room.d.next = self.pending.q.val() < self.c_depth_m1.val();
         // The last beat of a token's last group: ct moves on.
-        self.tok_end.next = self.go.val()
-            & (self.cc.q.val() == self.beats_m1.q.val())
-            & (self.cg.q.val() == self.groups_m1.q.val());
+        self.tok_end.next =
+            self.go.val() & (self.cc.q.val() == self.beats_m1.q.val()) & (self.cg.q.val() == self.groups_m1.q.val());
         if self.tok_end.val() & (self.ct.q.val() == self.t_m1.q.val()) {
             self.more.d.next = false;
         }
