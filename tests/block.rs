@@ -9,7 +9,10 @@ use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::moe::MoeConfig;
 use ferrite_runtime::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_runtime::backend::sim::{Engine, SimDevice};
-use ferrite_runtime::block::{run_block, run_block_resident, BlockDevices, OneDevice, PerUnit, Resident};
+use ferrite_runtime::block::{
+    project_block, run_block, run_block_resident, sim_units, Basis, BlockDevices, OneDevice, PerUnit, Projection,
+    Resident,
+};
 use ferrite_runtime::device::{Buffer, DeviceInfo, Layout, Problem};
 use ferrite_runtime::{Device, DeviceError, Launch, RunStats};
 use ferrite_sim::MemoryConfig;
@@ -128,4 +131,51 @@ fn resident_weights_are_uploaded_once() {
         err.contains("B on the device is 16×8 with pitch 9 in 144 bytes; this launch needs 16×8 with pitch 8"),
         "{err}"
     );
+}
+
+/// The projection of a block (every launch large enough extrapolated from two
+/// simulated sizes) against the same block simulated whole, launch by launch:
+/// the GEMM's and the attention unit's cycles are affine in N and in heads, so
+/// they match exactly; the router's depend on its dispatch, so they come close.
+#[test]
+fn projected_block_matches_the_simulated_block() {
+    if !ferrite_sim::verilator_or_skip() {
+        return;
+    }
+    // The CI block with 4 heads of 16, so that heads extrapolate too (the units of other tests).
+    let small = BlockShape::small();
+    let s = BlockShape {
+        mode: small.mode,
+        capacity: small.capacity,
+        ..BlockShape::with_dims(32, 64, 4, 4, 2, 128).unwrap()
+    };
+    let (w, x, sc) = (BlockWeights::random(&s, 40), random_input(&s, 50), Scales::default());
+    let (g, a, m) = sim_units(&s, 300.0).unwrap();
+    let cols = g.cols;
+    let mem = MemoryConfig::default();
+    let mut gemm = SimDevice::new(g, mem.clone(), Engine::Verilator, None).unwrap();
+    let mut attention = SimDevice::new(a, mem.clone(), Engine::Verilator, None).unwrap();
+    let mut moe = SimDevice::new(m, mem, Engine::Verilator, None).unwrap();
+    let mut devs = PerUnit { gemm: &mut gemm, attention: &mut attention, moe: &mut moe };
+    let run = run_block(&mut devs, &s, &w, &sc, &x).unwrap();
+    let how = Projection { direct_macs: 0, gemm_cols: cols, seed: 3 };
+    let projected = project_block(&mut devs, (&s, &w, &sc), &run.output.route, &how, &mut |_, _, _| {}).unwrap();
+    assert_eq!(projected.len(), run.steps.len());
+    let cycles = |r: &RunStats| r.cycles.unwrap().cycles;
+    for (p, r) in projected.iter().zip(&run.steps) {
+        assert_eq!((&p.step.name, p.step.unit), (&r.name, r.unit));
+        let (got, want) = (cycles(&p.step.stats), cycles(&r.stats));
+        eprintln!("{}: projected {got} ({}), simulated {want}", r.name, p.basis);
+        match r.unit {
+            "moe" => assert!(got.abs_diff(want) * 20 <= want, "{}: {got} vs {want}", r.name),
+            _ => assert_eq!(got, want, "{} ({})", r.name, p.basis),
+        }
+    }
+    // Every kind of extrapolation ran: each unit's launches are larger than two of its steps.
+    for dim in ["N", "heads", "tokens"] {
+        assert!(
+            projected.iter().any(|p| matches!(p.basis, Basis::Affine { dim: d, .. } if d == dim)),
+            "nothing extrapolated in {dim}"
+        );
+    }
 }

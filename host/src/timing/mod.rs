@@ -165,7 +165,7 @@ impl Toolchain {
 
     /// Run `func` of the Python package `module` with `args` in `dir`, its
     /// output in `log`; `what` names the step in errors.
-    fn run(&self, dir: &Path, module: &str, func: &str, args: &[&str], log: &str, what: &str) -> Result<()> {
+    pub(crate) fn run(&self, dir: &Path, module: &str, func: &str, args: &[&str], log: &str, what: &str) -> Result<()> {
         let code = format!("import sys, {module} as m; sys.exit(m.{func}(sys.argv[1:]))");
         let file = std::fs::File::create(dir.join(log)).with_context(|| format!("creating {log}"))?;
         let status = Command::new(&self.python)

@@ -3,13 +3,14 @@
 //! float64, the router's agreement with a float router, and where the time goes.
 use super::guard;
 use super::{engine, sim_clock, sim_device, SimArgs};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::backend::sim::Engine;
 use ferrite_host::block::{
-    run_block, run_block_resident, sim_units, BlockDevices, BlockRun, OneDevice, PerUnit, Resident,
+    project_block, run_block, run_block_resident, sim_units, Basis, BlockDevices, BlockRun, OneDevice, PerUnit,
+    ProjectedStep, Projection, Resident,
 };
 use ferrite_host::clock::round_mhz;
 use ferrite_host::clock::Clock;
@@ -23,6 +24,7 @@ use ferrite_hw::block::{
     block, block_f64, expert_agreement, random_input, relative_error, BlockOutput, BlockShape, BlockWeights, Scales,
 };
 use ferrite_hw::moe::{CapacityFactor, GateMode};
+use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -80,6 +82,12 @@ pub(super) struct BlockArgs {
     /// 0 skips it; simulations are never repeated.
     #[arg(long, default_value_t = 500)]
     min_time_ms: u64,
+    /// With --device sim: project a block too large to simulate whole. Each launch with at most
+    /// 2^22 multiply-accumulates is simulated; a larger one at two sizes of one dimension in which
+    /// the unit's cycles are affine (GEMM: N, attention: heads, router: tokens), then
+    /// extrapolated. Cycles only: the data is the golden block's (docs/block.md).
+    #[arg(long)]
+    project: bool,
     /// Answer yes to a long simulation.
     #[arg(long)]
     yes: bool,
@@ -124,6 +132,9 @@ impl BlockArgs {
 }
 
 pub(super) fn run(args: &BlockArgs) -> Result<()> {
+    if args.project && args.device != BlockDevice::Sim {
+        bail!("--project needs --device sim: it projects the simulated units' cycles");
+    }
     let (s, w, sc) = args.layer()?;
     let x = random_input(&s, args.seed ^ 0xb10c);
     // Computed once: the spec every device is checked against (and saved beside the weights).
@@ -186,9 +197,20 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
         }
         BlockDevice::Sim => {
             let (g, a, m) = sim_units(&s, 300.0)?;
+            let gemm_cols = g.cols;
             // Every multiplier of the 4×4 array busy every cycle: a lower bound.
             let cycles = macs / g.macs() as u64;
-            guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S).confirm(args.yes)?;
+            let estimate = guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S);
+            if !args.project {
+                if estimate.wall > guard::LONG_RUN && !args.yes {
+                    bail!(
+                        "simulating this block would take at least {} ({cycles} cycles): pass --project to project \
+                         it from simulated launches, or --yes to simulate it whole",
+                        guard::human_duration(estimate.wall)
+                    );
+                }
+                estimate.confirm(args.yes)?;
+            }
             let engine = engine(args.sim.engine)?;
             for (unit, cfg) in [("gemm", g.clone().into()), ("attention", a.clone().into()), ("moe", m.clone().into())]
             {
@@ -202,6 +224,12 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
             let mut moe = sim_device(m, &args.sim, engine, args.seed + 2, None)?;
             let counters: Vec<_> = [&gemm, &attention, &moe].iter().filter_map(|d| d.cycles_done()).collect();
             let mut devs = PerUnit { gemm: &mut gemm, attention: &mut attention, moe: &mut moe };
+            if args.project {
+                let how = Projection { direct_macs: PROJECT_DIRECT_MACS, gemm_cols, seed: args.seed };
+                let run = project(&mut devs, (&s, &w, &sc), &golden, &how)?;
+                report(&s, &sc, &w, &x, &golden, None, &run, &clocks)?;
+                return Ok(());
+            }
             guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S).progress(
                 &counters,
                 "simulating the block".into(),
@@ -212,7 +240,7 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
     // The unit table comes from the last timed run when there is one: the first run of a
     // device includes one-time work (CUDA's NVRTC compiles, OpenCL program builds).
     let table = measured.as_ref().map_or(&run, |m| &m.last);
-    report(&s, &sc, &w, &x, &golden, &run, table, &clocks)?;
+    report(&s, &sc, &w, &x, &golden, Some(&run), table, &clocks)?;
     if let Some(m) = measured {
         anyhow::ensure!(m.last.output == golden, "the last timed run differs from the golden block");
         let per_token = match &m.joules {
@@ -270,6 +298,44 @@ fn measure(
     Ok(Measured { median: times[times.len() / 2], runs: times.len(), last, joules, source })
 }
 
+/// Launches of at most this many multiply-accumulates are simulated whole by
+/// `--project` (262 144 cycles on the 4×4 array at best).
+const PROJECT_DIRECT_MACS: u64 = 1 << 22;
+
+/// The block's launches projected on the simulated units `devs`, with a
+/// progress bar and a line per unit saying how each launch's cycles came.
+fn project(
+    devs: &mut dyn BlockDevices,
+    layer: (&BlockShape, &BlockWeights, &Scales),
+    golden: &BlockOutput,
+    how: &Projection,
+) -> Result<BlockRun> {
+    let bar = ProgressBar::new(0);
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} launches projected, now {msg} [{elapsed}]") {
+        bar.set_style(style);
+    }
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let steps = project_block(devs, layer, &golden.route, how, &mut |name, i, n| {
+        bar.set_length(n as u64);
+        bar.set_position(i as u64);
+        bar.set_message(name.to_string());
+    });
+    bar.finish_and_clear();
+    let steps = steps?;
+    for unit in ["gemm", "attention", "moe"] {
+        let of_unit: Vec<&ProjectedStep> = steps.iter().filter(|p| p.step.unit == unit).collect();
+        let simulated = of_unit.iter().filter(|p| p.basis == Basis::Simulated).count();
+        let example = of_unit.iter().find(|p| p.basis != Basis::Simulated);
+        println!(
+            "projection   {unit}: {} launches, {simulated} simulated whole, {} extrapolated{}",
+            of_unit.len(),
+            of_unit.len() - simulated,
+            example.map_or(String::new(), |p| format!(" (e.g. {}: {})", p.step.name, p.basis))
+        );
+    }
+    Ok(BlockRun { output: golden.clone(), steps: steps.into_iter().map(|p| p.step).collect() })
+}
+
 fn timed(devs: &mut dyn BlockDevices, s: &BlockShape, w: &BlockWeights, sc: &Scales, x: &[i8]) -> Result<BlockRun> {
     Ok(run_block(devs, s, w, sc, x)?)
 }
@@ -281,22 +347,25 @@ fn report(
     w: &BlockWeights,
     x: &[i8],
     golden: &BlockOutput,
-    run: &BlockRun,
+    run: Option<&BlockRun>,
     table_run: &BlockRun,
     clocks: &[(&'static str, Clock)],
 ) -> Result<()> {
-    match golden.out.iter().zip(&run.output.out).position(|(a, b)| a != b) {
-        None if *golden == run.output => {
-            println!("correct      bit-exact vs the golden block ({} outputs, route and h1 too)", golden.out.len())
-        }
-        None => anyhow::bail!("the output matches the golden block but the route or h1 does not"),
-        Some(i) => anyhow::bail!(
-            "MISMATCH at token {} column {}: got {}, golden {}",
-            i / s.hidden,
-            i % s.hidden,
-            run.output.out[i],
-            golden.out[i]
-        ),
+    match run {
+        None => println!("correct      not checked: a projection counts cycles, its data is the golden block's"),
+        Some(run) => match golden.out.iter().zip(&run.output.out).position(|(a, b)| a != b) {
+            None if *golden == run.output => {
+                println!("correct      bit-exact vs the golden block ({} outputs, route and h1 too)", golden.out.len())
+            }
+            None => anyhow::bail!("the output matches the golden block but the route or h1 does not"),
+            Some(i) => anyhow::bail!(
+                "MISMATCH at token {} column {}: got {}, golden {}",
+                i / s.hidden,
+                i % s.hidden,
+                run.output.out[i],
+                golden.out[i]
+            ),
+        },
     }
     let bar = super::spinner("the float64 block (the accuracy reference, on this CPU)".into());
     let real = block_f64(s, w, sc, x);
@@ -336,11 +405,13 @@ fn report(
     if let Some((_, clock)) = clocks.first() {
         println!("clock        {clock}");
     }
-    println!(
-        "throughput   {:.0} tokens/s by launch wall time ({:.3} ms a block; glue on the host not counted)",
-        s.tokens as f64 / total_wall.max(f64::MIN_POSITIVE),
-        1e3 * total_wall
-    );
+    if run.is_some() {
+        println!(
+            "throughput   {:.0} tokens/s by launch wall time ({:.3} ms a block; glue on the host not counted)",
+            s.tokens as f64 / total_wall.max(f64::MIN_POSITIVE),
+            1e3 * total_wall
+        );
+    }
     if let (Some(t), false) = (projected_total, clocks.is_empty()) {
         println!(
             "projected    {:.0} tokens/s on the units in sequence ({:.1} µs a block at that clock)",
