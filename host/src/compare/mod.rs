@@ -860,7 +860,7 @@ fn run_one(
                 if opts.resources {
                     bar.set_message(format!("yosys synth_xilinx of {kernel} (minutes the first time, cached after)"));
                 }
-                fpga_resources(opts, pool, unit)
+                (kernel.as_str(), fpga_resources(opts, pool, unit))
             })
             .collect();
         let (resources, resources_note) = one_fpga(each);
@@ -1065,24 +1065,28 @@ fn fpga_resources(opts: &Options, pool: &mut Pool, unit: &UnitConfig) -> (Option
 /// The resources of one FPGA that holds every unit of a problem: the sum of
 /// the units' estimates (a block's GEMM, attention and MoE units side by
 /// side, all clocked for the whole block), or none with every unit's reason.
-fn one_fpga(each: Vec<(Option<Resources>, String)>) -> (Option<Resources>, String) {
-    if let [one] = each.as_slice() {
+fn one_fpga(each: Vec<(&str, (Option<Resources>, String))>) -> (Option<Resources>, String) {
+    if let [(_, one)] = each.as_slice() {
         return one.clone();
     }
-    if let Some(missing) = each.iter().find(|(r, _)| r.is_none()) {
-        return (None, missing.1.clone());
+    if let Some((kernel, (_, why))) = each.iter().find(|(_, (r, _))| r.is_none()) {
+        return (None, format!("{kernel}: {why}"));
     }
-    let parts: Vec<Resources> = each.into_iter().filter_map(|(r, _)| r).collect();
+    let parts: Vec<(&str, Resources)> = each.into_iter().filter_map(|(k, (r, _))| Some((k, r?))).collect();
     let sum = Resources {
-        lut: parts.iter().map(|r| r.lut).sum(),
-        ff: parts.iter().map(|r| r.ff).sum(),
-        dsp: parts.iter().map(|r| r.dsp).sum(),
-        bram36: parts.iter().map(|r| r.bram36).sum(),
-        uram: parts.iter().map(|r| r.uram).sum(),
+        lut: parts.iter().map(|(_, r)| r.lut).sum(),
+        ff: parts.iter().map(|(_, r)| r.ff).sum(),
+        dsp: parts.iter().map(|(_, r)| r.dsp).sum(),
+        bram36: parts.iter().map(|(_, r)| r.bram36).sum(),
+        uram: parts.iter().map(|(_, r)| r.uram).sum(),
         source: format!(
-            "the sum of its {} units on one FPGA ({})",
+            "the sum of its {} units on one FPGA: {}",
             parts.len(),
-            parts.iter().map(|r| r.source.as_str()).collect::<Vec<_>>().join("; ")
+            parts
+                .iter()
+                .map(|(k, r)| format!("{k} {} LUT, {} FF, {} DSP ({})", r.lut, r.ff, r.dsp, r.source))
+                .collect::<Vec<_>>()
+                .join("; ")
         ),
     };
     (Some(sum), String::new())
@@ -1097,13 +1101,19 @@ mod tests {
     #[test]
     fn one_fpga_sums_units_or_says_why_not() {
         let r = |lut, dsp, bram36| Resources { lut, ff: 2 * lut, dsp, bram36, uram: 0, source: format!("s{lut}") };
-        let (sum, note) = one_fpga(vec![(Some(r(10, 1, 0.5)), String::new()), (Some(r(20, 2, 1.0)), String::new())]);
+        let (sum, note) =
+            one_fpga(vec![("a", (Some(r(10, 1, 0.5)), String::new())), ("b", (Some(r(20, 2, 1.0)), String::new()))]);
         let sum = sum.unwrap();
         assert_eq!((sum.lut, sum.ff, sum.dsp, sum.bram36, note.as_str()), (30, 60, 3, 1.5, ""));
-        assert!(sum.source.contains("2 units") && sum.source.contains("s10; s20"), "{}", sum.source);
-        let (none, note) = one_fpga(vec![(Some(r(10, 1, 0.5)), String::new()), (None, "yosys failed".into())]);
-        assert_eq!((none, note.as_str()), (None, "yosys failed"));
-        let (one, _) = one_fpga(vec![(Some(r(7, 0, 0.0)), String::new())]);
+        assert!(
+            sum.source.contains("2 units") && sum.source.contains("b 20 LUT, 40 FF, 2 DSP (s20)"),
+            "{}",
+            sum.source
+        );
+        let (none, note) =
+            one_fpga(vec![("a", (Some(r(10, 1, 0.5)), String::new())), ("b", (None, "yosys failed".into()))]);
+        assert_eq!((none, note.as_str()), (None, "b: yosys failed"));
+        let (one, _) = one_fpga(vec![("a", (Some(r(7, 0, 0.0)), String::new()))]);
         assert_eq!(one.unwrap().source, "s7", "a single unit keeps its own source");
     }
 
