@@ -80,6 +80,25 @@ pub fn sim_units(s: &BlockShape, clock_mhz: f64) -> Result<(GemmConfig, Attentio
     Ok((gemm, attention, moe))
 }
 
+/// The default (demo) units, as a deployment would build them, for the block
+/// `s` at `clock_mhz`: the 16×16 GEMM array (K, N ≤ 4096), the 8-lane
+/// attention unit for its head dim, the 16-lane router of 64 experts.
+pub fn default_units(s: &BlockShape, clock_mhz: f64) -> Result<(GemmConfig, AttentionConfig, MoeConfig), DeviceError> {
+    let gemm = GemmConfig { clock_mhz, ..GemmConfig::default() };
+    let d = s.head_dim;
+    let attention = AttentionConfig { head_dim: d, dot_par: d, clock_mhz, ..AttentionConfig::default() };
+    let moe = MoeConfig { clock_mhz, ..MoeConfig::default() };
+    let too_big = |what: String| DeviceError::Problem(format!("the default units hold {what}: use the small units"));
+    if s.hidden.max(s.ffn) > gemm.k_max.min(gemm.n_max) {
+        return Err(too_big(format!("K, N ≤ {}, the block needs {}", gemm.k_max, s.hidden.max(s.ffn))));
+    }
+    if s.experts > moe.e_max || s.top_k > moe.k_max || s.hidden > moe.h_max {
+        return Err(too_big(format!("E ≤ {}, k ≤ {}, H ≤ {}", moe.e_max, moe.k_max, moe.h_max)));
+    }
+    attention.validate().map_err(|e| DeviceError::Config(format!("the attention unit for head dim {d}: {e}")))?;
+    Ok((gemm, attention, moe))
+}
+
 /// One unit launch of the block and what it cost.
 #[derive(Debug, Clone)]
 pub struct Step {
@@ -436,4 +455,22 @@ fn simulate(dev: &mut dyn Device, problem: &Problem, rng: &mut ChaCha8Rng) -> Re
             ops::moe(dev, p, &bytes(p.tokens * p.hidden), &bytes(p.experts * p.hidden), bias.as_deref())?.1
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The realistic block fits the default units; a block wider than they hold is refused.
+    #[test]
+    fn default_units_hold_the_realistic_block_only_up_to_their_limits() {
+        let realistic = BlockShape::with_dims(512, 1024, 16, 64, 8, 2816).unwrap();
+        let (g, a, m) = default_units(&realistic, 300.0).unwrap();
+        assert_eq!((g.rows, g.cols, a.head_dim, a.lanes, m.e_max), (16, 16, 64, 8, 64));
+        let wide = BlockShape::with_dims(16, 1024, 16, 64, 8, 8192).unwrap();
+        let err = default_units(&wide, 300.0).unwrap_err().to_string();
+        assert!(err.contains("K, N ≤ 4096") && err.contains("small units"), "{err}");
+        let many = BlockShape::with_dims(16, 256, 4, 128, 8, 512).unwrap();
+        assert!(default_units(&many, 300.0).unwrap_err().to_string().contains("E ≤ 64"));
+    }
 }

@@ -9,8 +9,8 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use ferrite_host::backend::cpu::{CpuDevice, CpuMode};
 use ferrite_host::backend::sim::Engine;
 use ferrite_host::block::{
-    project_block, run_block, run_block_resident, sim_units, Basis, BlockDevices, BlockRun, OneDevice, PerUnit,
-    ProjectedStep, Projection, Resident,
+    default_units, project_block, run_block, run_block_resident, sim_units, Basis, BlockDevices, BlockRun, OneDevice,
+    PerUnit, ProjectedStep, Projection, Resident,
 };
 use ferrite_host::clock::round_mhz;
 use ferrite_host::clock::Clock;
@@ -40,6 +40,14 @@ pub(super) enum BlockDevice {
     Cuda,
     /// The OpenCL ports on the first non-Xilinx device.
     Opencl,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(super) enum Units {
+    /// A 4×4 GEMM array, a 2-lane attention unit, a 2-lane router: quick to build (CI).
+    Small,
+    /// The default units: 16×16 GEMM, 8-lane attention, 16-lane 64-expert router (as deployed).
+    Default,
 }
 
 #[derive(Args)]
@@ -82,6 +90,9 @@ pub(super) struct BlockArgs {
     /// 0 skips it; simulations are never repeated.
     #[arg(long, default_value_t = 500)]
     min_time_ms: u64,
+    /// With --device sim: which units simulate the block.
+    #[arg(long, value_enum, default_value_t = Units::Small)]
+    units: Units,
     /// With --device sim: project a block too large to simulate whole. Each launch with at most
     /// 2^22 multiply-accumulates is simulated; a larger one at two sizes of one dimension in which
     /// the unit's cycles are affine (GEMM: N, attention: heads, router: tokens), then
@@ -132,8 +143,8 @@ impl BlockArgs {
 }
 
 pub(super) fn run(args: &BlockArgs) -> Result<()> {
-    if args.project && args.device != BlockDevice::Sim {
-        bail!("--project needs --device sim: it projects the simulated units' cycles");
+    if args.device != BlockDevice::Sim && (args.project || args.units != Units::Small) {
+        bail!("--project and --units need --device sim: they choose how the simulated units run the block");
     }
     let (s, w, sc) = args.layer()?;
     let x = random_input(&s, args.seed ^ 0xb10c);
@@ -196,9 +207,12 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
             run
         }
         BlockDevice::Sim => {
-            let (g, a, m) = sim_units(&s, 300.0)?;
+            let (g, a, m) = match args.units {
+                Units::Small => sim_units(&s, 300.0)?,
+                Units::Default => default_units(&s, 300.0)?,
+            };
             let gemm_cols = g.cols;
-            // Every multiplier of the 4×4 array busy every cycle: a lower bound.
+            // Every multiplier of the GEMM array busy every cycle: a lower bound.
             let cycles = macs / g.macs() as u64;
             let estimate = guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S);
             if !args.project {
