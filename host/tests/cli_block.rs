@@ -22,6 +22,27 @@ fn bad_blocks_are_one_line_errors() {
         (&["--top-k", "5"], "top-k = 5 exceeds the 4 experts"),
         (&["--tokens", "0"], "every block size must be ≥ 1"),
         (&["--capacity-factor=-1"], "must be > 0"),
+        (&["--project"], "--project and --units need --device sim"),
+        (&["--units", "default"], "--project and --units need --device sim"),
+        // About 8·10⁸ MACs: hours on the 4×4 array; refused before any work, pointing to --project.
+        (
+            &[
+                "--device",
+                "sim",
+                "--tokens",
+                "256",
+                "--hidden",
+                "512",
+                "--heads",
+                "8",
+                "--experts",
+                "8",
+                "--ffn",
+                "1024",
+            ],
+            "pass --project to project it from simulated launches",
+        ),
+        (&["--device", "sim", "--units", "default", "--ffn", "8192"], "the default units hold K, N ≤ 4096"),
     ] {
         let out = ferrite().arg("block").args(args).assert().failure();
         let err = stderr(&out);

@@ -147,6 +147,31 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
         bail!("--project and --units need --device sim: they choose how the simulated units run the block");
     }
     let (s, w, sc) = args.layer()?;
+    let macs = s.macs(s.tokens * s.top_k);
+    // The simulated units, and the refusal of a long simulation, before any work.
+    let units = match args.device {
+        BlockDevice::Sim => {
+            let (g, a, m) = match args.units {
+                Units::Small => sim_units(&s, 300.0)?,
+                Units::Default => default_units(&s, 300.0)?,
+            };
+            // Every multiplier of the GEMM array busy every cycle: a lower bound.
+            let cycles = macs / g.macs() as u64;
+            let estimate = guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S);
+            if !args.project {
+                if estimate.wall > guard::LONG_RUN && !args.yes {
+                    bail!(
+                        "simulating this block would take at least {} ({cycles} cycles): pass --project to project \
+                         it from simulated launches, or --yes to simulate it whole",
+                        guard::human_duration(estimate.wall)
+                    );
+                }
+                estimate.confirm(args.yes)?;
+            }
+            Some((g, a, m, estimate))
+        }
+        _ => None,
+    };
     let x = random_input(&s, args.seed ^ 0xb10c);
     // Computed once: the spec every device is checked against (and saved beside the weights).
     let bar = super::spinner("the golden block (the integer spec, on this CPU)".into());
@@ -178,7 +203,6 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
         s.capacity.map_or("unlimited".to_string(), |c| format!("{:.3}", c.0 as f64 / 65536.0)),
         s.mode
     );
-    let macs = s.macs(s.tokens * s.top_k);
     let mut clocks: Vec<(&'static str, Clock)> = Vec::new();
     let mut measured = None;
     let run = match args.device {
@@ -207,24 +231,8 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
             run
         }
         BlockDevice::Sim => {
-            let (g, a, m) = match args.units {
-                Units::Small => sim_units(&s, 300.0)?,
-                Units::Default => default_units(&s, 300.0)?,
-            };
+            let (g, a, m, estimate) = units.context("the simulated units were not chosen")?;
             let gemm_cols = g.cols;
-            // Every multiplier of the GEMM array busy every cycle: a lower bound.
-            let cycles = macs / g.macs() as u64;
-            let estimate = guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S);
-            if !args.project {
-                if estimate.wall > guard::LONG_RUN && !args.yes {
-                    bail!(
-                        "simulating this block would take at least {} ({cycles} cycles): pass --project to project \
-                         it from simulated launches, or --yes to simulate it whole",
-                        guard::human_duration(estimate.wall)
-                    );
-                }
-                estimate.confirm(args.yes)?;
-            }
             let engine = engine(args.sim.engine)?;
             for (unit, cfg) in [("gemm", g.clone().into()), ("attention", a.clone().into()), ("moe", m.clone().into())]
             {
@@ -244,11 +252,7 @@ pub(super) fn run(args: &BlockArgs) -> Result<()> {
                 report(&s, &sc, &w, &x, &golden, None, &run, &clocks)?;
                 return Ok(());
             }
-            guard::Estimate::sim(cycles, guard::VERILATOR_CYCLES_PER_S).progress(
-                &counters,
-                "simulating the block".into(),
-                || timed(&mut devs, &s, &w, &sc, &x),
-            )?
+            estimate.progress(&counters, "simulating the block".into(), || timed(&mut devs, &s, &w, &sc, &x))?
         }
     };
     // The unit table comes from the last timed run when there is one: the first run of a
