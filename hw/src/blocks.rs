@@ -204,59 +204,9 @@ impl<const D: usize> Logic for SkewLine<D> {
     }
 }
 
-/// The requantizer: `y = sat8(round_half_away(x · mult / 2^shift))`, two
-/// pipeline stages (multiply, then round/shift/saturate), each with an enable.
-#[derive(LogicBlock, Default)]
-pub struct Requantizer {
-    pub clock: Signal<In, Clock>,
-    pub en_mul: Signal<In, Bit>,
-    pub en_round: Signal<In, Bit>,
-    pub x: Signal<In, Bits<32>>,
-    pub mult: Signal<In, Bits<32>>,
-    pub shift: Signal<In, Bits<6>>,
-    pub y: Signal<Out, Bits<8>>,
-    _p: i64,
-}
-
-impl Logic for Requantizer {
-    fn update(&mut self) {
-        if self.clock.pos_edge() {
-            // Stage 2 reads the product latched at the previous edge, so it
-            // runs before stage 1 overwrites `_p`.
-            let shift = to_u64(self.shift.val()) as u32;
-            if self.en_round.val() {
-                // requantize(x=1, mult=p) would overflow; apply the rounding directly.
-                let q = crate::numerics::round_shift(self._p, shift);
-                self.y.next = ((q.clamp(-128, 127) as i8 as u8) as u64).to_bits();
-            }
-            if self.en_mul.val() {
-                let x = to_u64(self.x.val()) as u32 as i32;
-                let m = to_u64(self.mult.val()) as u32 as i32;
-                self._p = x as i64 * m as i64;
-            }
-        }
-    }
-    fn connect(&mut self) {
-        self.y.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        Verilog::Custom(
-            "\
-reg signed [63:0] p = 0;
-wire signed [63:0] half = (shift == 6'd0) ? 64'sd0 : (64'sd1 <<< (shift - 6'd1));
-wire signed [63:0] adj = (shift == 6'd0) ? 64'sd0 : (half - {63'd0, p[63]});
-wire signed [63:0] q = (p + adj) >>> shift;
-always @(posedge clock) begin
-   if (en_round) y <= (q > 64'sd127) ? 8'h7f : ((q < -64'sd128) ? 8'h80 : q[7:0]);
-   if (en_mul) p <= $signed(x) * $signed(mult);
-end"
-            .into(),
-        )
-    }
-}
-
-/// The requantizer of [`Requantizer`] as a free-running pipeline of
-/// [`RequantPipe::LATENCY`] stages: [`MulShiftStages`], then saturation. The
+/// The requantizer `y = sat8(round_half_away(x · mult / 2^shift))` as a
+/// free-running pipeline of [`RequantPipe::LATENCY`] stages:
+/// [`MulShiftStages`], then saturation. The
 /// one-cycle 64-bit round/shift/saturate was the GEMM unit's critical path
 /// (docs/timing.md). `y` is `sat8(round_half_away(x · mult / 2^shift))` of the
 /// `x` held `LATENCY` cycles earlier; `mult` and `shift` must be steady for the
@@ -490,27 +440,6 @@ end"
     }
 }
 
-/// Unsigned 32×32 → 64-bit multiply (combinational; maps to DSPs). Used for
-/// row address arithmetic.
-#[derive(LogicBlock, Default)]
-pub struct MulU32 {
-    pub a: Signal<In, Bits<32>>,
-    pub b: Signal<In, Bits<32>>,
-    pub p: Signal<Out, Bits<64>>,
-}
-
-impl Logic for MulU32 {
-    fn update(&mut self) {
-        self.p.next = (to_u64(self.a.val()) * to_u64(self.b.val())).to_bits();
-    }
-    fn connect(&mut self) {
-        self.p.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        Verilog::Custom("always @(*) p = a * b;".into())
-    }
-}
-
 /// `n` lanes of `L` bits side by side in a `W`-bit bus, lane 0 in the low
 /// bits, the rest zero: the concatenation rust-hdl cannot write. Placing each
 /// lane with a shift and OR-ing the results is the same logic, but simulators
@@ -547,241 +476,6 @@ impl<const L: usize, const W: usize> Logic for Pack<L, W> {
             parts.insert(0, format!("{}'d0", W - n * L));
         }
         Verilog::Custom(format!("always @(*) out = {{{}}};", parts.join(", ")))
-    }
-}
-
-/// The dot product of the first `n` int8 pairs of two packed rows
-/// (combinational): `n` 8×8 products summed by a binary adder tree of up to 7
-/// levels (`n` a power of two ≤ 128), wrapping in 32 bits like the models. The
-/// attention lanes' q·k and the MoE gate lanes' x·w.
-#[derive(LogicBlock)]
-pub struct DotI8<const W: usize> {
-    pub a: Signal<In, Bits<W>>,
-    pub b: Signal<In, Bits<W>>,
-    pub dot: Signal<Out, Signed<32>>,
-    prod: Vec<Signal<Local, Signed<32>>>,
-    lv1: Vec<Signal<Local, Signed<32>>>,
-    lv2: Vec<Signal<Local, Signed<32>>>,
-    lv3: Vec<Signal<Local, Signed<32>>>,
-    lv4: Vec<Signal<Local, Signed<32>>>,
-    lv5: Vec<Signal<Local, Signed<32>>>,
-    lv6: Vec<Signal<Local, Signed<32>>>,
-    lv7: Vec<Signal<Local, Signed<32>>>,
-    _n: usize,
-    /// Adders at each level; a level past the root passes its one value on.
-    _add: [usize; 7],
-    _pass: [usize; 7],
-}
-
-impl<const W: usize> DotI8<W> {
-    pub fn new(n: usize) -> Self {
-        assert!(n.is_power_of_two() && n <= 128 && 8 * n <= W, "{n} int8 pairs in {W} bits");
-        let sig = |k: usize| crate::many((n >> k).max(1));
-        with_defaults!(Self {
-            prod: sig(0),
-            lv1: sig(1),
-            lv2: sig(2),
-            lv3: sig(3),
-            lv4: sig(4),
-            lv5: sig(5),
-            lv6: sig(6),
-            lv7: sig(7),
-            _n: n,
-            _add: std::array::from_fn(|k| n >> (k + 1)),
-            _pass: std::array::from_fn(|k| usize::from(n >> (k + 1) == 0)),
-            .. a, b, dot
-        })
-    }
-}
-
-impl<const W: usize> Logic for DotI8<W> {
-    #[hdl_gen]
-    fn update(&mut self) {
-        for x in 0..self._n {
-            self.prod[x].next = signed_bit_cast::<16, 8>(signed_cast(self.a.val().get_bits::<8>(x * 8)))
-                * signed_bit_cast::<16, 8>(signed_cast(self.b.val().get_bits::<8>(x * 8)));
-        }
-        for i in 0..self._add[0] {
-            self.lv1[i].next = self.prod[i * 2].val() + self.prod[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[0] {
-            self.lv1[i].next = self.prod[i].val();
-        }
-        for i in 0..self._add[1] {
-            self.lv2[i].next = self.lv1[i * 2].val() + self.lv1[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[1] {
-            self.lv2[i].next = self.lv1[i].val();
-        }
-        for i in 0..self._add[2] {
-            self.lv3[i].next = self.lv2[i * 2].val() + self.lv2[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[2] {
-            self.lv3[i].next = self.lv2[i].val();
-        }
-        for i in 0..self._add[3] {
-            self.lv4[i].next = self.lv3[i * 2].val() + self.lv3[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[3] {
-            self.lv4[i].next = self.lv3[i].val();
-        }
-        for i in 0..self._add[4] {
-            self.lv5[i].next = self.lv4[i * 2].val() + self.lv4[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[4] {
-            self.lv5[i].next = self.lv4[i].val();
-        }
-        for i in 0..self._add[5] {
-            self.lv6[i].next = self.lv5[i * 2].val() + self.lv5[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[5] {
-            self.lv6[i].next = self.lv5[i].val();
-        }
-        for i in 0..self._add[6] {
-            self.lv7[i].next = self.lv6[i * 2].val() + self.lv6[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[6] {
-            self.lv7[i].next = self.lv6[i].val();
-        }
-        self.dot.next = self.lv7[0].val();
-    }
-}
-
-/// The Rust model of [`Requantizer`] must equal `numerics::requantize`.
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::numerics::{requantize, Requant};
-
-    #[test]
-    fn pack_places_lane_i_at_bit_i_times_l() {
-        let mut p = Pack::<8, 32>::new(3);
-        p.connect_all();
-        for (i, v) in [0x12u64, 0x34, 0x56].into_iter().enumerate() {
-            p.lanes[i].next = v.to_bits();
-        }
-        // Settle, as rust-hdl's simulator does.
-        loop {
-            p.update_all();
-            if !p.has_changed() {
-                break;
-            }
-        }
-        assert_eq!(p.out.val().to_u64(), 0x56_34_12);
-        let Verilog::Custom(v) = p.hdl() else { panic!("Pack is a custom block") };
-        assert_eq!(v, "always @(*) out = {8'd0, lanes$2, lanes$1, lanes$0};");
-        let Verilog::Custom(v) = Pack::<8, 16>::new(2).hdl() else { panic!("Pack is a custom block") };
-        assert_eq!(v, "always @(*) out = {lanes$1, lanes$0};");
-    }
-
-    #[test]
-    fn requantizer_model_matches_numerics() {
-        for (x, m, s) in [(1000, 1 << 30, 33), (-7, 3, 1), (i32::MIN, i32::MIN, 62), (5, -9, 0), (-300, 1 << 20, 20)] {
-            let mut r = Requantizer::default();
-            r.connect_all();
-            r.x.next = (x as u32 as u64).to_bits();
-            r.mult.next = (m as u32 as u64).to_bits();
-            r.shift.next = (s as u64).to_bits();
-            // Settle after each clock change, as rust-hdl's simulator does.
-            let settle = |r: &mut Requantizer| loop {
-                r.update_all();
-                if !r.has_changed() {
-                    break;
-                }
-            };
-            for (mul, round) in [(true, false), (false, true)] {
-                r.en_mul.next = mul;
-                r.en_round.next = round;
-                r.clock.next = Clock::from(false);
-                settle(&mut r);
-                r.clock.next = Clock::from(true);
-                settle(&mut r);
-            }
-            let want = requantize(x, Requant { multiplier: m, shift: s });
-            assert_eq!(r.y.val().to_u8() as i8, want, "{x}·{m}>>{s}");
-        }
-    }
-
-    /// Clock `n` edges, settling after each change as rust-hdl's simulator does.
-    fn clock<B: Block>(b: &mut B, clk: impl Fn(&mut B, bool), n: usize) {
-        let settle = |b: &mut B| loop {
-            b.update_all();
-            if !b.has_changed() {
-                break;
-            }
-        };
-        for _ in 0..n {
-            clk(b, false);
-            settle(b);
-            clk(b, true);
-            settle(b);
-        }
-    }
-
-    #[test]
-    fn requant_pipe_model_matches_numerics_after_its_latency() {
-        let cases = [
-            (1000, 1 << 30, 33),
-            (-7, 3, 1),
-            (i32::MIN, i32::MIN, 62),
-            (i32::MAX, i32::MIN, 62),
-            (5, -9, 0),
-            (-300, 1 << 20, 20),
-            (-65536, 65535, 9),
-            (123_456_789, -987_654_321, 40),
-            (0, -5, 3),
-            (-1, 1 << 30, 31),
-        ];
-        let mut r = RequantPipe::default();
-        r.connect_all();
-        for &(x, m, s) in &cases {
-            r.x.next = (x as u32 as u64).to_bits();
-            r.mult.next = (m as u32 as u64).to_bits();
-            r.shift.next = (s as u64).to_bits();
-            clock(&mut r, |r, c| r.clock.next = Clock::from(c), RequantPipe::LATENCY);
-            assert_eq!(r.y.val().to_u8() as i8, requantize(x, Requant { multiplier: m, shift: s }), "{x}·{m}>>{s}");
-        }
-        // Streaming, one x per cycle at a steady mult and shift: y follows x by LATENCY.
-        let xs: Vec<i32> = cases.iter().map(|c| c.0).collect();
-        for &(_, m, s) in &cases {
-            r.mult.next = (m as u32 as u64).to_bits();
-            r.shift.next = (s as u64).to_bits();
-            for j in 0..xs.len() + RequantPipe::LATENCY {
-                r.x.next = (xs[j.min(xs.len() - 1)] as u32 as u64).to_bits();
-                clock(&mut r, |r, c| r.clock.next = Clock::from(c), 1);
-                if let Some(&x) = (j + 1).checked_sub(RequantPipe::LATENCY).and_then(|i| xs.get(i)) {
-                    let want = requantize(x, Requant { multiplier: m, shift: s });
-                    assert_eq!(r.y.val().to_u8() as i8, want, "streamed {x}·{m}>>{s}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn scale_round_pipe_model_matches_round_shift_after_its_latency() {
-        let cases = [(1000, 1 << 30, 33), (-7, 3, 1), (i32::MIN, i32::MIN, 62), (i32::MAX, i32::MIN, 0), (-300, 77, 5)];
-        let mut r = ScaleRoundPipe::default();
-        r.connect_all();
-        for &(x, m, s) in &cases {
-            r.mult.next = (m as u32 as u64).to_bits();
-            r.shift.next = (s as u64).to_bits();
-            r.x.next = from_i64(x as i64);
-            clock(&mut r, |r, c| r.clock.next = Clock::from(c), ScaleRoundPipe::LATENCY);
-            let want = crate::numerics::round_shift(x as i64 * m as i64, s) << 24 >> 24;
-            assert_eq!(to_i64(r.y.val()), want, "{x}·{m}>>{s}");
-        }
-    }
-
-    #[test]
-    fn mul_u32_pipe_model_multiplies_after_its_latency() {
-        let mut m = MulU32Pipe::default();
-        m.connect_all();
-        for (a, b) in [(0u64, 0u64), (u32::MAX as u64, u32::MAX as u64), (123_456, 789_012), (1 << 31, 3)] {
-            m.a.next = a.to_bits();
-            m.b.next = b.to_bits();
-            clock(&mut m, |m, c| m.clock.next = Clock::from(c), MulU32Pipe::LATENCY);
-            assert_eq!(m.p.val().to_u64(), a * b, "{a}·{b}");
-        }
     }
 }
 
@@ -839,65 +533,6 @@ always @(*) y = sum[{n}:1];",
     }
 }
 
-/// Registered `round(o · r / 2^16)` for a 48-bit signed `o` and unsigned `r`:
-/// the attention output `o / l` in Q16 once `r = floor(2^32 / l)`.
-#[derive(LogicBlock, Default)]
-pub struct MulRound16 {
-    pub clock: Signal<In, Clock>,
-    pub o: Signal<In, Signed<48>>,
-    pub r: Signal<In, Bits<32>>,
-    pub y: Signal<Out, Bits<32>>,
-}
-
-impl Logic for MulRound16 {
-    fn update(&mut self) {
-        if self.clock.pos_edge() {
-            let p = to_i64(self.o.val()) * to_u64(self.r.val()) as i64;
-            self.y.next = ((crate::numerics::round_shift(p, 16) as u64) & 0xFFFF_FFFF).to_bits();
-        }
-    }
-    fn connect(&mut self) {
-        self.y.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        Verilog::Custom(
-            "\
-wire signed [63:0] p = $signed(o) * $signed({1'b0, r});
-wire signed [63:0] q = (p + 64'sd32768 - {63'd0, p[63]}) >>> 16;
-always @(posedge clock) y <= q[31:0];"
-                .into(),
-        )
-    }
-}
-
-/// `min(round(p · r / 2^24), 65535)` for unsigned `p` (16 bits) and `r` (32 bits),
-/// combinational: an MoE gate weight `p / L` in Q0.16 once `r = floor(2^40 / L)`.
-#[derive(LogicBlock, Default)]
-pub struct MulRoundSat16 {
-    pub p: Signal<In, Bits<16>>,
-    pub r: Signal<In, Bits<32>>,
-    pub w: Signal<Out, Bits<16>>,
-}
-
-impl Logic for MulRoundSat16 {
-    fn update(&mut self) {
-        let q = (to_u64(self.p.val()) * to_u64(self.r.val()) + (1 << 23)) >> 24;
-        self.w.next = q.min(0xFFFF).to_bits();
-    }
-    fn connect(&mut self) {
-        self.w.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        Verilog::Custom(
-            "\
-wire [47:0] prod = {32'd0, p} * {16'd0, r};
-wire [47:0] q = (prod + 48'd8388608) >> 24;
-always @(*) w = (q > 48'd65535) ? 16'hffff : q[15:0];"
-                .into(),
-        )
-    }
-}
-
 /// `numerics::exp2_fixed(u)` for a log2-domain `u ≤ 0` (combinational): the
 /// Q1.14 LUT on the 8 fraction bits, right shift by `ceil(−u / 2^8)`, zero past
 /// 31. One block with continuous assignments, so a parent that drives `u` and
@@ -939,12 +574,10 @@ always @(*) p = !u[39] ? raw : (((&u[39:13]) && (|u[12:8])) ? (raw >> sh) : 16'd
     }
 }
 
-// ---- attention pipelining (att150) ----
-
-/// [`MulRound16`] as a free-running pipeline of [`MulRound16Pipe::LATENCY`]
-/// stages: `y = round(o · r / 2^16)` (low 32 bits, rounding half away from
-/// zero) for a 48-bit signed `o` and unsigned `r`, of the `o`, `r` held
-/// `LATENCY` cycles earlier. Only bits 16..47 of the product reach `y`, so the
+/// `y = round(o · r / 2^16)` (low 32 bits, rounding half away from zero) for
+/// a 48-bit signed `o` and unsigned `r` as a free-running pipeline of
+/// [`MulRound16Pipe::LATENCY`] stages, of the `o`, `r` held `LATENCY` cycles
+/// earlier: the attention output `o / l` in Q16 once `r = floor(2^32 / l)`. Only bits 16..47 of the product reach `y`, so the
 /// product is taken mod 2^48: five unsigned 16×16 partial products (one
 /// MULT18X18D each, registered on both sides), then their sums, one carry
 /// chain per stage. In one cycle it was the attention unit's critical path
@@ -1020,11 +653,15 @@ fn mul_round16(o: i64, r: u64) -> u32 {
     ((p + (1 << 15) - (p < 0) as i128) >> 16) as u32
 }
 
-/// [`DotI8`] as a free-running pipeline: the `n` int8 products registered,
-/// then one register per level of the adder tree, each level only as wide as
-/// its sums (16 + level bits), so a stage holds one multiply or one short carry
-/// chain. `dot` is the dot product of the rows held
-/// [`DotI8Pipe::latency`]`(n)` cycles earlier; it never wraps (|dot| ≤ 128 · 2^14).
+/// The dot product of the first `n` int8 pairs of two packed rows as a
+/// free-running pipeline: the `n` 8×8 products registered (a MULT18X18D each,
+/// registered on both sides), then a binary adder tree with a register after
+/// every `per_stage` levels and at its root, each level only as wide as its
+/// sums (16 + level bits), sign-extended to 32 bits. `dot` is the dot product
+/// of the rows held [`DotI8Pipe::latency`] cycles earlier; it never wraps
+/// (|dot| ≤ 128 · 2^14). The attention lanes' q·k registers every level, the
+/// MoE gate lanes' x·w every two; in one cycle, products and tree were each
+/// unit's critical path (docs/timing.md).
 #[derive(LogicBlock)]
 pub struct DotI8Pipe<const W: usize> {
     pub clock: Signal<In, Clock>,
@@ -1032,39 +669,35 @@ pub struct DotI8Pipe<const W: usize> {
     pub b: Signal<In, Bits<W>>,
     pub dot: Signal<Out, Signed<32>>,
     _n: usize,
+    _per_stage: usize,
+    /// The model: the dot products in flight, the newest first.
     _q: Vec<i64>,
 }
 
 impl<const W: usize> DotI8Pipe<W> {
-    /// Cycles from `a`, `b` to `dot`: the products, then log2(n) adder levels.
-    pub const fn latency(n: usize) -> usize {
-        1 + n.trailing_zeros() as usize
+    /// Cycles from `a`, `b` to `dot`: the products, then one per `per_stage`
+    /// of the log2(n) adder levels (the last stage may hold fewer).
+    pub const fn latency(n: usize, per_stage: usize) -> usize {
+        1 + (n.trailing_zeros() as usize).div_ceil(per_stage)
     }
 
-    pub fn new(n: usize) -> Self {
+    pub fn new(n: usize, per_stage: usize) -> Self {
         assert!(n.is_power_of_two() && n <= 128 && 8 * n <= W, "{n} int8 pairs in {W} bits");
-        Self {
-            clock: Default::default(),
-            a: Default::default(),
-            b: Default::default(),
-            dot: Default::default(),
+        assert!(per_stage >= 1);
+        with_defaults!(Self {
             _n: n,
-            _q: vec![0; Self::latency(n)],
-        }
+            _per_stage: per_stage,
+            _q: vec![0; Self::latency(n, per_stage)],
+            .. clock, a, b, dot
+        })
     }
 }
 
 impl<const W: usize> Logic for DotI8Pipe<W> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            let (a, b) = (self.a.val(), self.b.val());
-            let dot: i64 = (0..self._n)
-                .map(|x| {
-                    let ax = a.get_bits::<8>(x * 8).to_u64() as u8 as i8 as i64;
-                    let bx = b.get_bits::<8>(x * 8).to_u64() as u8 as i8 as i64;
-                    ax * bx
-                })
-                .sum();
+            let byte = |v: Bits<W>, i: usize| v.get_bits::<8>(8 * i).to_u64() as u8 as i8 as i64;
+            let dot = (0..self._n).map(|i| byte(self.a.val(), i) * byte(self.b.val(), i)).sum();
             let l = self._q.len();
             self._q.copy_within(0..l - 1, 1);
             self._q[0] = dot;
@@ -1075,188 +708,48 @@ impl<const W: usize> Logic for DotI8Pipe<W> {
         self.dot.connect();
     }
     fn hdl(&self) -> Verilog {
+        // Level l holds n / 2^l sums of 16 + l bits: registers `r<l>_<i>` at
+        // level 0 (the products), every `per_stage` levels and the root, wires
+        // `w<l>_<i>` between them.
         let n = self._n;
         let levels = n.trailing_zeros() as usize;
-        let mut decl = String::new();
-        let mut body = String::new();
-        for x in 0..n {
-            decl += &format!("reg signed [15:0] s0_{x} = 0;\n");
-            body +=
-                &format!("   s0_{x} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n", hi = 8 * x + 7, lo = 8 * x);
+        let name = |l: usize, i: usize| {
+            let reg = l == levels || l.is_multiple_of(self._per_stage);
+            format!("{}{l}_{i}", if reg { 'r' } else { 'w' })
+        };
+        let (mut decl, mut seq, mut comb) = (String::new(), String::new(), String::new());
+        for i in 0..n {
+            decl += &format!("reg signed [15:0] r0_{i} = 0;\n");
+            seq +=
+                &format!("   r0_{i} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n", hi = 8 * i + 7, lo = 8 * i);
         }
-        for k in 1..=levels {
-            for i in 0..n >> k {
-                decl += &format!("reg signed [{msb}:0] s{k}_{i} = 0;\n", msb = 15 + k);
-                body += &format!("   s{k}_{i} <= s{j}_{a} + s{j}_{b};\n", j = k - 1, a = 2 * i, b = 2 * i + 1);
+        for l in 1..=levels {
+            let w = 16 + l;
+            for i in 0..n >> l {
+                let (x, y) = (name(l - 1, 2 * i), name(l - 1, 2 * i + 1));
+                let sum = format!("{{{x}[{m}], {x}}} + {{{y}[{m}], {y}}}", m = w - 2);
+                let z = name(l, i);
+                if z.starts_with('r') {
+                    decl += &format!("reg signed [{}:0] {z} = 0;\n", w - 1);
+                    seq += &format!("   {z} <= {sum};\n");
+                } else {
+                    decl += &format!("wire signed [{}:0] {z};\n", w - 1);
+                    comb += &format!("assign {z} = {sum};\n");
+                }
             }
         }
-        let top = 15 + levels;
+        let root = name(levels, 0);
         Verilog::Custom(format!(
-            "{decl}always @(posedge clock) begin\n{body}end\nalways @(*) dot = {{{{{pad}{{s{levels}_0[{top}]}}}}, s{levels}_0}};",
-            pad = 31 - top
+            "{decl}{comb}always @(posedge clock) begin\n{seq}end\nalways @(*) dot = {{{{{ext}{{{root}[{m}]}}}}, {root}}};",
+            ext = 16 - levels,
+            m = 15 + levels
         ))
     }
 }
 
-#[cfg(test)]
-mod att150_tests {
-    use super::*;
-
-    fn settle<B: Block>(b: &mut B) {
-        loop {
-            b.update_all();
-            if !b.has_changed() {
-                break;
-            }
-        }
-    }
-
-    /// The model of [`MulRound16Pipe`]'s Verilog, stage by stage (the
-    /// registers named as there), stepped beside the block.
-    #[derive(Default, Clone, Copy)]
-    struct Stages {
-        ll: u64,
-        lh: u64,
-        ml: u64,
-        mh: u64,
-        hl: u64,
-        neg1: bool,
-        llr: u64,
-        mid1: u64,
-        mid2: u64,
-        a: u64,
-        mid2b: u64,
-        y: u64,
-    }
-
-    impl Stages {
-        fn step(self, o: i64, r: u64) -> Self {
-            let s = self;
-            let ou = (o as u64) & ((1 << 48) - 1);
-            let (ol, om, oh) = (ou & 0xFFFF, ou >> 16 & 0xFFFF, ou >> 32);
-            let (rl, rh) = (r & 0xFFFF, r >> 16 & 0xFFFF);
-            Stages {
-                ll: ol * rl,
-                lh: ol * rh,
-                ml: om * rl,
-                mh: om * rh,
-                hl: oh * rl,
-                neg1: o < 0 && r != 0,
-                llr: s.ll + if s.neg1 { 32767 } else { 32768 },
-                mid1: s.lh + s.ml,
-                mid2: (s.mh + s.hl) & 0xFFFF,
-                a: ((s.llr >> 16) + s.mid1) & 0xFFFF_FFFF,
-                mid2b: s.mid2,
-                y: (s.a & 0xFFFF) | ((((s.a >> 16) + s.mid2b) & 0xFFFF) << 16),
-            }
-        }
-    }
-
-    fn cases() -> Vec<(i64, u64)> {
-        let mut v = vec![
-            (0, 0),
-            (1, 1 << 16),
-            (-1, 1 << 15),
-            (1, 1 << 15),
-            (-3, 1 << 15),
-            ((1 << 47) - 1, u32::MAX as u64),
-            (-(1 << 47), u32::MAX as u64),
-            (-(1 << 47), 0),
-            (-123_456_789_012, 262_144),
-            (987_654_321_098, 65_537),
-            (-5, 1),
-            (-65_536, 3),
-        ];
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        for _ in 0..500 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let o = ((x << 16) as i64) >> 16;
-            let r = (x >> 13) & if x & 1 == 0 { 0x3_FFFF } else { 0xFFFF_FFFF };
-            v.push((o, r));
-        }
-        v
-    }
-
-    #[test]
-    fn dot_i8_pipe_streams_dot_products_after_its_latency() {
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for n in [1usize, 2, 16, 64] {
-            let mut b = DotI8Pipe::<512>::new(n);
-            b.connect_all();
-            let lat = DotI8Pipe::<512>::latency(n);
-            assert_eq!(lat, 1 + n.trailing_zeros() as usize);
-            let rows: Vec<(Vec<i8>, Vec<i8>)> = (0..20)
-                .map(|i| {
-                    let ext = |r: u64| if i < 2 { [-128i8, 127][i] } else { r as i8 };
-                    ((0..n).map(|_| ext(rnd())).collect(), (0..n).map(|_| ext(!rnd())).collect())
-                })
-                .collect();
-            let pack = |v: &[i8]| {
-                let mut bits = Bits::<512>::default();
-                for (k, &e) in v.iter().enumerate() {
-                    bits = bits | (bit_cast::<512, 8>((e as u8 as u64).to_bits()) << (8 * k) as u64);
-                }
-                bits
-            };
-            for j in 0..rows.len() + lat {
-                let (a, bb) = &rows[j.min(rows.len() - 1)];
-                b.a.next = pack(a);
-                b.b.next = pack(bb);
-                b.clock.next = Clock::from(false);
-                settle(&mut b);
-                b.clock.next = Clock::from(true);
-                settle(&mut b);
-                if let Some((a, bb)) = (j + 1).checked_sub(lat).and_then(|i| rows.get(i)) {
-                    let want: i64 = a.iter().zip(bb).map(|(&p, &q)| p as i64 * q as i64).sum();
-                    assert_eq!(to_i64(b.dot.val()), want, "n={n} row {}", j + 1 - lat);
-                }
-            }
-            // One register per level: the products, then log2(n) sums, each as wide as its level.
-            let Verilog::Custom(v) = b.hdl() else { panic!("DotI8Pipe is a custom block") };
-            let levels = n.trailing_zeros() as usize;
-            assert_eq!(v.matches(" <= ").count(), 2 * n - 1, "{v}");
-            assert!(v.contains(&format!("reg signed [{}:0] s{levels}_0 = 0;", 15 + levels)), "{v}");
-        }
-    }
-
-    #[test]
-    fn mul_round16_pipe_matches_round_shift_streamed_and_its_verilog_stages() {
-        let mut b = MulRound16Pipe::default();
-        b.connect_all();
-        let cs = cases();
-        let mut st = Stages::default();
-        for j in 0..cs.len() + MulRound16Pipe::LATENCY {
-            let (o, r) = cs[j.min(cs.len() - 1)];
-            b.o.next = from_i64(o);
-            b.r.next = r.to_bits();
-            b.clock.next = Clock::from(false);
-            settle(&mut b);
-            b.clock.next = Clock::from(true);
-            settle(&mut b);
-            st = st.step(o, r);
-            if let Some(&(o, r)) = (j + 1).checked_sub(MulRound16Pipe::LATENCY).and_then(|i| cs.get(i)) {
-                let p = o as i128 * r as i128;
-                let want = ((p.abs() + (1 << 15)) >> 16) as i64;
-                let want = (if p < 0 { -want } else { want }) as u32 as u64;
-                assert_eq!(b.y.val().to_u64(), want, "model {o}·{r}");
-                assert_eq!(st.y, want, "Verilog stages {o}·{r}");
-            }
-        }
-    }
-}
-
-// ---- MoE pipelining (moe150) ----
-
-/// [`MulRoundSat16`] as a free-running pipeline of [`MulRoundSat16Pipe::LATENCY`]
-/// registered stages: the two 16×16 partial products `p · r[15:0]` and
+/// `min(round(p · r / 2^24), 65535)` for unsigned `p` (16 bits) and `r` (32
+/// bits), an MoE gate weight `p / L` in Q0.16 once `r = floor(2^40 / L)`, as
+/// a free-running pipeline of [`MulRoundSat16Pipe::LATENCY`] registered stages: the two 16×16 partial products `p · r[15:0]` and
 /// `p · r[31:16]` (one MULT18X18D each, registered on both sides), their sum
 /// `s = p · r` (48 bits; its low 16 bits are the low product's), then the
 /// rounding and saturation from `s`'s bits: `w = s[39:24] + s[23]`, or 65535
@@ -1494,110 +987,10 @@ impl<const W: usize> Logic for AddTree16Pipe<W> {
     }
 }
 
-/// The dot product of the first `n` int8 pairs of two packed rows as a
-/// pipeline of [`DotI8Pipe2::latency`] stages, two adder levels a stage (the
-/// attention lane's [`DotI8Pipe`] registers every level; one block with the
-/// levels per stage as a parameter should replace both): the `n` 8×8 products registered
-/// (a MULT18X18D each, registered on both sides), then a binary adder tree
-/// registered after every two levels and on its output, each level only as wide
-/// as its sums (16 + level bits), sign-extended to 32 bits at the end. The same
-/// sum as [`DotI8`] (which cannot wrap: |sum| < 2^23 for n ≤ 128). The MoE gate
-/// lanes' x·w; combinational, the products and the whole tree were one cycle.
-#[derive(LogicBlock)]
-pub struct DotI8Pipe2<const W: usize> {
-    pub clock: Signal<In, Clock>,
-    pub a: Signal<In, Bits<W>>,
-    pub b: Signal<In, Bits<W>>,
-    pub dot: Signal<Out, Signed<32>>,
-    _n: usize,
-    /// The model's registers before `dot`: the products, then the partial sums after levels 2, 4, ….
-    _regs: Vec<Vec<i64>>,
-}
-
-impl<const W: usize> DotI8Pipe2<W> {
-    pub fn new(n: usize) -> Self {
-        assert!(n.is_power_of_two() && (2..=128).contains(&n) && 8 * n <= W, "{n} int8 pairs in {W} bits");
-        with_defaults!(Self {
-            _n: n,
-            _regs: vec![vec![0]; Self::latency(n) - 1],
-            .. clock, a, b, dot
-        })
-    }
-    fn levels(n: usize) -> usize {
-        n.trailing_zeros() as usize
-    }
-    /// Cycles from `a`, `b` to `dot`: the products' register, then one per two tree levels.
-    pub fn latency(n: usize) -> usize {
-        1 + Self::levels(n).div_ceil(2)
-    }
-    fn reduce(mut v: Vec<i64>, levels: usize) -> Vec<i64> {
-        for _ in 0..levels {
-            v = v.chunks(2).map(|c| c.iter().sum()).collect();
-        }
-        v
-    }
-}
-
-impl<const W: usize> Logic for DotI8Pipe2<W> {
-    fn update(&mut self) {
-        if self.clock.pos_edge() {
-            // `_regs[0]`: products; `_regs[i]`: sums after levels 2i; `dot` the rest.
-            let mid = self._regs.len();
-            let levels = Self::levels(self._n);
-            let last = self._regs[mid - 1].clone();
-            self.dot.next = from_i64(Self::reduce(last, levels - 2 * (mid - 1))[0]);
-            for i in (1..mid).rev() {
-                self._regs[i] = Self::reduce(self._regs[i - 1].clone(), 2);
-            }
-            let byte = |v: Bits<W>, i: usize| v.get_bits::<8>(8 * i).to_u64() as u8 as i8 as i64;
-            self._regs[0] = (0..self._n).map(|i| byte(self.a.val(), i) * byte(self.b.val(), i)).collect();
-        }
-    }
-    fn connect(&mut self) {
-        self.dot.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        // Level l holds n / 2^l sums of 16 + l bits: level 0 the products' registers
-        // (`r0_<i>`), levels 2, 4, … registers below the root, the others wires; the
-        // root is registered as `dot`.
-        let n = self._n;
-        let levels = Self::levels(n);
-        let (mut decl, mut seq, mut comb) = (String::new(), String::new(), String::new());
-        let name = |l: usize, i: usize| {
-            if l == 0 || (l.is_multiple_of(2) && l < levels) {
-                format!("r{l}_{i}")
-            } else {
-                format!("w{l}_{i}")
-            }
-        };
-        for i in 0..n {
-            decl += &format!("reg signed [15:0] r0_{i} = 0;\n");
-            seq +=
-                &format!("   r0_{i} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n", hi = 8 * i + 7, lo = 8 * i);
-        }
-        for l in 1..=levels {
-            let w = 16 + l;
-            for i in 0..n >> l {
-                let (x, y) = (name(l - 1, 2 * i), name(l - 1, 2 * i + 1));
-                let sum = format!("{{{x}[{m}], {x}}} + {{{y}[{m}], {y}}}", m = w - 2);
-                if name(l, i).starts_with('r') {
-                    decl += &format!("reg signed [{}:0] r{l}_{i} = 0;\n", w - 1);
-                    seq += &format!("   r{l}_{i} <= {sum};\n");
-                } else {
-                    decl += &format!("wire signed [{}:0] w{l}_{i};\n", w - 1);
-                    comb += &format!("assign w{l}_{i} = {sum};\n");
-                }
-            }
-        }
-        let root = name(levels, 0);
-        seq += &format!("   dot <= {{{{{ext}{{{root}[{m}]}}}}, {root}}};\n", ext = 32 - (16 + levels), m = 15 + levels);
-        Verilog::Custom(format!("{decl}{comb}always @(posedge clock) begin\n{seq}end"))
-    }
-}
-
 #[cfg(test)]
-mod moe150_tests {
+mod tests {
     use super::*;
+    use crate::numerics::{requantize, Requant};
 
     /// Clock `n` edges, settling after each change as rust-hdl's simulator does.
     fn clock<B: Block>(b: &mut B, clk: impl Fn(&mut B, bool), n: usize) {
@@ -1615,8 +1008,209 @@ mod moe150_tests {
         }
     }
 
+    /// Drive `inputs` one a clock edge into a pipeline of `lat` stages (the
+    /// last held until all are out) and `check` each input's result in the
+    /// cycle it comes out.
+    fn stream<B: Block, T>(
+        b: &mut B,
+        clk: impl Fn(&mut B, bool),
+        lat: usize,
+        inputs: &[T],
+        drive: impl Fn(&mut B, &T),
+        check: impl Fn(&B, &T),
+    ) {
+        for j in 0..inputs.len() + lat {
+            drive(b, &inputs[j.min(inputs.len() - 1)]);
+            clock(b, &clk, 1);
+            if let Some(x) = (j + 1).checked_sub(lat).and_then(|i| inputs.get(i)) {
+                check(b, x);
+            }
+        }
+    }
+
+    /// xorshift64: reproducible operands.
+    fn rng(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     #[test]
-    fn mul_round_sat16_pipe_matches_the_combinational_block_after_its_latency() {
+    fn pack_places_lane_i_at_bit_i_times_l() {
+        let mut p = Pack::<8, 32>::new(3);
+        p.connect_all();
+        for (i, v) in [0x12u64, 0x34, 0x56].into_iter().enumerate() {
+            p.lanes[i].next = v.to_bits();
+        }
+        clock(&mut p, |_, _| (), 1);
+        assert_eq!(p.out.val().to_u64(), 0x56_34_12);
+        let Verilog::Custom(v) = p.hdl() else { panic!("Pack is a custom block") };
+        assert_eq!(v, "always @(*) out = {8'd0, lanes$2, lanes$1, lanes$0};");
+        let Verilog::Custom(v) = Pack::<8, 16>::new(2).hdl() else { panic!("Pack is a custom block") };
+        assert_eq!(v, "always @(*) out = {lanes$1, lanes$0};");
+    }
+
+    #[test]
+    fn requant_pipe_model_matches_numerics_after_its_latency() {
+        let cases = [
+            (1000, 1 << 30, 33),
+            (-7, 3, 1),
+            (i32::MIN, i32::MIN, 62),
+            (i32::MAX, i32::MIN, 62),
+            (5, -9, 0),
+            (-300, 1 << 20, 20),
+            (-65536, 65535, 9),
+            (123_456_789, -987_654_321, 40),
+            (0, -5, 3),
+            (-1, 1 << 30, 31),
+        ];
+        let mut r = RequantPipe::default();
+        r.connect_all();
+        let clk = |r: &mut RequantPipe, c| r.clock.next = Clock::from(c);
+        for &(x, m, s) in &cases {
+            r.x.next = (x as u32 as u64).to_bits();
+            r.mult.next = (m as u32 as u64).to_bits();
+            r.shift.next = (s as u64).to_bits();
+            clock(&mut r, clk, RequantPipe::LATENCY);
+            assert_eq!(r.y.val().to_u8() as i8, requantize(x, Requant { multiplier: m, shift: s }), "{x}·{m}>>{s}");
+        }
+        // Streaming, one x per cycle at a steady mult and shift: y follows x by LATENCY.
+        let xs: Vec<i32> = cases.iter().map(|c| c.0).collect();
+        for &(_, m, s) in &cases {
+            r.mult.next = (m as u32 as u64).to_bits();
+            r.shift.next = (s as u64).to_bits();
+            let want = |x: i32| requantize(x, Requant { multiplier: m, shift: s });
+            stream(
+                &mut r,
+                clk,
+                RequantPipe::LATENCY,
+                &xs,
+                |r, &x| r.x.next = (x as u32 as u64).to_bits(),
+                |r, &x| assert_eq!(r.y.val().to_u8() as i8, want(x), "streamed {x}·{m}>>{s}"),
+            );
+        }
+    }
+
+    #[test]
+    fn scale_round_pipe_model_matches_round_shift_after_its_latency() {
+        let cases = [(1000, 1 << 30, 33), (-7, 3, 1), (i32::MIN, i32::MIN, 62), (i32::MAX, i32::MIN, 0), (-300, 77, 5)];
+        let mut r = ScaleRoundPipe::default();
+        r.connect_all();
+        for &(x, m, s) in &cases {
+            r.mult.next = (m as u32 as u64).to_bits();
+            r.shift.next = (s as u64).to_bits();
+            r.x.next = from_i64(x as i64);
+            clock(&mut r, |r, c| r.clock.next = Clock::from(c), ScaleRoundPipe::LATENCY);
+            let want = crate::numerics::round_shift(x as i64 * m as i64, s) << 24 >> 24;
+            assert_eq!(to_i64(r.y.val()), want, "{x}·{m}>>{s}");
+        }
+    }
+
+    #[test]
+    fn mul_u32_pipe_model_multiplies_after_its_latency() {
+        let mut m = MulU32Pipe::default();
+        m.connect_all();
+        for (a, b) in [(0u64, 0u64), (u32::MAX as u64, u32::MAX as u64), (123_456, 789_012), (1 << 31, 3)] {
+            m.a.next = a.to_bits();
+            m.b.next = b.to_bits();
+            clock(&mut m, |m, c| m.clock.next = Clock::from(c), MulU32Pipe::LATENCY);
+            assert_eq!(m.p.val().to_u64(), a * b, "{a}·{b}");
+        }
+    }
+
+    /// The model of [`MulRound16Pipe`]'s Verilog, stage by stage (the
+    /// registers named as there), stepped beside the block.
+    #[derive(Default, Clone, Copy)]
+    struct Stages {
+        ll: u64,
+        lh: u64,
+        ml: u64,
+        mh: u64,
+        hl: u64,
+        neg1: bool,
+        llr: u64,
+        mid1: u64,
+        mid2: u64,
+        a: u64,
+        mid2b: u64,
+        y: u64,
+    }
+
+    impl Stages {
+        fn step(self, o: i64, r: u64) -> Self {
+            let s = self;
+            let ou = (o as u64) & ((1 << 48) - 1);
+            let (ol, om, oh) = (ou & 0xFFFF, ou >> 16 & 0xFFFF, ou >> 32);
+            let (rl, rh) = (r & 0xFFFF, r >> 16 & 0xFFFF);
+            Stages {
+                ll: ol * rl,
+                lh: ol * rh,
+                ml: om * rl,
+                mh: om * rh,
+                hl: oh * rl,
+                neg1: o < 0 && r != 0,
+                llr: s.ll + if s.neg1 { 32767 } else { 32768 },
+                mid1: s.lh + s.ml,
+                mid2: (s.mh + s.hl) & 0xFFFF,
+                a: ((s.llr >> 16) + s.mid1) & 0xFFFF_FFFF,
+                mid2b: s.mid2,
+                y: (s.a & 0xFFFF) | ((((s.a >> 16) + s.mid2b) & 0xFFFF) << 16),
+            }
+        }
+    }
+
+    #[test]
+    fn mul_round16_pipe_matches_round_shift_streamed_and_its_verilog_stages() {
+        let mut cs: Vec<(i64, u64)> = vec![
+            (0, 0),
+            (1, 1 << 16),
+            (-1, 1 << 15),
+            (1, 1 << 15),
+            (-3, 1 << 15),
+            ((1 << 47) - 1, u32::MAX as u64),
+            (-(1 << 47), u32::MAX as u64),
+            (-(1 << 47), 0),
+            (-123_456_789_012, 262_144),
+            (987_654_321_098, 65_537),
+            (-5, 1),
+            (-65_536, 3),
+        ];
+        let mut rnd = rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..500 {
+            let x = rnd();
+            let o = ((x << 16) as i64) >> 16;
+            let r = (x >> 13) & if x & 1 == 0 { 0x3_FFFF } else { 0xFFFF_FFFF };
+            cs.push((o, r));
+        }
+        let mut b = MulRound16Pipe::default();
+        b.connect_all();
+        // The Verilog stages step on each edge beside the block, on the same operands.
+        let st = std::cell::Cell::new(Stages::default());
+        stream(
+            &mut b,
+            |b, c| b.clock.next = Clock::from(c),
+            MulRound16Pipe::LATENCY,
+            &cs,
+            |b, &(o, r)| {
+                b.o.next = from_i64(o);
+                b.r.next = r.to_bits();
+                st.set(st.get().step(o, r));
+            },
+            |b, &(o, r)| {
+                let p = o as i128 * r as i128;
+                let want = ((p.abs() + (1 << 15)) >> 16) as i64;
+                let want = (if p < 0 { -want } else { want }) as u32 as u64;
+                assert_eq!(b.y.val().to_u64(), want, "model {o}·{r}");
+                assert_eq!(st.get().y, want, "Verilog stages {o}·{r}");
+            },
+        );
+    }
+
+    #[test]
+    fn mul_round_sat16_pipe_rounds_and_saturates_after_its_latency() {
         let want = |p: u64, r: u64| ((p * r + (1 << 23)) >> 24).min(0xFFFF);
         let cases = [
             (0u64, 0u64),
@@ -1633,22 +1227,19 @@ mod moe150_tests {
         ];
         let mut m = MulRoundSat16Pipe::default();
         m.connect_all();
-        for &(p, r) in &cases {
+        let clk = |m: &mut MulRoundSat16Pipe, c| m.clock.next = Clock::from(c);
+        let drive = |m: &mut MulRoundSat16Pipe, &(p, r): &(u64, u64)| {
             m.p.next = p.to_bits();
             m.r.next = r.to_bits();
-            clock(&mut m, |m, c| m.clock.next = Clock::from(c), MulRoundSat16Pipe::LATENCY);
-            assert_eq!(m.w.val().to_u64(), want(p, r), "{p}·{r}");
+        };
+        for c in &cases {
+            drive(&mut m, c);
+            clock(&mut m, clk, MulRoundSat16Pipe::LATENCY);
+            assert_eq!(m.w.val().to_u64(), want(c.0, c.1), "{c:?}");
         }
-        // Streaming: one operand pair per cycle.
-        for j in 0..cases.len() + MulRoundSat16Pipe::LATENCY {
-            let (p, r) = cases[j.min(cases.len() - 1)];
-            m.p.next = p.to_bits();
-            m.r.next = r.to_bits();
-            clock(&mut m, |m, c| m.clock.next = Clock::from(c), 1);
-            if let Some(&(p, r)) = (j + 1).checked_sub(MulRoundSat16Pipe::LATENCY).and_then(|i| cases.get(i)) {
-                assert_eq!(m.w.val().to_u64(), want(p, r), "streamed {p}·{r}");
-            }
-        }
+        stream(&mut m, clk, MulRoundSat16Pipe::LATENCY, &cases, drive, |m, &(p, r)| {
+            assert_eq!(m.w.val().to_u64(), want(p, r), "streamed {p}·{r}")
+        });
     }
 
     #[test]
@@ -1658,72 +1249,79 @@ mod moe150_tests {
         us.extend([0, -1, -255, -256, -257, -7936, -7937, -7680, -7679, -8192, -(1 << 38), -(1i64 << 39)]);
         let mut e = Exp2Pipe::default();
         e.connect_all();
-        for j in 0..us.len() + Exp2Pipe::LATENCY {
-            e.u.next = from_i64(us[j.min(us.len() - 1)]);
-            clock(&mut e, |e, c| e.clock.next = Clock::from(c), 1);
-            if let Some(&u) = (j + 1).checked_sub(Exp2Pipe::LATENCY).and_then(|i| us.get(i)) {
-                assert_eq!(e.p.val().to_u64(), crate::numerics::exp2_fixed(&lut, u) as u64, "u = {u}");
-            }
-        }
+        stream(
+            &mut e,
+            |e, c| e.clock.next = Clock::from(c),
+            Exp2Pipe::LATENCY,
+            &us,
+            |e, &u| e.u.next = from_i64(u),
+            |e, &u| assert_eq!(e.p.val().to_u64(), crate::numerics::exp2_fixed(&lut, u) as u64, "u = {u}"),
+        );
     }
 
     #[test]
     fn add_tree16_pipe_sums_n_lanes_after_its_latency() {
+        let buses: Vec<Vec<u64>> =
+            (0..6u64).map(|k| (0..16u64).map(|i| (0xFFFF - 977 * i - 4099 * k) & 0xFFFF).collect()).collect();
+        let pack = |b: &[u64]| {
+            b.iter().enumerate().fold(Bits::<256>::default(), |x, (i, &v)| x | (bits::<256>(v) << (16 * i as u64)))
+        };
         for n in [1usize, 2, 3, 4, 5, 12, 16] {
-            let lat = AddTree16Pipe::<256>::latency(n);
             let mut t = AddTree16Pipe::<256>::new(n);
             t.connect_all();
-            let buses: Vec<Vec<u64>> =
-                (0..6u64).map(|k| (0..16u64).map(|i| (0xFFFF - 977 * i - 4099 * k) & 0xFFFF).collect()).collect();
-            for j in 0..buses.len() + lat {
-                let b = &buses[j.min(buses.len() - 1)];
-                let mut x = Bits::<256>::default();
-                for (i, v) in b.iter().enumerate() {
-                    x = x | (bits::<256>(*v) << (16 * i as u64));
-                }
-                t.x.next = x;
-                clock(&mut t, |t, c| t.clock.next = Clock::from(c), 1);
-                if let Some(b) = (j + 1).checked_sub(lat).and_then(|i| buses.get(i)) {
-                    assert_eq!(t.s.val().to_u64(), b[..n].iter().sum::<u64>(), "n = {n}, bus {j}");
-                }
-            }
+            stream(
+                &mut t,
+                |t, c| t.clock.next = Clock::from(c),
+                AddTree16Pipe::<256>::latency(n),
+                &buses,
+                |t, b| t.x.next = pack(b),
+                |t, b| assert_eq!(t.s.val().to_u64(), b[..n].iter().sum::<u64>(), "n = {n}"),
+            );
         }
     }
 
     #[test]
-    fn dot_i8_pipe_sums_products_after_its_latency() {
-        for n in [2usize, 4, 16, 64] {
-            let lat = DotI8Pipe2::<512>::latency(n);
-            let mut d = DotI8Pipe2::<512>::new(n);
-            d.connect_all();
-            let rows: Vec<(Vec<i8>, Vec<i8>)> = (0..5i64)
-                .map(|k| {
-                    let f = |i: i64, m: i64| (((i * m + 31 * k) % 256) - 128) as i8;
-                    let mut a: Vec<i8> = (0..64).map(|i| f(i, 37)).collect();
-                    let mut b: Vec<i8> = (0..64).map(|i| f(i, 91)).collect();
-                    if k == 0 {
-                        (a, b) = (vec![-128; 64], vec![-128; 64]);
-                    }
-                    if k == 1 {
-                        (a, b) = (vec![-128; 64], vec![127; 64]);
-                    }
-                    (a, b)
-                })
-                .collect();
-            let pack = |v: &[i8]| {
-                v.iter()
-                    .enumerate()
-                    .fold(Bits::<512>::default(), |acc, (i, &x)| acc | (bits::<512>(x as u8 as u64) << (8 * i as u64)))
-            };
-            for j in 0..rows.len() + lat {
-                let (a, b) = &rows[j.min(rows.len() - 1)];
-                d.a.next = pack(a);
-                d.b.next = pack(b);
-                clock(&mut d, |d, c| d.clock.next = Clock::from(c), 1);
-                if let Some((a, b)) = (j + 1).checked_sub(lat).and_then(|i| rows.get(i)) {
-                    let want: i64 = (0..n).map(|i| a[i] as i64 * b[i] as i64).sum();
-                    assert_eq!(to_i64(d.dot.val()), want, "n = {n}, row {j}");
-                }
+    fn dot_i8_pipe_streams_dot_products_after_its_latency() {
+        let mut rnd = rng(0x2545_F491_4F6C_DD1D);
+        let pack = |v: &[i8]| {
+            v.iter()
+                .enumerate()
+                .fold(Bits::<512>::default(), |acc, (i, &x)| acc | (bits::<512>(x as u8 as u64) << (8 * i as u64)))
+        };
+        for per_stage in [1, 2] {
+            for n in [1usize, 2, 4, 16, 64] {
+                let mut b = DotI8Pipe::<512>::new(n, per_stage);
+                b.connect_all();
+                let levels = n.trailing_zeros() as usize;
+                let lat = DotI8Pipe::<512>::latency(n, per_stage);
+                assert_eq!(lat, 1 + levels.div_ceil(per_stage));
+                // The extremes first, then random rows.
+                let rows: Vec<(Vec<i8>, Vec<i8>)> = (0..20)
+                    .map(|i| match i {
+                        0 => (vec![-128; n], vec![-128; n]),
+                        1 => (vec![-128; n], vec![127; n]),
+                        _ => ((0..n).map(|_| rnd() as i8).collect(), (0..n).map(|_| rnd() as i8).collect()),
+                    })
+                    .collect();
+                stream(
+                    &mut b,
+                    |b, c| b.clock.next = Clock::from(c),
+                    lat,
+                    &rows,
+                    |b, (a, bb)| {
+                        b.a.next = pack(a);
+                        b.b.next = pack(bb);
+                    },
+                    |b, (a, bb)| {
+                        let want: i64 = a.iter().zip(bb).map(|(&p, &q)| p as i64 * q as i64).sum();
+                        assert_eq!(to_i64(b.dot.val()), want, "n = {n}, {per_stage} levels a stage");
+                    },
+                );
+                // The products and a register per stage, each sum as wide as its level.
+                let Verilog::Custom(v) = b.hdl() else { panic!("DotI8Pipe is a custom block") };
+                let regs: usize = (0..=levels).filter(|&l| l == levels || l % per_stage == 0).map(|l| n >> l).sum();
+                assert_eq!(v.matches(" <= ").count(), regs, "{v}");
+                assert!(v.contains(&format!("reg signed [{}:0] r{levels}_0 = 0;", 15 + levels)), "{v}");
             }
         }
     }

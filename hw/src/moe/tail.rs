@@ -10,7 +10,7 @@
 //! log2-domain values, `PB = 16·EL` of Q1.14 exponentials. They are const
 //! parameters because rust-hdl's widths are types; sizing them for the largest
 //! unit made every unit pay for 256 experts in synthesis and simulation.
-use crate::blocks::{DotI8Pipe2, Exp2Pipe, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
+use crate::blocks::{DotI8Pipe, Exp2Pipe, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
 use rust_hdl::prelude::*;
 
 /// Per-token metadata through the tail: ids (8×8 bits @0), chosen exponentials
@@ -21,13 +21,15 @@ pub const META_TOK: usize = 192;
 pub const META_SUM: usize = 224;
 /// A token's route record (64 bytes).
 pub const RB: usize = 512;
+/// Adder levels a stage of the gate lanes' x·w tree.
+const XW_LEVELS_PER_STAGE: usize = 2;
 
 /// One expert lane of the gate projection: its slice of the gate weights (the
 /// rows of experts `lane, lane + lanes, ...`, one beat per RAM word) and a
 /// beat-wide int8 dot product accumulated over the beats of a row.
 ///
 /// Timing: `valid/first/last` arrive with the RAM data (the cycle after the
-/// top presents `raddr`); the dot product is a pipeline ([`DotI8Pipe2`]:
+/// top presents `raddr`); the dot product is a pipeline ([`DotI8Pipe`]:
 /// products registered, then the adder tree registered every two levels) with
 /// the flags delayed beside it, then accumulated; `res` holds the finished
 /// logit [`GateLane::latency`] cycles after the row's last beat arrived.
@@ -42,7 +44,7 @@ pub struct GateLane<const W: usize> {
     pub last: Signal<In, Bit>,
     pub res: Signal<Out, Bits<32>>,
     ram: SyncRam<W>,
-    xw: DotI8Pipe2<W>,
+    xw: DotI8Pipe<W>,
     /// valid, first, last (bits 0, 1, 2) beside the dot product.
     flags: SkewLine<3>,
     v2: Signal<Local, Bit>,
@@ -57,15 +59,15 @@ impl<const W: usize> GateLane<W> {
     pub fn new(depth: usize) -> Self {
         with_defaults!(Self {
             ram: SyncRam::new(depth),
-            xw: DotI8Pipe2::new(W / 8),
-            flags: SkewLine::new(DotI8Pipe2::<W>::latency(W / 8)),
+            xw: DotI8Pipe::new(W / 8, XW_LEVELS_PER_STAGE),
+            flags: SkewLine::new(DotI8Pipe::<W>::latency(W / 8, XW_LEVELS_PER_STAGE)),
             .. clock, ram_port, x, valid, first, last, res, v2, f2, l2, acc, acc_new, res_r
         })
     }
 
     /// Cycles from a row's last beat (with its flags) to its logit on `res`.
     pub fn latency() -> usize {
-        DotI8Pipe2::<W>::latency(W / 8) + 1
+        DotI8Pipe::<W>::latency(W / 8, XW_LEVELS_PER_STAGE) + 1
     }
 }
 
