@@ -239,9 +239,10 @@ impl Logic for RequantPipe {
     fn hdl(&self) -> Verilog {
         Verilog::Custom(format!(
             "\
-{MUL_SHIFT_VERILOG}
+{}
 // q fits int8 when q[63:7] is all sign: reductions, no comparator carry chains.
-always @(posedge clock) y <= ((&q[63:7]) | ~(|q[63:7])) ? q[7:0] : (q[63] ? 8'h80 : 8'h7f);"
+always @(posedge clock) y <= ((&q[63:7]) | ~(|q[63:7])) ? q[7:0] : (q[63] ? 8'h80 : 8'h7f);",
+            mul_shift_verilog()
         ))
     }
 }
@@ -279,30 +280,99 @@ impl Logic for ScaleRoundPipe {
         self.y.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(format!("{MUL_SHIFT_VERILOG}\nalways @(*) y = q[39:0];"))
+        Verilog::Custom(format!("{}\nalways @(*) y = q[39:0];", mul_shift_verilog()))
     }
 }
 
-/// The registers of `q = round_half_away(x · mult / 2^shift)` on signed 32-bit
-/// `x` and `mult` (64-bit `q`), named as in [`MUL_SHIFT_VERILOG`], which
-/// [`RequantPipe`] and [`ScaleRoundPipe`] share: no stage holds more than one
-/// carry chain or a few mux levels. The rounding constants `2^(shift-1)` and
-/// `2^(shift-1) - 1` are decoded from a registered copy of `shift`, without a
-/// carry chain, so `shift` must be steady.
+/// The registers of a 32×32 → 64-bit multiply `prod = a · b`, signed or
+/// unsigned, in [`Mul32Stages::LATENCY`] stages: the four 16×16 partial
+/// products, their middle sum beside the high and low ones side by side, the
+/// product. Named as in [`mul32_verilog`].
 #[derive(Default, Clone, Copy)]
-struct MulShiftStages {
-    sr: u32,
-    hpos: i64,
-    hneg: i64,
+struct Mul32Stages {
     hh: i64,
     hl: i64,
     lh: i64,
     ll: i64,
-    neg1: bool,
     mid: i64,
     hilo: i64,
+    prod: i64,
+}
+
+impl Mul32Stages {
+    const LATENCY: usize = 3;
+
+    /// The registers after a clock edge with inputs `a`, `b` (32 bits, sign- or
+    /// zero-extended to 64).
+    fn step(self, a: i64, b: i64) -> Self {
+        let o = self;
+        let (ah, al, bh, bl) = (a >> 16, a & 0xFFFF, b >> 16, b & 0xFFFF);
+        Self {
+            hh: ah * bh,
+            hl: ah * bl,
+            lh: al * bh,
+            ll: al * bl,
+            mid: o.hl + o.lh,
+            hilo: ((o.hh as u64) << 32 | (o.ll as u64 & 0xFFFF_FFFF)) as i64,
+            prod: o.hilo.wrapping_add(o.mid << 16),
+        }
+    }
+}
+
+/// [`Mul32Stages`] in Verilog on the inputs `a` and `b`, with its own always
+/// block. Each partial product is a signed 17×17 multiply (one MULT18X18D):
+/// the low halves unsigned, the high halves with their sign bit when `signed`,
+/// else with a zero.
+fn mul32_verilog(a: &str, b: &str, signed: bool) -> String {
+    let ext = |v: &str| if signed { format!("{v}[31]") } else { "1'b0".into() };
+    format!(
+        "\
+reg signed [31:0] hh = 0;
+reg signed [32:0] hl = 0;
+reg signed [32:0] lh = 0;
+reg [31:0] ll = 0;
+reg signed [33:0] mid = 0;
+reg [63:0] hilo = 0;
+reg signed [63:0] prod = 0;
+wire signed [16:0] ah = {{{ea}, {a}[31:16]}};
+wire signed [16:0] al = {{1'b0, {a}[15:0]}};
+wire signed [16:0] bh = {{{eb}, {b}[31:16]}};
+wire signed [16:0] bl = {{1'b0, {b}[15:0]}};
+wire signed [33:0] phh = ah * bh;
+wire signed [33:0] phl = ah * bl;
+wire signed [33:0] plh = al * bh;
+wire signed [33:0] pll = al * bl;
+always @(posedge clock) begin
+   hh <= phh[31:0];
+   hl <= phl[32:0];
+   lh <= plh[32:0];
+   ll <= pll[31:0];
+   mid <= hl + lh;
+   hilo <= {{hh, ll}};
+   prod <= $signed(hilo) + ({{{{30{{mid[33]}}}}, mid}} <<< 16);
+end
+",
+        ea = ext(a),
+        eb = ext(b)
+    )
+}
+
+/// The registers of `q = round_half_away(x · mult / 2^shift)` on signed 32-bit
+/// `x` and `mult` (64-bit `q`), named as in [`mul_shift_verilog`], which
+/// [`RequantPipe`] and [`ScaleRoundPipe`] share: the product
+/// ([`Mul32Stages`]), then the rounding add, the shift by `8·shift[5:3]`, by
+/// `shift[2:0]`; no stage holds more than one carry chain or a few mux
+/// levels. The rounding constants `2^(shift-1)` and `2^(shift-1) - 1` are
+/// decoded from a registered copy of `shift`, without a carry chain, so
+/// `shift` must be steady.
+#[derive(Default, Clone, Copy)]
+struct MulShiftStages {
+    mul: Mul32Stages,
+    sr: u32,
+    hpos: i64,
+    hneg: i64,
+    neg1: bool,
     neg2: bool,
-    p: i64,
     adj: i64,
     sum: i64,
     t: i64,
@@ -310,133 +380,86 @@ struct MulShiftStages {
 }
 
 impl MulShiftStages {
-    /// Cycles from `x` to `q`: partial products, their middle sum, the product,
-    /// the rounding add, the shift by `8·shift[5:3]`, by `shift[2:0]`.
-    const LATENCY: usize = 6;
+    /// Cycles from `x` to `q`.
+    const LATENCY: usize = Mul32Stages::LATENCY + 3;
 
     /// The registers after a clock edge with inputs `x`, `mult` (32 bits) and `shift` (6 bits).
     fn step(self, x: u64, mult: u64, shift: u64) -> Self {
         let o = self;
-        let mut n = o;
-        n.q = o.t >> (o.sr & 7);
-        n.t = o.sum >> (o.sr & 0x38);
-        n.sum = o.p.wrapping_add(o.adj);
-        n.p = o.hilo.wrapping_add(o.mid << 16);
-        n.adj = if o.neg2 { o.hneg } else { o.hpos };
-        n.hilo = ((o.hh as u64) << 32 | o.ll as u64) as i64;
-        n.mid = o.hl + o.lh;
-        n.neg2 = o.neg1;
-        let x = x as u32 as i32 as i64;
-        let m = mult as u32 as i32 as i64;
-        let (xh, xl, mh, ml) = (x >> 16, x & 0xFFFF, m >> 16, m & 0xFFFF);
-        (n.hh, n.hl, n.lh, n.ll) = (xh * mh, xh * ml, xl * mh, xl * ml);
-        n.neg1 = (x < 0) != (m < 0) && x != 0 && m != 0;
-        n.sr = shift as u32;
-        n.hpos = if o.sr == 0 { 0 } else { 1 << (o.sr - 1) };
-        n.hneg = if o.sr == 0 { 0 } else { (1 << (o.sr - 1)) - 1 };
-        n
+        let (x, m) = (x as u32 as i32 as i64, mult as u32 as i32 as i64);
+        Self {
+            mul: o.mul.step(x, m),
+            sr: shift as u32,
+            hpos: if o.sr == 0 { 0 } else { 1 << (o.sr - 1) },
+            hneg: if o.sr == 0 { 0 } else { (1 << (o.sr - 1)) - 1 },
+            neg1: (x < 0) != (m < 0) && x != 0 && m != 0,
+            neg2: o.neg1,
+            adj: if o.neg2 { o.hneg } else { o.hpos },
+            sum: o.mul.prod.wrapping_add(o.adj),
+            t: o.sum >> (o.sr & 0x38),
+            q: o.t >> (o.sr & 7),
+        }
     }
 }
 
-/// [`MulShiftStages`] in Verilog, on the inputs `x`, `mult`, `shift`. Each
-/// product is a signed 17×17 multiply (one MULT18X18D): the high halves are
-/// signed 16-bit, the low halves unsigned.
-const MUL_SHIFT_VERILOG: &str = "\
-reg [5:0] sr = 0;
+/// [`MulShiftStages`] in Verilog, on the inputs `x`, `mult`, `shift`.
+fn mul_shift_verilog() -> String {
+    let mul = mul32_verilog("x", "mult", true);
+    format!(
+        "\
+{mul}reg [5:0] sr = 0;
 reg [63:0] hpos = 0;
 reg [63:0] hneg = 0;
 integer i;
-reg signed [31:0] hh = 0;
-reg signed [32:0] hl = 0;
-reg signed [32:0] lh = 0;
-reg [31:0] ll = 0;
 reg neg1 = 0;
-reg signed [33:0] mid = 0;
-reg [63:0] hilo = 0;
 reg neg2 = 0;
-reg signed [63:0] p = 0;
 reg [63:0] adj = 0;
 reg signed [63:0] sum = 0;
 reg signed [63:0] t = 0;
 reg signed [63:0] q = 0;
-wire signed [16:0] xh = {x[31], x[31:16]};
-wire signed [16:0] xl = {1'b0, x[15:0]};
-wire signed [16:0] mh = {mult[31], mult[31:16]};
-wire signed [16:0] ml = {1'b0, mult[15:0]};
-wire signed [33:0] phh = xh * mh;
-wire signed [33:0] phl = xh * ml;
-wire signed [33:0] plh = xl * mh;
-wire signed [33:0] pll = xl * ml;
 always @(posedge clock) begin
    sr <= shift;
    for (i = 0; i < 64; i = i + 1) begin
-      hpos[i] <= {26'd0, sr} == i + 1;
-      hneg[i] <= {26'd0, sr} > i + 1;
+      hpos[i] <= {{26'd0, sr}} == i + 1;
+      hneg[i] <= {{26'd0, sr}} > i + 1;
    end
-   hh <= phh[31:0];
-   hl <= phl[32:0];
-   lh <= plh[32:0];
-   ll <= pll[31:0];
    neg1 <= (x[31] != mult[31]) && (x != 32'd0) && (mult != 32'd0);
-   mid <= hl + lh;
-   hilo <= {hh, ll};
    neg2 <= neg1;
-   p <= $signed(hilo) + ({{30{mid[33]}}, mid} <<< 16);
    adj <= neg2 ? hneg : hpos;
-   sum <= p + $signed(adj);
-   t <= sum >>> {sr[5:3], 3'b000};
+   sum <= prod + $signed(adj);
+   t <= sum >>> {{sr[5:3], 3'b000}};
    q <= t >>> sr[2:0];
-end";
+end"
+    )
+}
 
-/// Unsigned 32×32 → 64-bit multiply in three registered stages (partial
-/// products, their middle sum, the product), [`MulU32Pipe::LATENCY`] cycles
-/// from `a`, `b` to `p`: the GEMM writer's row address, off its critical path.
+/// Unsigned 32×32 → 64-bit multiply ([`Mul32Stages`]), [`MulU32Pipe::LATENCY`]
+/// cycles from `a`, `b` to `p`: row addresses, off the critical paths.
 #[derive(LogicBlock, Default)]
 pub struct MulU32Pipe {
     pub clock: Signal<In, Clock>,
     pub a: Signal<In, Bits<32>>,
     pub b: Signal<In, Bits<32>>,
     pub p: Signal<Out, Bits<64>>,
-    _s: [u64; 6],
+    _s: Mul32Stages,
 }
 
 impl MulU32Pipe {
-    pub const LATENCY: usize = 3;
+    pub const LATENCY: usize = Mul32Stages::LATENCY;
 }
 
 impl Logic for MulU32Pipe {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            let [hh, hl, lh, ll, mid, hilo] = self._s;
-            self.p.next = hilo.wrapping_add(mid << 16).to_bits();
-            let (a, b) = (to_u64(self.a.val()), to_u64(self.b.val()));
-            let (ah, al, bh, bl) = (a >> 16 & 0xFFFF, a & 0xFFFF, b >> 16 & 0xFFFF, b & 0xFFFF);
-            self._s = [ah * bh, ah * bl, al * bh, al * bl, hl + lh, hh << 32 | ll];
+            self._s = self._s.step(to_u64(self.a.val()) as i64, to_u64(self.b.val()) as i64);
+            self.p.next = (self._s.prod as u64).to_bits();
         }
     }
     fn connect(&mut self) {
         self.p.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(
-            "\
-reg [31:0] hh = 0;
-reg [31:0] hl = 0;
-reg [31:0] lh = 0;
-reg [31:0] ll = 0;
-reg [32:0] mid = 0;
-reg [63:0] hilo = 0;
-always @(posedge clock) begin
-   hh <= a[31:16] * b[31:16];
-   hl <= a[31:16] * b[15:0];
-   lh <= a[15:0] * b[31:16];
-   ll <= a[15:0] * b[15:0];
-   mid <= hl + lh;
-   hilo <= {hh, ll};
-   p <= hilo + {15'd0, mid, 16'd0};
-end"
-            .into(),
-        )
+        Verilog::Custom(format!("{}always @(*) p = prod;", mul32_verilog("a", "b", false)))
     }
 }
 
@@ -601,9 +624,7 @@ impl Logic for MulRound16Pipe {
     fn update(&mut self) {
         if self.clock.pos_edge() {
             let y = mul_round16(to_i64(self.o.val()), to_u64(self.r.val()));
-            self._q.copy_within(0..Self::LATENCY - 1, 1);
-            self._q[0] = y;
-            self.y.next = (self._q[Self::LATENCY - 1] as u64).to_bits();
+            self.y.next = (delay(&mut self._q, y) as u64).to_bits();
         }
     }
     fn connect(&mut self) {
@@ -653,6 +674,54 @@ fn mul_round16(o: i64, r: u64) -> u32 {
     ((p + (1 << 15) - (p < 0) as i128) >> 16) as u32
 }
 
+/// Verilog of a binary tree over the `n` leaves `leaf(i)`: node `i` of level
+/// `l` is `join(l, a, b)` of nodes `2i` and `2i + 1` of level `l − 1`, or node
+/// `2i` passed on when it has no sibling; a level `l` is `width(l)` bits a
+/// node, registers `r<l>_<i>` (on `clock`) where `reg(l)`, else wires
+/// `w<l>_<i>`. Returns the logic and the root's name. The pipelined adder and
+/// comparator trees ([`DotI8Pipe`], [`AddTree16Pipe`], [`ArgMaxPipe`]) are
+/// this with their own leaves, join and registered levels.
+fn tree_verilog(
+    n: usize,
+    width: impl Fn(usize) -> usize,
+    reg: impl Fn(usize) -> bool,
+    leaf: impl Fn(usize) -> String,
+    join: impl Fn(usize, &str, &str) -> String,
+) -> (String, String) {
+    let name = |l: usize, i: usize| format!("{}{l}_{i}", if reg(l) { 'r' } else { 'w' });
+    let (mut decl, mut seq, mut comb) = (String::new(), String::new(), String::new());
+    let mut node = |l: usize, i: usize, v: String| {
+        let (z, msb) = (name(l, i), width(l) - 1);
+        if reg(l) {
+            decl += &format!("reg [{msb}:0] {z} = 0;\n");
+            seq += &format!("   {z} <= {v};\n");
+        } else {
+            decl += &format!("wire [{msb}:0] {z};\n");
+            comb += &format!("assign {z} = {v};\n");
+        }
+    };
+    (0..n).for_each(|i| node(0, i, leaf(i)));
+    let (mut l, mut m) = (0, n);
+    while m > 1 {
+        l += 1;
+        for i in 0..m.div_ceil(2) {
+            let a = name(l - 1, 2 * i);
+            node(l, i, if 2 * i + 1 < m { join(l, &a, &name(l - 1, 2 * i + 1)) } else { a });
+        }
+        m = m.div_ceil(2);
+    }
+    let seq = if seq.is_empty() { seq } else { format!("always @(posedge clock) begin\n{seq}end\n") };
+    (format!("{decl}{comb}{seq}"), name(l, 0))
+}
+
+/// Shift `v` into a model's delay line `q` (the newest first) and return what
+/// leaves it: a pipeline's output, `q.len()` clock edges after its input.
+fn delay<T: Copy>(q: &mut [T], v: T) -> T {
+    q.rotate_right(1);
+    q[0] = v;
+    q[q.len() - 1]
+}
+
 /// The dot product of the first `n` int8 pairs of two packed rows as a
 /// free-running pipeline: the `n` 8×8 products registered (a MULT18X18D each,
 /// registered on both sides), then a binary adder tree with a register after
@@ -670,7 +739,7 @@ pub struct DotI8Pipe<const W: usize> {
     pub dot: Signal<Out, Signed<32>>,
     _n: usize,
     _per_stage: usize,
-    /// The model: the dot products in flight, the newest first.
+    /// The model: the dot products in flight.
     _q: Vec<i64>,
 }
 
@@ -698,49 +767,25 @@ impl<const W: usize> Logic for DotI8Pipe<W> {
         if self.clock.pos_edge() {
             let byte = |v: Bits<W>, i: usize| v.get_bits::<8>(8 * i).to_u64() as u8 as i8 as i64;
             let dot = (0..self._n).map(|i| byte(self.a.val(), i) * byte(self.b.val(), i)).sum();
-            let l = self._q.len();
-            self._q.copy_within(0..l - 1, 1);
-            self._q[0] = dot;
-            self.dot.next = from_i64(self._q[l - 1]);
+            self.dot.next = from_i64(delay(&mut self._q, dot));
         }
     }
     fn connect(&mut self) {
         self.dot.connect();
     }
     fn hdl(&self) -> Verilog {
-        // Level l holds n / 2^l sums of 16 + l bits: registers `r<l>_<i>` at
-        // level 0 (the products), every `per_stage` levels and the root, wires
-        // `w<l>_<i>` between them.
-        let n = self._n;
+        let (n, k) = (self._n, self._per_stage);
         let levels = n.trailing_zeros() as usize;
-        let name = |l: usize, i: usize| {
-            let reg = l == levels || l.is_multiple_of(self._per_stage);
-            format!("{}{l}_{i}", if reg { 'r' } else { 'w' })
-        };
-        let (mut decl, mut seq, mut comb) = (String::new(), String::new(), String::new());
-        for i in 0..n {
-            decl += &format!("reg signed [15:0] r0_{i} = 0;\n");
-            seq +=
-                &format!("   r0_{i} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n", hi = 8 * i + 7, lo = 8 * i);
-        }
-        for l in 1..=levels {
-            let w = 16 + l;
-            for i in 0..n >> l {
-                let (x, y) = (name(l - 1, 2 * i), name(l - 1, 2 * i + 1));
-                let sum = format!("{{{x}[{m}], {x}}} + {{{y}[{m}], {y}}}", m = w - 2);
-                let z = name(l, i);
-                if z.starts_with('r') {
-                    decl += &format!("reg signed [{}:0] {z} = 0;\n", w - 1);
-                    seq += &format!("   {z} <= {sum};\n");
-                } else {
-                    decl += &format!("wire signed [{}:0] {z};\n", w - 1);
-                    comb += &format!("assign {z} = {sum};\n");
-                }
-            }
-        }
-        let root = name(levels, 0);
+        let (tree, root) = tree_verilog(
+            n,
+            |l| 16 + l,
+            |l| l == levels || l.is_multiple_of(k),
+            |i| format!("$signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}])", hi = 8 * i + 7, lo = 8 * i),
+            // Sign-extended by the bit each level adds.
+            |l, x, y| format!("{{{x}[{m}], {x}}} + {{{y}[{m}], {y}}}", m = 14 + l),
+        );
         Verilog::Custom(format!(
-            "{decl}{comb}always @(posedge clock) begin\n{seq}end\nalways @(*) dot = {{{{{ext}{{{root}[{m}]}}}}, {root}}};",
+            "{tree}always @(*) dot = {{{{{ext}{{{root}[{m}]}}}}, {root}}};",
             ext = 16 - levels,
             m = 15 + levels
         ))
@@ -894,17 +939,16 @@ pub struct AddTree16Pipe<const W: usize> {
     pub x: Signal<In, Bits<W>>,
     pub s: Signal<Out, Bits<32>>,
     _n: usize,
-    /// The model's registers before `s`: the partial sums after levels 2, 4, ….
-    _regs: Vec<Vec<u64>>,
+    /// The model: the sums in flight.
+    _q: Vec<u64>,
 }
 
 impl<const W: usize> AddTree16Pipe<W> {
     pub fn new(n: usize) -> Self {
         assert!((1..=W / 16).contains(&n));
-        let lat = Self::latency(n);
         with_defaults!(Self {
             _n: n,
-            _regs: vec![vec![0]; lat - 1],
+            _q: vec![0; Self::latency(n)],
             .. clock, x, s
         })
     }
@@ -916,74 +960,86 @@ impl<const W: usize> AddTree16Pipe<W> {
     pub fn latency(n: usize) -> usize {
         Self::levels(n).div_ceil(2).max(1)
     }
-    /// Partial sums after `levels` pairwise levels of `v`.
-    fn reduce(mut v: Vec<u64>, levels: usize) -> Vec<u64> {
-        for _ in 0..levels {
-            v = v.chunks(2).map(|c| c.iter().sum::<u64>() & 0xFFFF_FFFF).collect();
-        }
-        v
-    }
 }
 
 impl<const W: usize> Logic for AddTree16Pipe<W> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            // `_regs[i]` is the register after levels 2(i+1); `s` the last.
-            let mid = self._regs.len();
-            let levels = Self::levels(self._n);
-            let x: Vec<u64> = (0..self._n).map(|i| self.x.val().get_bits::<16>(16 * i).to_u64()).collect();
-            let last = if mid == 0 { x.clone() } else { self._regs[mid - 1].clone() };
-            self.s.next = Self::reduce(last, levels - 2 * mid)[0].to_bits();
-            for i in (1..mid).rev() {
-                self._regs[i] = Self::reduce(self._regs[i - 1].clone(), 2);
-            }
-            if mid > 0 {
-                self._regs[0] = Self::reduce(x, 2);
-            }
+            let sum = (0..self._n).map(|i| self.x.val().get_bits::<16>(16 * i).to_u64()).sum::<u64>();
+            self.s.next = (delay(&mut self._q, sum) & 0xFFFF_FFFF).to_bits();
         }
     }
     fn connect(&mut self) {
         self.s.connect();
     }
     fn hdl(&self) -> Verilog {
-        // Level l holds ceil(n / 2^l) 32-bit sums; levels 2, 4, … are registers (`r<l>_<i>`),
-        // the others wires (`w<l>_<i>`); the last level is registered as `s`.
-        let n = self._n;
-        let levels = Self::levels(n);
-        let mut decl = String::new();
-        let mut seq = String::new();
-        let mut comb = String::new();
-        let name = |l: usize, i: usize| {
-            if l > 0 && l.is_multiple_of(2) && l < levels {
-                format!("r{l}_{i}")
-            } else {
-                format!("w{l}_{i}")
-            }
-        };
-        for i in 0..n {
-            decl += &format!("wire [31:0] w0_{i} = {{16'd0, x[{}:{}]}};\n", 16 * i + 15, 16 * i);
+        let levels = Self::levels(self._n);
+        let (tree, root) = tree_verilog(
+            self._n,
+            |_| 32,
+            |l| l == levels || (l > 0 && l.is_multiple_of(2)),
+            |i| format!("{{16'd0, x[{}:{}]}}", 16 * i + 15, 16 * i),
+            |_, a, b| format!("{a} + {b}"),
+        );
+        Verilog::Custom(format!("{tree}always @(*) s = {root};"))
+    }
+}
+
+/// The index of the largest valid one of the first `n` int32 lanes of a
+/// packed `ZB`-bit bus (lane `e` valid where `mask[e]`; ties, and no valid
+/// lane, to the lowest index), by a comparator tree of ceil(log2 n) levels
+/// registered after level `cut` (0: not at all, `sel` follows the inputs in
+/// the same cycle). A node is `{valid, index, key}` with the key the logit's
+/// sign bit flipped, so an unsigned compare orders logits; it keeps its left
+/// (lower-index) child unless the right one is valid and the left not, or
+/// larger. The MoE's top-k rounds.
+#[derive(LogicBlock)]
+pub struct ArgMaxPipe<const ZB: usize, const EL: usize> {
+    pub clock: Signal<In, Clock>,
+    pub z: Signal<In, Bits<ZB>>,
+    pub mask: Signal<In, Bits<EL>>,
+    pub sel: Signal<Out, Bits<8>>,
+    _n: usize,
+    _cut: usize,
+    /// The model: the inputs latched at the cut.
+    _held: (Bits<ZB>, Bits<EL>),
+}
+
+impl<const ZB: usize, const EL: usize> ArgMaxPipe<ZB, EL> {
+    pub fn new(n: usize, cut: usize) -> Self {
+        assert!((1..=EL.min(ZB / 32).min(256)).contains(&n) && cut <= n.next_power_of_two().trailing_zeros() as usize);
+        with_defaults!(Self {
+            _n: n,
+            _cut: cut,
+            _held: Default::default(),
+            .. clock, z, mask, sel
+        })
+    }
+}
+
+impl<const ZB: usize, const EL: usize> Logic for ArgMaxPipe<ZB, EL> {
+    fn update(&mut self) {
+        if self._cut > 0 && self.clock.pos_edge() {
+            self._held = (self.z.val(), self.mask.val());
         }
-        let mut m = n;
-        for l in 1..=levels {
-            let mm = m.div_ceil(2);
-            for i in 0..mm {
-                let sum = if 2 * i + 1 < m {
-                    format!("{} + {}", name(l - 1, 2 * i), name(l - 1, 2 * i + 1))
-                } else {
-                    name(l - 1, 2 * i)
-                };
-                if name(l, i).starts_with('r') {
-                    decl += &format!("reg [31:0] r{l}_{i} = 0;\n");
-                    seq += &format!("   r{l}_{i} <= {sum};\n");
-                } else {
-                    decl += &format!("wire [31:0] w{l}_{i};\n");
-                    comb += &format!("assign w{l}_{i} = {sum};\n");
-                }
-            }
-            m = mm;
-        }
-        seq += &format!("   s <= {};\n", name(levels, 0));
-        Verilog::Custom(format!("{decl}{comb}always @(posedge clock) begin\n{seq}end"))
+        let (z, mask) = if self._cut > 0 { self._held } else { (self.z.val(), self.mask.val()) };
+        let key = |e: usize| z.get_bits::<32>(32 * e).to_u64() as u32 as i32;
+        let best =
+            (1..self._n).fold(0, |b, e| if mask.get_bit(e) && (!mask.get_bit(b) || key(e) > key(b)) { e } else { b });
+        self.sel.next = (best as u64).to_bits();
+    }
+    fn connect(&mut self) {
+        self.sel.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let (tree, root) = tree_verilog(
+            self._n,
+            |_| 41,
+            |l| l == self._cut && l > 0,
+            |e| format!("{{mask[{e}], 8'd{e}, ~z[{}], z[{}:{}]}}", 32 * e + 31, 32 * e + 30, 32 * e),
+            |_, a, b| format!("({b}[40] & (!{a}[40] | ({b}[31:0] > {a}[31:0]))) ? {b} : {a}"),
+        );
+        Verilog::Custom(format!("{tree}always @(*) sel = {root}[39:32];"))
     }
 }
 
@@ -1010,7 +1066,7 @@ mod tests {
 
     /// Drive `inputs` one a clock edge into a pipeline of `lat` stages (the
     /// last held until all are out) and `check` each input's result in the
-    /// cycle it comes out.
+    /// cycle it comes out (with `lat` 0, the cycle it goes in).
     fn stream<B: Block, T>(
         b: &mut B,
         clk: impl Fn(&mut B, bool),
@@ -1022,7 +1078,7 @@ mod tests {
         for j in 0..inputs.len() + lat {
             drive(b, &inputs[j.min(inputs.len() - 1)]);
             clock(b, &clk, 1);
-            if let Some(x) = (j + 1).checked_sub(lat).and_then(|i| inputs.get(i)) {
+            if let Some(x) = (j + 1).checked_sub(lat.max(1)).and_then(|i| inputs.get(i)) {
                 check(b, x);
             }
         }
@@ -1281,6 +1337,59 @@ mod tests {
     }
 
     #[test]
+    fn tree_verilog_joins_pairs_passes_odd_nodes_and_registers_the_chosen_levels() {
+        let (v, root) =
+            tree_verilog(3, |l| 8 + l, |l| l == 1, |i| format!("x{i}"), |l, a, b| format!("j{l}({a}, {b})"));
+        assert_eq!(root, "w2_0");
+        assert_eq!(
+            v,
+            "wire [7:0] w0_0;\nwire [7:0] w0_1;\nwire [7:0] w0_2;\nreg [8:0] r1_0 = 0;\nreg [8:0] r1_1 = 0;\nwire [9:0] w2_0;\n\
+             assign w0_0 = x0;\nassign w0_1 = x1;\nassign w0_2 = x2;\nassign w2_0 = j2(r1_0, r1_1);\n\
+             always @(posedge clock) begin\n   r1_0 <= j1(w0_0, w0_1);\n   r1_1 <= w0_2;\nend\n"
+        );
+    }
+
+    #[test]
+    fn arg_max_pipe_picks_the_largest_valid_lane_lowest_index_first() {
+        let mut rnd = rng(0x1234_5678_9ABC_DEF1);
+        for n in [1usize, 2, 3, 5, 8, 13, 64] {
+            let levels = n.next_power_of_two().trailing_zeros() as usize;
+            for cut in [0, levels.div_ceil(2)] {
+                let mut t = ArgMaxPipe::<2048, 64>::new(n, cut);
+                t.connect_all();
+                // Few distinct keys, so ties are common; some rows with no valid lane.
+                let rows: Vec<(Vec<i32>, u64)> = (0..40)
+                    .map(|r| {
+                        let keys = (0..n).map(|_| [i32::MIN, -1, 0, 7, i32::MAX][(rnd() % 5) as usize]).collect();
+                        (keys, if r % 9 == 0 { 0 } else { rnd() })
+                    })
+                    .collect();
+                let want = |(keys, mask): &(Vec<i32>, u64)| {
+                    (0..n).filter(|&e| mask >> e & 1 == 1).max_by_key(|&e| (keys[e], std::cmp::Reverse(e))).unwrap_or(0)
+                };
+                stream(
+                    &mut t,
+                    |t, c| t.clock.next = Clock::from(c),
+                    usize::from(cut > 0),
+                    &rows,
+                    |t, (keys, mask)| {
+                        t.z.next = keys
+                            .iter()
+                            .enumerate()
+                            .fold(Bits::default(), |z, (e, &k)| z | (bits::<2048>(k as u32 as u64) << (32 * e as u64)));
+                        t.mask.next = mask.to_bits();
+                    },
+                    |t, row| assert_eq!(t.sel.val().to_u64() as usize, want(row), "n = {n}, cut {cut}: {row:?}"),
+                );
+                // The cut level's nodes are the only registers.
+                let Verilog::Custom(v) = t.hdl() else { panic!("ArgMaxPipe is a custom block") };
+                let at_cut = if cut > 0 { n.div_ceil(1 << cut) } else { 0 };
+                assert_eq!(v.matches(" <= ").count(), at_cut, "{v}");
+            }
+        }
+    }
+
+    #[test]
     fn dot_i8_pipe_streams_dot_products_after_its_latency() {
         let mut rnd = rng(0x2545_F491_4F6C_DD1D);
         let pack = |v: &[i8]| {
@@ -1321,7 +1430,7 @@ mod tests {
                 let Verilog::Custom(v) = b.hdl() else { panic!("DotI8Pipe is a custom block") };
                 let regs: usize = (0..=levels).filter(|&l| l == levels || l % per_stage == 0).map(|l| n >> l).sum();
                 assert_eq!(v.matches(" <= ").count(), regs, "{v}");
-                assert!(v.contains(&format!("reg signed [{}:0] r{levels}_0 = 0;", 15 + levels)), "{v}");
+                assert!(v.contains(&format!("reg [{}:0] r{levels}_0 = 0;", 15 + levels)), "{v}");
             }
         }
     }
