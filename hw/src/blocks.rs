@@ -434,7 +434,8 @@ end"
 }
 
 /// Unsigned 32×32 → 64-bit multiply ([`Mul32Stages`]), [`MulU32Pipe::LATENCY`]
-/// cycles from `a`, `b` to `p`: row addresses, off the critical paths.
+/// cycles from `a`, `b` to `p`: products off the critical paths (the GEMM
+/// writer's row address, the attention heads' offsets, the MoE capacity).
 #[derive(LogicBlock, Default)]
 pub struct MulU32Pipe {
     pub clock: Signal<In, Clock>,
