@@ -204,59 +204,9 @@ impl<const D: usize> Logic for SkewLine<D> {
     }
 }
 
-/// The requantizer: `y = sat8(round_half_away(x · mult / 2^shift))`, two
-/// pipeline stages (multiply, then round/shift/saturate), each with an enable.
-#[derive(LogicBlock, Default)]
-pub struct Requantizer {
-    pub clock: Signal<In, Clock>,
-    pub en_mul: Signal<In, Bit>,
-    pub en_round: Signal<In, Bit>,
-    pub x: Signal<In, Bits<32>>,
-    pub mult: Signal<In, Bits<32>>,
-    pub shift: Signal<In, Bits<6>>,
-    pub y: Signal<Out, Bits<8>>,
-    _p: i64,
-}
-
-impl Logic for Requantizer {
-    fn update(&mut self) {
-        if self.clock.pos_edge() {
-            // Stage 2 reads the product latched at the previous edge, so it
-            // runs before stage 1 overwrites `_p`.
-            let shift = to_u64(self.shift.val()) as u32;
-            if self.en_round.val() {
-                // requantize(x=1, mult=p) would overflow; apply the rounding directly.
-                let q = crate::numerics::round_shift(self._p, shift);
-                self.y.next = ((q.clamp(-128, 127) as i8 as u8) as u64).to_bits();
-            }
-            if self.en_mul.val() {
-                let x = to_u64(self.x.val()) as u32 as i32;
-                let m = to_u64(self.mult.val()) as u32 as i32;
-                self._p = x as i64 * m as i64;
-            }
-        }
-    }
-    fn connect(&mut self) {
-        self.y.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        Verilog::Custom(
-            "\
-reg signed [63:0] p = 0;
-wire signed [63:0] half = (shift == 6'd0) ? 64'sd0 : (64'sd1 <<< (shift - 6'd1));
-wire signed [63:0] adj = (shift == 6'd0) ? 64'sd0 : (half - {63'd0, p[63]});
-wire signed [63:0] q = (p + adj) >>> shift;
-always @(posedge clock) begin
-   if (en_round) y <= (q > 64'sd127) ? 8'h7f : ((q < -64'sd128) ? 8'h80 : q[7:0]);
-   if (en_mul) p <= $signed(x) * $signed(mult);
-end"
-            .into(),
-        )
-    }
-}
-
-/// The requantizer of [`Requantizer`] as a free-running pipeline of
-/// [`RequantPipe::LATENCY`] stages: [`MulShiftStages`], then saturation. The
+/// The requantizer `y = sat8(round_half_away(x · mult / 2^shift))` as a
+/// free-running pipeline of [`RequantPipe::LATENCY`] stages:
+/// [`MulShiftStages`], then saturation. The
 /// one-cycle 64-bit round/shift/saturate was the GEMM unit's critical path
 /// (docs/timing.md). `y` is `sat8(round_half_away(x · mult / 2^shift))` of the
 /// `x` held `LATENCY` cycles earlier; `mult` and `shift` must be steady for the
@@ -289,9 +239,10 @@ impl Logic for RequantPipe {
     fn hdl(&self) -> Verilog {
         Verilog::Custom(format!(
             "\
-{MUL_SHIFT_VERILOG}
+{}
 // q fits int8 when q[63:7] is all sign: reductions, no comparator carry chains.
-always @(posedge clock) y <= ((&q[63:7]) | ~(|q[63:7])) ? q[7:0] : (q[63] ? 8'h80 : 8'h7f);"
+always @(posedge clock) y <= ((&q[63:7]) | ~(|q[63:7])) ? q[7:0] : (q[63] ? 8'h80 : 8'h7f);",
+            mul_shift_verilog()
         ))
     }
 }
@@ -329,30 +280,99 @@ impl Logic for ScaleRoundPipe {
         self.y.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(format!("{MUL_SHIFT_VERILOG}\nalways @(*) y = q[39:0];"))
+        Verilog::Custom(format!("{}\nalways @(*) y = q[39:0];", mul_shift_verilog()))
     }
 }
 
-/// The registers of `q = round_half_away(x · mult / 2^shift)` on signed 32-bit
-/// `x` and `mult` (64-bit `q`), named as in [`MUL_SHIFT_VERILOG`], which
-/// [`RequantPipe`] and [`ScaleRoundPipe`] share: no stage holds more than one
-/// carry chain or a few mux levels. The rounding constants `2^(shift-1)` and
-/// `2^(shift-1) - 1` are decoded from a registered copy of `shift`, without a
-/// carry chain, so `shift` must be steady.
+/// The registers of a 32×32 → 64-bit multiply `prod = a · b`, signed or
+/// unsigned, in [`Mul32Stages::LATENCY`] stages: the four 16×16 partial
+/// products, their middle sum beside the high and low ones side by side, the
+/// product. Named as in [`mul32_verilog`].
 #[derive(Default, Clone, Copy)]
-struct MulShiftStages {
-    sr: u32,
-    hpos: i64,
-    hneg: i64,
+struct Mul32Stages {
     hh: i64,
     hl: i64,
     lh: i64,
     ll: i64,
-    neg1: bool,
     mid: i64,
     hilo: i64,
+    prod: i64,
+}
+
+impl Mul32Stages {
+    const LATENCY: usize = 3;
+
+    /// The registers after a clock edge with inputs `a`, `b` (32 bits, sign- or
+    /// zero-extended to 64).
+    fn step(self, a: i64, b: i64) -> Self {
+        let o = self;
+        let (ah, al, bh, bl) = (a >> 16, a & 0xFFFF, b >> 16, b & 0xFFFF);
+        Self {
+            hh: ah * bh,
+            hl: ah * bl,
+            lh: al * bh,
+            ll: al * bl,
+            mid: o.hl + o.lh,
+            hilo: ((o.hh as u64) << 32 | (o.ll as u64 & 0xFFFF_FFFF)) as i64,
+            prod: o.hilo.wrapping_add(o.mid << 16),
+        }
+    }
+}
+
+/// [`Mul32Stages`] in Verilog on the inputs `a` and `b`, with its own always
+/// block. Each partial product is a signed 17×17 multiply (one MULT18X18D):
+/// the low halves unsigned, the high halves with their sign bit when `signed`,
+/// else with a zero.
+fn mul32_verilog(a: &str, b: &str, signed: bool) -> String {
+    let ext = |v: &str| if signed { format!("{v}[31]") } else { "1'b0".into() };
+    format!(
+        "\
+reg signed [31:0] hh = 0;
+reg signed [32:0] hl = 0;
+reg signed [32:0] lh = 0;
+reg [31:0] ll = 0;
+reg signed [33:0] mid = 0;
+reg [63:0] hilo = 0;
+reg signed [63:0] prod = 0;
+wire signed [16:0] ah = {{{ea}, {a}[31:16]}};
+wire signed [16:0] al = {{1'b0, {a}[15:0]}};
+wire signed [16:0] bh = {{{eb}, {b}[31:16]}};
+wire signed [16:0] bl = {{1'b0, {b}[15:0]}};
+wire signed [33:0] phh = ah * bh;
+wire signed [33:0] phl = ah * bl;
+wire signed [33:0] plh = al * bh;
+wire signed [33:0] pll = al * bl;
+always @(posedge clock) begin
+   hh <= phh[31:0];
+   hl <= phl[32:0];
+   lh <= plh[32:0];
+   ll <= pll[31:0];
+   mid <= hl + lh;
+   hilo <= {{hh, ll}};
+   prod <= $signed(hilo) + ({{{{30{{mid[33]}}}}, mid}} <<< 16);
+end
+",
+        ea = ext(a),
+        eb = ext(b)
+    )
+}
+
+/// The registers of `q = round_half_away(x · mult / 2^shift)` on signed 32-bit
+/// `x` and `mult` (64-bit `q`), named as in [`mul_shift_verilog`], which
+/// [`RequantPipe`] and [`ScaleRoundPipe`] share: the product
+/// ([`Mul32Stages`]), then the rounding add, the shift by `8·shift[5:3]`, by
+/// `shift[2:0]`; no stage holds more than one carry chain or a few mux
+/// levels. The rounding constants `2^(shift-1)` and `2^(shift-1) - 1` are
+/// decoded from a registered copy of `shift`, without a carry chain, so
+/// `shift` must be steady.
+#[derive(Default, Clone, Copy)]
+struct MulShiftStages {
+    mul: Mul32Stages,
+    sr: u32,
+    hpos: i64,
+    hneg: i64,
+    neg1: bool,
     neg2: bool,
-    p: i64,
     adj: i64,
     sum: i64,
     t: i64,
@@ -360,154 +380,87 @@ struct MulShiftStages {
 }
 
 impl MulShiftStages {
-    /// Cycles from `x` to `q`: partial products, their middle sum, the product,
-    /// the rounding add, the shift by `8·shift[5:3]`, by `shift[2:0]`.
-    const LATENCY: usize = 6;
+    /// Cycles from `x` to `q`.
+    const LATENCY: usize = Mul32Stages::LATENCY + 3;
 
     /// The registers after a clock edge with inputs `x`, `mult` (32 bits) and `shift` (6 bits).
     fn step(self, x: u64, mult: u64, shift: u64) -> Self {
         let o = self;
-        let mut n = o;
-        n.q = o.t >> (o.sr & 7);
-        n.t = o.sum >> (o.sr & 0x38);
-        n.sum = o.p.wrapping_add(o.adj);
-        n.p = o.hilo.wrapping_add(o.mid << 16);
-        n.adj = if o.neg2 { o.hneg } else { o.hpos };
-        n.hilo = ((o.hh as u64) << 32 | o.ll as u64) as i64;
-        n.mid = o.hl + o.lh;
-        n.neg2 = o.neg1;
-        let x = x as u32 as i32 as i64;
-        let m = mult as u32 as i32 as i64;
-        let (xh, xl, mh, ml) = (x >> 16, x & 0xFFFF, m >> 16, m & 0xFFFF);
-        (n.hh, n.hl, n.lh, n.ll) = (xh * mh, xh * ml, xl * mh, xl * ml);
-        n.neg1 = (x < 0) != (m < 0) && x != 0 && m != 0;
-        n.sr = shift as u32;
-        n.hpos = if o.sr == 0 { 0 } else { 1 << (o.sr - 1) };
-        n.hneg = if o.sr == 0 { 0 } else { (1 << (o.sr - 1)) - 1 };
-        n
+        let (x, m) = (x as u32 as i32 as i64, mult as u32 as i32 as i64);
+        Self {
+            mul: o.mul.step(x, m),
+            sr: shift as u32,
+            hpos: if o.sr == 0 { 0 } else { 1 << (o.sr - 1) },
+            hneg: if o.sr == 0 { 0 } else { (1 << (o.sr - 1)) - 1 },
+            neg1: (x < 0) != (m < 0) && x != 0 && m != 0,
+            neg2: o.neg1,
+            adj: if o.neg2 { o.hneg } else { o.hpos },
+            sum: o.mul.prod.wrapping_add(o.adj),
+            t: o.sum >> (o.sr & 0x38),
+            q: o.t >> (o.sr & 7),
+        }
     }
 }
 
-/// [`MulShiftStages`] in Verilog, on the inputs `x`, `mult`, `shift`. Each
-/// product is a signed 17×17 multiply (one MULT18X18D): the high halves are
-/// signed 16-bit, the low halves unsigned.
-const MUL_SHIFT_VERILOG: &str = "\
-reg [5:0] sr = 0;
+/// [`MulShiftStages`] in Verilog, on the inputs `x`, `mult`, `shift`.
+fn mul_shift_verilog() -> String {
+    let mul = mul32_verilog("x", "mult", true);
+    format!(
+        "\
+{mul}reg [5:0] sr = 0;
 reg [63:0] hpos = 0;
 reg [63:0] hneg = 0;
 integer i;
-reg signed [31:0] hh = 0;
-reg signed [32:0] hl = 0;
-reg signed [32:0] lh = 0;
-reg [31:0] ll = 0;
 reg neg1 = 0;
-reg signed [33:0] mid = 0;
-reg [63:0] hilo = 0;
 reg neg2 = 0;
-reg signed [63:0] p = 0;
 reg [63:0] adj = 0;
 reg signed [63:0] sum = 0;
 reg signed [63:0] t = 0;
 reg signed [63:0] q = 0;
-wire signed [16:0] xh = {x[31], x[31:16]};
-wire signed [16:0] xl = {1'b0, x[15:0]};
-wire signed [16:0] mh = {mult[31], mult[31:16]};
-wire signed [16:0] ml = {1'b0, mult[15:0]};
-wire signed [33:0] phh = xh * mh;
-wire signed [33:0] phl = xh * ml;
-wire signed [33:0] plh = xl * mh;
-wire signed [33:0] pll = xl * ml;
 always @(posedge clock) begin
    sr <= shift;
    for (i = 0; i < 64; i = i + 1) begin
-      hpos[i] <= {26'd0, sr} == i + 1;
-      hneg[i] <= {26'd0, sr} > i + 1;
+      hpos[i] <= {{26'd0, sr}} == i + 1;
+      hneg[i] <= {{26'd0, sr}} > i + 1;
    end
-   hh <= phh[31:0];
-   hl <= phl[32:0];
-   lh <= plh[32:0];
-   ll <= pll[31:0];
    neg1 <= (x[31] != mult[31]) && (x != 32'd0) && (mult != 32'd0);
-   mid <= hl + lh;
-   hilo <= {hh, ll};
    neg2 <= neg1;
-   p <= $signed(hilo) + ({{30{mid[33]}}, mid} <<< 16);
    adj <= neg2 ? hneg : hpos;
-   sum <= p + $signed(adj);
-   t <= sum >>> {sr[5:3], 3'b000};
+   sum <= prod + $signed(adj);
+   t <= sum >>> {{sr[5:3], 3'b000}};
    q <= t >>> sr[2:0];
-end";
+end"
+    )
+}
 
-/// Unsigned 32×32 → 64-bit multiply in three registered stages (partial
-/// products, their middle sum, the product), [`MulU32Pipe::LATENCY`] cycles
-/// from `a`, `b` to `p`: the GEMM writer's row address, off its critical path.
+/// Unsigned 32×32 → 64-bit multiply ([`Mul32Stages`]), [`MulU32Pipe::LATENCY`]
+/// cycles from `a`, `b` to `p`: products off the critical paths (the GEMM
+/// writer's row address, the attention heads' offsets, the MoE capacity).
 #[derive(LogicBlock, Default)]
 pub struct MulU32Pipe {
     pub clock: Signal<In, Clock>,
     pub a: Signal<In, Bits<32>>,
     pub b: Signal<In, Bits<32>>,
     pub p: Signal<Out, Bits<64>>,
-    _s: [u64; 6],
+    _s: Mul32Stages,
 }
 
 impl MulU32Pipe {
-    pub const LATENCY: usize = 3;
+    pub const LATENCY: usize = Mul32Stages::LATENCY;
 }
 
 impl Logic for MulU32Pipe {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            let [hh, hl, lh, ll, mid, hilo] = self._s;
-            self.p.next = hilo.wrapping_add(mid << 16).to_bits();
-            let (a, b) = (to_u64(self.a.val()), to_u64(self.b.val()));
-            let (ah, al, bh, bl) = (a >> 16 & 0xFFFF, a & 0xFFFF, b >> 16 & 0xFFFF, b & 0xFFFF);
-            self._s = [ah * bh, ah * bl, al * bh, al * bl, hl + lh, hh << 32 | ll];
+            self._s = self._s.step(to_u64(self.a.val()) as i64, to_u64(self.b.val()) as i64);
+            self.p.next = (self._s.prod as u64).to_bits();
         }
     }
     fn connect(&mut self) {
         self.p.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(
-            "\
-reg [31:0] hh = 0;
-reg [31:0] hl = 0;
-reg [31:0] lh = 0;
-reg [31:0] ll = 0;
-reg [32:0] mid = 0;
-reg [63:0] hilo = 0;
-always @(posedge clock) begin
-   hh <= a[31:16] * b[31:16];
-   hl <= a[31:16] * b[15:0];
-   lh <= a[15:0] * b[31:16];
-   ll <= a[15:0] * b[15:0];
-   mid <= hl + lh;
-   hilo <= {hh, ll};
-   p <= hilo + {15'd0, mid, 16'd0};
-end"
-            .into(),
-        )
-    }
-}
-
-/// Unsigned 32×32 → 64-bit multiply (combinational; maps to DSPs). Used for
-/// row address arithmetic.
-#[derive(LogicBlock, Default)]
-pub struct MulU32 {
-    pub a: Signal<In, Bits<32>>,
-    pub b: Signal<In, Bits<32>>,
-    pub p: Signal<Out, Bits<64>>,
-}
-
-impl Logic for MulU32 {
-    fn update(&mut self) {
-        self.p.next = (to_u64(self.a.val()) * to_u64(self.b.val())).to_bits();
-    }
-    fn connect(&mut self) {
-        self.p.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        Verilog::Custom("always @(*) p = a * b;".into())
+        Verilog::Custom(format!("{}always @(*) p = prod;", mul32_verilog("a", "b", false)))
     }
 }
 
@@ -547,241 +500,6 @@ impl<const L: usize, const W: usize> Logic for Pack<L, W> {
             parts.insert(0, format!("{}'d0", W - n * L));
         }
         Verilog::Custom(format!("always @(*) out = {{{}}};", parts.join(", ")))
-    }
-}
-
-/// The dot product of the first `n` int8 pairs of two packed rows
-/// (combinational): `n` 8×8 products summed by a binary adder tree of up to 7
-/// levels (`n` a power of two ≤ 128), wrapping in 32 bits like the models. The
-/// attention lanes' q·k and the MoE gate lanes' x·w.
-#[derive(LogicBlock)]
-pub struct DotI8<const W: usize> {
-    pub a: Signal<In, Bits<W>>,
-    pub b: Signal<In, Bits<W>>,
-    pub dot: Signal<Out, Signed<32>>,
-    prod: Vec<Signal<Local, Signed<32>>>,
-    lv1: Vec<Signal<Local, Signed<32>>>,
-    lv2: Vec<Signal<Local, Signed<32>>>,
-    lv3: Vec<Signal<Local, Signed<32>>>,
-    lv4: Vec<Signal<Local, Signed<32>>>,
-    lv5: Vec<Signal<Local, Signed<32>>>,
-    lv6: Vec<Signal<Local, Signed<32>>>,
-    lv7: Vec<Signal<Local, Signed<32>>>,
-    _n: usize,
-    /// Adders at each level; a level past the root passes its one value on.
-    _add: [usize; 7],
-    _pass: [usize; 7],
-}
-
-impl<const W: usize> DotI8<W> {
-    pub fn new(n: usize) -> Self {
-        assert!(n.is_power_of_two() && n <= 128 && 8 * n <= W, "{n} int8 pairs in {W} bits");
-        let sig = |k: usize| crate::many((n >> k).max(1));
-        with_defaults!(Self {
-            prod: sig(0),
-            lv1: sig(1),
-            lv2: sig(2),
-            lv3: sig(3),
-            lv4: sig(4),
-            lv5: sig(5),
-            lv6: sig(6),
-            lv7: sig(7),
-            _n: n,
-            _add: std::array::from_fn(|k| n >> (k + 1)),
-            _pass: std::array::from_fn(|k| usize::from(n >> (k + 1) == 0)),
-            .. a, b, dot
-        })
-    }
-}
-
-impl<const W: usize> Logic for DotI8<W> {
-    #[hdl_gen]
-    fn update(&mut self) {
-        for x in 0..self._n {
-            self.prod[x].next = signed_bit_cast::<16, 8>(signed_cast(self.a.val().get_bits::<8>(x * 8)))
-                * signed_bit_cast::<16, 8>(signed_cast(self.b.val().get_bits::<8>(x * 8)));
-        }
-        for i in 0..self._add[0] {
-            self.lv1[i].next = self.prod[i * 2].val() + self.prod[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[0] {
-            self.lv1[i].next = self.prod[i].val();
-        }
-        for i in 0..self._add[1] {
-            self.lv2[i].next = self.lv1[i * 2].val() + self.lv1[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[1] {
-            self.lv2[i].next = self.lv1[i].val();
-        }
-        for i in 0..self._add[2] {
-            self.lv3[i].next = self.lv2[i * 2].val() + self.lv2[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[2] {
-            self.lv3[i].next = self.lv2[i].val();
-        }
-        for i in 0..self._add[3] {
-            self.lv4[i].next = self.lv3[i * 2].val() + self.lv3[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[3] {
-            self.lv4[i].next = self.lv3[i].val();
-        }
-        for i in 0..self._add[4] {
-            self.lv5[i].next = self.lv4[i * 2].val() + self.lv4[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[4] {
-            self.lv5[i].next = self.lv4[i].val();
-        }
-        for i in 0..self._add[5] {
-            self.lv6[i].next = self.lv5[i * 2].val() + self.lv5[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[5] {
-            self.lv6[i].next = self.lv5[i].val();
-        }
-        for i in 0..self._add[6] {
-            self.lv7[i].next = self.lv6[i * 2].val() + self.lv6[i * 2 + 1].val();
-        }
-        for i in 0..self._pass[6] {
-            self.lv7[i].next = self.lv6[i].val();
-        }
-        self.dot.next = self.lv7[0].val();
-    }
-}
-
-/// The Rust model of [`Requantizer`] must equal `numerics::requantize`.
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::numerics::{requantize, Requant};
-
-    #[test]
-    fn pack_places_lane_i_at_bit_i_times_l() {
-        let mut p = Pack::<8, 32>::new(3);
-        p.connect_all();
-        for (i, v) in [0x12u64, 0x34, 0x56].into_iter().enumerate() {
-            p.lanes[i].next = v.to_bits();
-        }
-        // Settle, as rust-hdl's simulator does.
-        loop {
-            p.update_all();
-            if !p.has_changed() {
-                break;
-            }
-        }
-        assert_eq!(p.out.val().to_u64(), 0x56_34_12);
-        let Verilog::Custom(v) = p.hdl() else { panic!("Pack is a custom block") };
-        assert_eq!(v, "always @(*) out = {8'd0, lanes$2, lanes$1, lanes$0};");
-        let Verilog::Custom(v) = Pack::<8, 16>::new(2).hdl() else { panic!("Pack is a custom block") };
-        assert_eq!(v, "always @(*) out = {lanes$1, lanes$0};");
-    }
-
-    #[test]
-    fn requantizer_model_matches_numerics() {
-        for (x, m, s) in [(1000, 1 << 30, 33), (-7, 3, 1), (i32::MIN, i32::MIN, 62), (5, -9, 0), (-300, 1 << 20, 20)] {
-            let mut r = Requantizer::default();
-            r.connect_all();
-            r.x.next = (x as u32 as u64).to_bits();
-            r.mult.next = (m as u32 as u64).to_bits();
-            r.shift.next = (s as u64).to_bits();
-            // Settle after each clock change, as rust-hdl's simulator does.
-            let settle = |r: &mut Requantizer| loop {
-                r.update_all();
-                if !r.has_changed() {
-                    break;
-                }
-            };
-            for (mul, round) in [(true, false), (false, true)] {
-                r.en_mul.next = mul;
-                r.en_round.next = round;
-                r.clock.next = Clock::from(false);
-                settle(&mut r);
-                r.clock.next = Clock::from(true);
-                settle(&mut r);
-            }
-            let want = requantize(x, Requant { multiplier: m, shift: s });
-            assert_eq!(r.y.val().to_u8() as i8, want, "{x}·{m}>>{s}");
-        }
-    }
-
-    /// Clock `n` edges, settling after each change as rust-hdl's simulator does.
-    fn clock<B: Block>(b: &mut B, clk: impl Fn(&mut B, bool), n: usize) {
-        let settle = |b: &mut B| loop {
-            b.update_all();
-            if !b.has_changed() {
-                break;
-            }
-        };
-        for _ in 0..n {
-            clk(b, false);
-            settle(b);
-            clk(b, true);
-            settle(b);
-        }
-    }
-
-    #[test]
-    fn requant_pipe_model_matches_numerics_after_its_latency() {
-        let cases = [
-            (1000, 1 << 30, 33),
-            (-7, 3, 1),
-            (i32::MIN, i32::MIN, 62),
-            (i32::MAX, i32::MIN, 62),
-            (5, -9, 0),
-            (-300, 1 << 20, 20),
-            (-65536, 65535, 9),
-            (123_456_789, -987_654_321, 40),
-            (0, -5, 3),
-            (-1, 1 << 30, 31),
-        ];
-        let mut r = RequantPipe::default();
-        r.connect_all();
-        for &(x, m, s) in &cases {
-            r.x.next = (x as u32 as u64).to_bits();
-            r.mult.next = (m as u32 as u64).to_bits();
-            r.shift.next = (s as u64).to_bits();
-            clock(&mut r, |r, c| r.clock.next = Clock::from(c), RequantPipe::LATENCY);
-            assert_eq!(r.y.val().to_u8() as i8, requantize(x, Requant { multiplier: m, shift: s }), "{x}·{m}>>{s}");
-        }
-        // Streaming, one x per cycle at a steady mult and shift: y follows x by LATENCY.
-        let xs: Vec<i32> = cases.iter().map(|c| c.0).collect();
-        for &(_, m, s) in &cases {
-            r.mult.next = (m as u32 as u64).to_bits();
-            r.shift.next = (s as u64).to_bits();
-            for j in 0..xs.len() + RequantPipe::LATENCY {
-                r.x.next = (xs[j.min(xs.len() - 1)] as u32 as u64).to_bits();
-                clock(&mut r, |r, c| r.clock.next = Clock::from(c), 1);
-                if let Some(&x) = (j + 1).checked_sub(RequantPipe::LATENCY).and_then(|i| xs.get(i)) {
-                    let want = requantize(x, Requant { multiplier: m, shift: s });
-                    assert_eq!(r.y.val().to_u8() as i8, want, "streamed {x}·{m}>>{s}");
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn scale_round_pipe_model_matches_round_shift_after_its_latency() {
-        let cases = [(1000, 1 << 30, 33), (-7, 3, 1), (i32::MIN, i32::MIN, 62), (i32::MAX, i32::MIN, 0), (-300, 77, 5)];
-        let mut r = ScaleRoundPipe::default();
-        r.connect_all();
-        for &(x, m, s) in &cases {
-            r.mult.next = (m as u32 as u64).to_bits();
-            r.shift.next = (s as u64).to_bits();
-            r.x.next = from_i64(x as i64);
-            clock(&mut r, |r, c| r.clock.next = Clock::from(c), ScaleRoundPipe::LATENCY);
-            let want = crate::numerics::round_shift(x as i64 * m as i64, s) << 24 >> 24;
-            assert_eq!(to_i64(r.y.val()), want, "{x}·{m}>>{s}");
-        }
-    }
-
-    #[test]
-    fn mul_u32_pipe_model_multiplies_after_its_latency() {
-        let mut m = MulU32Pipe::default();
-        m.connect_all();
-        for (a, b) in [(0u64, 0u64), (u32::MAX as u64, u32::MAX as u64), (123_456, 789_012), (1 << 31, 3)] {
-            m.a.next = a.to_bits();
-            m.b.next = b.to_bits();
-            clock(&mut m, |m, c| m.clock.next = Clock::from(c), MulU32Pipe::LATENCY);
-            assert_eq!(m.p.val().to_u64(), a * b, "{a}·{b}");
-        }
     }
 }
 
@@ -839,65 +557,6 @@ always @(*) y = sum[{n}:1];",
     }
 }
 
-/// Registered `round(o · r / 2^16)` for a 48-bit signed `o` and unsigned `r`:
-/// the attention output `o / l` in Q16 once `r = floor(2^32 / l)`.
-#[derive(LogicBlock, Default)]
-pub struct MulRound16 {
-    pub clock: Signal<In, Clock>,
-    pub o: Signal<In, Signed<48>>,
-    pub r: Signal<In, Bits<32>>,
-    pub y: Signal<Out, Bits<32>>,
-}
-
-impl Logic for MulRound16 {
-    fn update(&mut self) {
-        if self.clock.pos_edge() {
-            let p = to_i64(self.o.val()) * to_u64(self.r.val()) as i64;
-            self.y.next = ((crate::numerics::round_shift(p, 16) as u64) & 0xFFFF_FFFF).to_bits();
-        }
-    }
-    fn connect(&mut self) {
-        self.y.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        Verilog::Custom(
-            "\
-wire signed [63:0] p = $signed(o) * $signed({1'b0, r});
-wire signed [63:0] q = (p + 64'sd32768 - {63'd0, p[63]}) >>> 16;
-always @(posedge clock) y <= q[31:0];"
-                .into(),
-        )
-    }
-}
-
-/// `min(round(p · r / 2^24), 65535)` for unsigned `p` (16 bits) and `r` (32 bits),
-/// combinational: an MoE gate weight `p / L` in Q0.16 once `r = floor(2^40 / L)`.
-#[derive(LogicBlock, Default)]
-pub struct MulRoundSat16 {
-    pub p: Signal<In, Bits<16>>,
-    pub r: Signal<In, Bits<32>>,
-    pub w: Signal<Out, Bits<16>>,
-}
-
-impl Logic for MulRoundSat16 {
-    fn update(&mut self) {
-        let q = (to_u64(self.p.val()) * to_u64(self.r.val()) + (1 << 23)) >> 24;
-        self.w.next = q.min(0xFFFF).to_bits();
-    }
-    fn connect(&mut self) {
-        self.w.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        Verilog::Custom(
-            "\
-wire [47:0] prod = {32'd0, p} * {16'd0, r};
-wire [47:0] q = (prod + 48'd8388608) >> 24;
-always @(*) w = (q > 48'd65535) ? 16'hffff : q[15:0];"
-                .into(),
-        )
-    }
-}
-
 /// `numerics::exp2_fixed(u)` for a log2-domain `u ≤ 0` (combinational): the
 /// Q1.14 LUT on the 8 fraction bits, right shift by `ceil(−u / 2^8)`, zero past
 /// 31. One block with continuous assignments, so a parent that drives `u` and
@@ -939,12 +598,10 @@ always @(*) p = !u[39] ? raw : (((&u[39:13]) && (|u[12:8])) ? (raw >> sh) : 16'd
     }
 }
 
-// ---- attention pipelining (att150) ----
-
-/// [`MulRound16`] as a free-running pipeline of [`MulRound16Pipe::LATENCY`]
-/// stages: `y = round(o · r / 2^16)` (low 32 bits, rounding half away from
-/// zero) for a 48-bit signed `o` and unsigned `r`, of the `o`, `r` held
-/// `LATENCY` cycles earlier. Only bits 16..47 of the product reach `y`, so the
+/// `y = round(o · r / 2^16)` (low 32 bits, rounding half away from zero) for
+/// a 48-bit signed `o` and unsigned `r` as a free-running pipeline of
+/// [`MulRound16Pipe::LATENCY`] stages, of the `o`, `r` held `LATENCY` cycles
+/// earlier: the attention output `o / l` in Q16 once `r = floor(2^32 / l)`. Only bits 16..47 of the product reach `y`, so the
 /// product is taken mod 2^48: five unsigned 16×16 partial products (one
 /// MULT18X18D each, registered on both sides), then their sums, one carry
 /// chain per stage. In one cycle it was the attention unit's critical path
@@ -968,9 +625,7 @@ impl Logic for MulRound16Pipe {
     fn update(&mut self) {
         if self.clock.pos_edge() {
             let y = mul_round16(to_i64(self.o.val()), to_u64(self.r.val()));
-            self._q.copy_within(0..Self::LATENCY - 1, 1);
-            self._q[0] = y;
-            self.y.next = (self._q[Self::LATENCY - 1] as u64).to_bits();
+            self.y.next = (delay(&mut self._q, y) as u64).to_bits();
         }
     }
     fn connect(&mut self) {
@@ -1020,11 +675,63 @@ fn mul_round16(o: i64, r: u64) -> u32 {
     ((p + (1 << 15) - (p < 0) as i128) >> 16) as u32
 }
 
-/// [`DotI8`] as a free-running pipeline: the `n` int8 products registered,
-/// then one register per level of the adder tree, each level only as wide as
-/// its sums (16 + level bits), so a stage holds one multiply or one short carry
-/// chain. `dot` is the dot product of the rows held
-/// [`DotI8Pipe::latency`]`(n)` cycles earlier; it never wraps (|dot| ≤ 128 · 2^14).
+/// Verilog of a binary tree over the `n` leaves `leaf(i)`: node `i` of level
+/// `l` is `join(l, a, b)` of nodes `2i` and `2i + 1` of level `l − 1`, or node
+/// `2i` passed on when it has no sibling; a level `l` is `width(l)` bits a
+/// node, registers `r<l>_<i>` (on `clock`) where `reg(l)`, else wires
+/// `w<l>_<i>`. Returns the logic and the root's name. The pipelined adder and
+/// comparator trees ([`DotI8Pipe`], [`AddTree16Pipe`], [`ArgMaxPipe`]) are
+/// this with their own leaves, join and registered levels.
+fn tree_verilog(
+    n: usize,
+    width: impl Fn(usize) -> usize,
+    reg: impl Fn(usize) -> bool,
+    leaf: impl Fn(usize) -> String,
+    join: impl Fn(usize, &str, &str) -> String,
+) -> (String, String) {
+    let name = |l: usize, i: usize| format!("{}{l}_{i}", if reg(l) { 'r' } else { 'w' });
+    let (mut decl, mut seq, mut comb) = (String::new(), String::new(), String::new());
+    let mut node = |l: usize, i: usize, v: String| {
+        let (z, msb) = (name(l, i), width(l) - 1);
+        if reg(l) {
+            decl += &format!("reg [{msb}:0] {z} = 0;\n");
+            seq += &format!("   {z} <= {v};\n");
+        } else {
+            decl += &format!("wire [{msb}:0] {z};\n");
+            comb += &format!("assign {z} = {v};\n");
+        }
+    };
+    (0..n).for_each(|i| node(0, i, leaf(i)));
+    let (mut l, mut m) = (0, n);
+    while m > 1 {
+        l += 1;
+        for i in 0..m.div_ceil(2) {
+            let a = name(l - 1, 2 * i);
+            node(l, i, if 2 * i + 1 < m { join(l, &a, &name(l - 1, 2 * i + 1)) } else { a });
+        }
+        m = m.div_ceil(2);
+    }
+    let seq = if seq.is_empty() { seq } else { format!("always @(posedge clock) begin\n{seq}end\n") };
+    (format!("{decl}{comb}{seq}"), name(l, 0))
+}
+
+/// Shift `v` into a model's delay line `q` (the newest first) and return what
+/// leaves it: a pipeline's output, `q.len()` clock edges after its input.
+fn delay<T: Copy>(q: &mut [T], v: T) -> T {
+    q.rotate_right(1);
+    q[0] = v;
+    q[q.len() - 1]
+}
+
+/// The dot product of the first `n` int8 pairs of two packed rows as a
+/// free-running pipeline: the `n` 8×8 products registered (a MULT18X18D each,
+/// registered on both sides), then a binary adder tree with a register after
+/// every `per_stage` levels and at its root, each level only as wide as its
+/// sums (16 + level bits), sign-extended to 32 bits. `dot` is the dot product
+/// of the rows held [`DotI8Pipe::latency`] cycles earlier; it never wraps
+/// (|dot| ≤ 128 · 2^14). The attention lanes' q·k registers every level, the
+/// MoE gate lanes' x·w every two; in one cycle, products and tree were each
+/// unit's critical path (docs/timing.md).
 #[derive(LogicBlock)]
 pub struct DotI8Pipe<const W: usize> {
     pub clock: Signal<In, Clock>,
@@ -1032,231 +739,63 @@ pub struct DotI8Pipe<const W: usize> {
     pub b: Signal<In, Bits<W>>,
     pub dot: Signal<Out, Signed<32>>,
     _n: usize,
+    _per_stage: usize,
+    /// The model: the dot products in flight.
     _q: Vec<i64>,
 }
 
 impl<const W: usize> DotI8Pipe<W> {
-    /// Cycles from `a`, `b` to `dot`: the products, then log2(n) adder levels.
-    pub const fn latency(n: usize) -> usize {
-        1 + n.trailing_zeros() as usize
+    /// Cycles from `a`, `b` to `dot`: the products, then one per `per_stage`
+    /// of the log2(n) adder levels (the last stage may hold fewer).
+    pub const fn latency(n: usize, per_stage: usize) -> usize {
+        1 + (n.trailing_zeros() as usize).div_ceil(per_stage)
     }
 
-    pub fn new(n: usize) -> Self {
+    pub fn new(n: usize, per_stage: usize) -> Self {
         assert!(n.is_power_of_two() && n <= 128 && 8 * n <= W, "{n} int8 pairs in {W} bits");
-        Self {
-            clock: Default::default(),
-            a: Default::default(),
-            b: Default::default(),
-            dot: Default::default(),
+        assert!(per_stage >= 1);
+        with_defaults!(Self {
             _n: n,
-            _q: vec![0; Self::latency(n)],
-        }
+            _per_stage: per_stage,
+            _q: vec![0; Self::latency(n, per_stage)],
+            .. clock, a, b, dot
+        })
     }
 }
 
 impl<const W: usize> Logic for DotI8Pipe<W> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            let (a, b) = (self.a.val(), self.b.val());
-            let dot: i64 = (0..self._n)
-                .map(|x| {
-                    let ax = a.get_bits::<8>(x * 8).to_u64() as u8 as i8 as i64;
-                    let bx = b.get_bits::<8>(x * 8).to_u64() as u8 as i8 as i64;
-                    ax * bx
-                })
-                .sum();
-            let l = self._q.len();
-            self._q.copy_within(0..l - 1, 1);
-            self._q[0] = dot;
-            self.dot.next = from_i64(self._q[l - 1]);
+            let byte = |v: Bits<W>, i: usize| v.get_bits::<8>(8 * i).to_u64() as u8 as i8 as i64;
+            let dot = (0..self._n).map(|i| byte(self.a.val(), i) * byte(self.b.val(), i)).sum();
+            self.dot.next = from_i64(delay(&mut self._q, dot));
         }
     }
     fn connect(&mut self) {
         self.dot.connect();
     }
     fn hdl(&self) -> Verilog {
-        let n = self._n;
+        let (n, k) = (self._n, self._per_stage);
         let levels = n.trailing_zeros() as usize;
-        let mut decl = String::new();
-        let mut body = String::new();
-        for x in 0..n {
-            decl += &format!("reg signed [15:0] s0_{x} = 0;\n");
-            body +=
-                &format!("   s0_{x} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n", hi = 8 * x + 7, lo = 8 * x);
-        }
-        for k in 1..=levels {
-            for i in 0..n >> k {
-                decl += &format!("reg signed [{msb}:0] s{k}_{i} = 0;\n", msb = 15 + k);
-                body += &format!("   s{k}_{i} <= s{j}_{a} + s{j}_{b};\n", j = k - 1, a = 2 * i, b = 2 * i + 1);
-            }
-        }
-        let top = 15 + levels;
+        let (tree, root) = tree_verilog(
+            n,
+            |l| 16 + l,
+            |l| l == levels || l.is_multiple_of(k),
+            |i| format!("$signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}])", hi = 8 * i + 7, lo = 8 * i),
+            // Sign-extended by the bit each level adds.
+            |l, x, y| format!("{{{x}[{m}], {x}}} + {{{y}[{m}], {y}}}", m = 14 + l),
+        );
         Verilog::Custom(format!(
-            "{decl}always @(posedge clock) begin\n{body}end\nalways @(*) dot = {{{{{pad}{{s{levels}_0[{top}]}}}}, s{levels}_0}};",
-            pad = 31 - top
+            "{tree}always @(*) dot = {{{{{ext}{{{root}[{m}]}}}}, {root}}};",
+            ext = 16 - levels,
+            m = 15 + levels
         ))
     }
 }
 
-#[cfg(test)]
-mod att150_tests {
-    use super::*;
-
-    fn settle<B: Block>(b: &mut B) {
-        loop {
-            b.update_all();
-            if !b.has_changed() {
-                break;
-            }
-        }
-    }
-
-    /// The model of [`MulRound16Pipe`]'s Verilog, stage by stage (the
-    /// registers named as there), stepped beside the block.
-    #[derive(Default, Clone, Copy)]
-    struct Stages {
-        ll: u64,
-        lh: u64,
-        ml: u64,
-        mh: u64,
-        hl: u64,
-        neg1: bool,
-        llr: u64,
-        mid1: u64,
-        mid2: u64,
-        a: u64,
-        mid2b: u64,
-        y: u64,
-    }
-
-    impl Stages {
-        fn step(self, o: i64, r: u64) -> Self {
-            let s = self;
-            let ou = (o as u64) & ((1 << 48) - 1);
-            let (ol, om, oh) = (ou & 0xFFFF, ou >> 16 & 0xFFFF, ou >> 32);
-            let (rl, rh) = (r & 0xFFFF, r >> 16 & 0xFFFF);
-            Stages {
-                ll: ol * rl,
-                lh: ol * rh,
-                ml: om * rl,
-                mh: om * rh,
-                hl: oh * rl,
-                neg1: o < 0 && r != 0,
-                llr: s.ll + if s.neg1 { 32767 } else { 32768 },
-                mid1: s.lh + s.ml,
-                mid2: (s.mh + s.hl) & 0xFFFF,
-                a: ((s.llr >> 16) + s.mid1) & 0xFFFF_FFFF,
-                mid2b: s.mid2,
-                y: (s.a & 0xFFFF) | ((((s.a >> 16) + s.mid2b) & 0xFFFF) << 16),
-            }
-        }
-    }
-
-    fn cases() -> Vec<(i64, u64)> {
-        let mut v = vec![
-            (0, 0),
-            (1, 1 << 16),
-            (-1, 1 << 15),
-            (1, 1 << 15),
-            (-3, 1 << 15),
-            ((1 << 47) - 1, u32::MAX as u64),
-            (-(1 << 47), u32::MAX as u64),
-            (-(1 << 47), 0),
-            (-123_456_789_012, 262_144),
-            (987_654_321_098, 65_537),
-            (-5, 1),
-            (-65_536, 3),
-        ];
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        for _ in 0..500 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let o = ((x << 16) as i64) >> 16;
-            let r = (x >> 13) & if x & 1 == 0 { 0x3_FFFF } else { 0xFFFF_FFFF };
-            v.push((o, r));
-        }
-        v
-    }
-
-    #[test]
-    fn dot_i8_pipe_streams_dot_products_after_its_latency() {
-        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for n in [1usize, 2, 16, 64] {
-            let mut b = DotI8Pipe::<512>::new(n);
-            b.connect_all();
-            let lat = DotI8Pipe::<512>::latency(n);
-            assert_eq!(lat, 1 + n.trailing_zeros() as usize);
-            let rows: Vec<(Vec<i8>, Vec<i8>)> = (0..20)
-                .map(|i| {
-                    let ext = |r: u64| if i < 2 { [-128i8, 127][i] } else { r as i8 };
-                    ((0..n).map(|_| ext(rnd())).collect(), (0..n).map(|_| ext(!rnd())).collect())
-                })
-                .collect();
-            let pack = |v: &[i8]| {
-                let mut bits = Bits::<512>::default();
-                for (k, &e) in v.iter().enumerate() {
-                    bits = bits | (bit_cast::<512, 8>((e as u8 as u64).to_bits()) << (8 * k) as u64);
-                }
-                bits
-            };
-            for j in 0..rows.len() + lat {
-                let (a, bb) = &rows[j.min(rows.len() - 1)];
-                b.a.next = pack(a);
-                b.b.next = pack(bb);
-                b.clock.next = Clock::from(false);
-                settle(&mut b);
-                b.clock.next = Clock::from(true);
-                settle(&mut b);
-                if let Some((a, bb)) = (j + 1).checked_sub(lat).and_then(|i| rows.get(i)) {
-                    let want: i64 = a.iter().zip(bb).map(|(&p, &q)| p as i64 * q as i64).sum();
-                    assert_eq!(to_i64(b.dot.val()), want, "n={n} row {}", j + 1 - lat);
-                }
-            }
-            // One register per level: the products, then log2(n) sums, each as wide as its level.
-            let Verilog::Custom(v) = b.hdl() else { panic!("DotI8Pipe is a custom block") };
-            let levels = n.trailing_zeros() as usize;
-            assert_eq!(v.matches(" <= ").count(), 2 * n - 1, "{v}");
-            assert!(v.contains(&format!("reg signed [{}:0] s{levels}_0 = 0;", 15 + levels)), "{v}");
-        }
-    }
-
-    #[test]
-    fn mul_round16_pipe_matches_round_shift_streamed_and_its_verilog_stages() {
-        let mut b = MulRound16Pipe::default();
-        b.connect_all();
-        let cs = cases();
-        let mut st = Stages::default();
-        for j in 0..cs.len() + MulRound16Pipe::LATENCY {
-            let (o, r) = cs[j.min(cs.len() - 1)];
-            b.o.next = from_i64(o);
-            b.r.next = r.to_bits();
-            b.clock.next = Clock::from(false);
-            settle(&mut b);
-            b.clock.next = Clock::from(true);
-            settle(&mut b);
-            st = st.step(o, r);
-            if let Some(&(o, r)) = (j + 1).checked_sub(MulRound16Pipe::LATENCY).and_then(|i| cs.get(i)) {
-                let p = o as i128 * r as i128;
-                let want = ((p.abs() + (1 << 15)) >> 16) as i64;
-                let want = (if p < 0 { -want } else { want }) as u32 as u64;
-                assert_eq!(b.y.val().to_u64(), want, "model {o}·{r}");
-                assert_eq!(st.y, want, "Verilog stages {o}·{r}");
-            }
-        }
-    }
-}
-
-// ---- MoE pipelining (moe150) ----
-
-/// [`MulRoundSat16`] as a free-running pipeline of [`MulRoundSat16Pipe::LATENCY`]
-/// registered stages: the two 16×16 partial products `p · r[15:0]` and
+/// `min(round(p · r / 2^24), 65535)` for unsigned `p` (16 bits) and `r` (32
+/// bits), an MoE gate weight `p / L` in Q0.16 once `r = floor(2^40 / L)`, as
+/// a free-running pipeline of [`MulRoundSat16Pipe::LATENCY`] registered stages: the two 16×16 partial products `p · r[15:0]` and
 /// `p · r[31:16]` (one MULT18X18D each, registered on both sides), their sum
 /// `s = p · r` (48 bits; its low 16 bits are the low product's), then the
 /// rounding and saturation from `s`'s bits: `w = s[39:24] + s[23]`, or 65535
@@ -1401,17 +940,16 @@ pub struct AddTree16Pipe<const W: usize> {
     pub x: Signal<In, Bits<W>>,
     pub s: Signal<Out, Bits<32>>,
     _n: usize,
-    /// The model's registers before `s`: the partial sums after levels 2, 4, ….
-    _regs: Vec<Vec<u64>>,
+    /// The model: the sums in flight.
+    _q: Vec<u64>,
 }
 
 impl<const W: usize> AddTree16Pipe<W> {
     pub fn new(n: usize) -> Self {
         assert!((1..=W / 16).contains(&n));
-        let lat = Self::latency(n);
         with_defaults!(Self {
             _n: n,
-            _regs: vec![vec![0]; lat - 1],
+            _q: vec![0; Self::latency(n)],
             .. clock, x, s
         })
     }
@@ -1423,181 +961,93 @@ impl<const W: usize> AddTree16Pipe<W> {
     pub fn latency(n: usize) -> usize {
         Self::levels(n).div_ceil(2).max(1)
     }
-    /// Partial sums after `levels` pairwise levels of `v`.
-    fn reduce(mut v: Vec<u64>, levels: usize) -> Vec<u64> {
-        for _ in 0..levels {
-            v = v.chunks(2).map(|c| c.iter().sum::<u64>() & 0xFFFF_FFFF).collect();
-        }
-        v
-    }
 }
 
 impl<const W: usize> Logic for AddTree16Pipe<W> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            // `_regs[i]` is the register after levels 2(i+1); `s` the last.
-            let mid = self._regs.len();
-            let levels = Self::levels(self._n);
-            let x: Vec<u64> = (0..self._n).map(|i| self.x.val().get_bits::<16>(16 * i).to_u64()).collect();
-            let last = if mid == 0 { x.clone() } else { self._regs[mid - 1].clone() };
-            self.s.next = Self::reduce(last, levels - 2 * mid)[0].to_bits();
-            for i in (1..mid).rev() {
-                self._regs[i] = Self::reduce(self._regs[i - 1].clone(), 2);
-            }
-            if mid > 0 {
-                self._regs[0] = Self::reduce(x, 2);
-            }
+            let sum = (0..self._n).map(|i| self.x.val().get_bits::<16>(16 * i).to_u64()).sum::<u64>();
+            self.s.next = (delay(&mut self._q, sum) & 0xFFFF_FFFF).to_bits();
         }
     }
     fn connect(&mut self) {
         self.s.connect();
     }
     fn hdl(&self) -> Verilog {
-        // Level l holds ceil(n / 2^l) 32-bit sums; levels 2, 4, … are registers (`r<l>_<i>`),
-        // the others wires (`w<l>_<i>`); the last level is registered as `s`.
-        let n = self._n;
-        let levels = Self::levels(n);
-        let mut decl = String::new();
-        let mut seq = String::new();
-        let mut comb = String::new();
-        let name = |l: usize, i: usize| {
-            if l > 0 && l.is_multiple_of(2) && l < levels {
-                format!("r{l}_{i}")
-            } else {
-                format!("w{l}_{i}")
-            }
-        };
-        for i in 0..n {
-            decl += &format!("wire [31:0] w0_{i} = {{16'd0, x[{}:{}]}};\n", 16 * i + 15, 16 * i);
-        }
-        let mut m = n;
-        for l in 1..=levels {
-            let mm = m.div_ceil(2);
-            for i in 0..mm {
-                let sum = if 2 * i + 1 < m {
-                    format!("{} + {}", name(l - 1, 2 * i), name(l - 1, 2 * i + 1))
-                } else {
-                    name(l - 1, 2 * i)
-                };
-                if name(l, i).starts_with('r') {
-                    decl += &format!("reg [31:0] r{l}_{i} = 0;\n");
-                    seq += &format!("   r{l}_{i} <= {sum};\n");
-                } else {
-                    decl += &format!("wire [31:0] w{l}_{i};\n");
-                    comb += &format!("assign w{l}_{i} = {sum};\n");
-                }
-            }
-            m = mm;
-        }
-        seq += &format!("   s <= {};\n", name(levels, 0));
-        Verilog::Custom(format!("{decl}{comb}always @(posedge clock) begin\n{seq}end"))
+        let levels = Self::levels(self._n);
+        let (tree, root) = tree_verilog(
+            self._n,
+            |_| 32,
+            |l| l == levels || (l > 0 && l.is_multiple_of(2)),
+            |i| format!("{{16'd0, x[{}:{}]}}", 16 * i + 15, 16 * i),
+            |_, a, b| format!("{a} + {b}"),
+        );
+        Verilog::Custom(format!("{tree}always @(*) s = {root};"))
     }
 }
 
-/// The dot product of the first `n` int8 pairs of two packed rows as a
-/// pipeline of [`DotI8Pipe2::latency`] stages, two adder levels a stage (the
-/// attention lane's [`DotI8Pipe`] registers every level; one block with the
-/// levels per stage as a parameter should replace both): the `n` 8×8 products registered
-/// (a MULT18X18D each, registered on both sides), then a binary adder tree
-/// registered after every two levels and on its output, each level only as wide
-/// as its sums (16 + level bits), sign-extended to 32 bits at the end. The same
-/// sum as [`DotI8`] (which cannot wrap: |sum| < 2^23 for n ≤ 128). The MoE gate
-/// lanes' x·w; combinational, the products and the whole tree were one cycle.
+/// The index of the largest valid one of the first `n` int32 lanes of a
+/// packed `ZB`-bit bus (lane `e` valid where `mask[e]`; ties, and no valid
+/// lane, to the lowest index), by a comparator tree of ceil(log2 n) levels
+/// registered after level `cut` (0: not at all, `sel` follows the inputs in
+/// the same cycle). A node is `{valid, index, key}` with the key the logit's
+/// sign bit flipped, so an unsigned compare orders logits; it keeps its left
+/// (lower-index) child unless the right one is valid and the left not, or
+/// larger. The MoE's top-k rounds.
 #[derive(LogicBlock)]
-pub struct DotI8Pipe2<const W: usize> {
+pub struct ArgMaxPipe<const ZB: usize, const EL: usize> {
     pub clock: Signal<In, Clock>,
-    pub a: Signal<In, Bits<W>>,
-    pub b: Signal<In, Bits<W>>,
-    pub dot: Signal<Out, Signed<32>>,
+    pub z: Signal<In, Bits<ZB>>,
+    pub mask: Signal<In, Bits<EL>>,
+    pub sel: Signal<Out, Bits<8>>,
     _n: usize,
-    /// The model's registers before `dot`: the products, then the partial sums after levels 2, 4, ….
-    _regs: Vec<Vec<i64>>,
+    _cut: usize,
+    /// The model: the inputs latched at the cut.
+    _held: (Bits<ZB>, Bits<EL>),
 }
 
-impl<const W: usize> DotI8Pipe2<W> {
-    pub fn new(n: usize) -> Self {
-        assert!(n.is_power_of_two() && (2..=128).contains(&n) && 8 * n <= W, "{n} int8 pairs in {W} bits");
+impl<const ZB: usize, const EL: usize> ArgMaxPipe<ZB, EL> {
+    pub fn new(n: usize, cut: usize) -> Self {
+        assert!((1..=EL.min(ZB / 32).min(256)).contains(&n) && cut <= n.next_power_of_two().trailing_zeros() as usize);
         with_defaults!(Self {
             _n: n,
-            _regs: vec![vec![0]; Self::latency(n) - 1],
-            .. clock, a, b, dot
+            _cut: cut,
+            _held: Default::default(),
+            .. clock, z, mask, sel
         })
-    }
-    fn levels(n: usize) -> usize {
-        n.trailing_zeros() as usize
-    }
-    /// Cycles from `a`, `b` to `dot`: the products' register, then one per two tree levels.
-    pub fn latency(n: usize) -> usize {
-        1 + Self::levels(n).div_ceil(2)
-    }
-    fn reduce(mut v: Vec<i64>, levels: usize) -> Vec<i64> {
-        for _ in 0..levels {
-            v = v.chunks(2).map(|c| c.iter().sum()).collect();
-        }
-        v
     }
 }
 
-impl<const W: usize> Logic for DotI8Pipe2<W> {
+impl<const ZB: usize, const EL: usize> Logic for ArgMaxPipe<ZB, EL> {
     fn update(&mut self) {
-        if self.clock.pos_edge() {
-            // `_regs[0]`: products; `_regs[i]`: sums after levels 2i; `dot` the rest.
-            let mid = self._regs.len();
-            let levels = Self::levels(self._n);
-            let last = self._regs[mid - 1].clone();
-            self.dot.next = from_i64(Self::reduce(last, levels - 2 * (mid - 1))[0]);
-            for i in (1..mid).rev() {
-                self._regs[i] = Self::reduce(self._regs[i - 1].clone(), 2);
-            }
-            let byte = |v: Bits<W>, i: usize| v.get_bits::<8>(8 * i).to_u64() as u8 as i8 as i64;
-            self._regs[0] = (0..self._n).map(|i| byte(self.a.val(), i) * byte(self.b.val(), i)).collect();
+        if self._cut > 0 && self.clock.pos_edge() {
+            self._held = (self.z.val(), self.mask.val());
         }
+        let (z, mask) = if self._cut > 0 { self._held } else { (self.z.val(), self.mask.val()) };
+        let key = |e: usize| z.get_bits::<32>(32 * e).to_u64() as u32 as i32;
+        let best =
+            (1..self._n).fold(0, |b, e| if mask.get_bit(e) && (!mask.get_bit(b) || key(e) > key(b)) { e } else { b });
+        self.sel.next = (best as u64).to_bits();
     }
     fn connect(&mut self) {
-        self.dot.connect();
+        self.sel.connect();
     }
     fn hdl(&self) -> Verilog {
-        // Level l holds n / 2^l sums of 16 + l bits: level 0 the products' registers
-        // (`r0_<i>`), levels 2, 4, … registers below the root, the others wires; the
-        // root is registered as `dot`.
-        let n = self._n;
-        let levels = Self::levels(n);
-        let (mut decl, mut seq, mut comb) = (String::new(), String::new(), String::new());
-        let name = |l: usize, i: usize| {
-            if l == 0 || (l.is_multiple_of(2) && l < levels) {
-                format!("r{l}_{i}")
-            } else {
-                format!("w{l}_{i}")
-            }
-        };
-        for i in 0..n {
-            decl += &format!("reg signed [15:0] r0_{i} = 0;\n");
-            seq +=
-                &format!("   r0_{i} <= $signed(a[{hi}:{lo}]) * $signed(b[{hi}:{lo}]);\n", hi = 8 * i + 7, lo = 8 * i);
-        }
-        for l in 1..=levels {
-            let w = 16 + l;
-            for i in 0..n >> l {
-                let (x, y) = (name(l - 1, 2 * i), name(l - 1, 2 * i + 1));
-                let sum = format!("{{{x}[{m}], {x}}} + {{{y}[{m}], {y}}}", m = w - 2);
-                if name(l, i).starts_with('r') {
-                    decl += &format!("reg signed [{}:0] r{l}_{i} = 0;\n", w - 1);
-                    seq += &format!("   r{l}_{i} <= {sum};\n");
-                } else {
-                    decl += &format!("wire signed [{}:0] w{l}_{i};\n", w - 1);
-                    comb += &format!("assign w{l}_{i} = {sum};\n");
-                }
-            }
-        }
-        let root = name(levels, 0);
-        seq += &format!("   dot <= {{{{{ext}{{{root}[{m}]}}}}, {root}}};\n", ext = 32 - (16 + levels), m = 15 + levels);
-        Verilog::Custom(format!("{decl}{comb}always @(posedge clock) begin\n{seq}end"))
+        let (tree, root) = tree_verilog(
+            self._n,
+            |_| 41,
+            |l| l == self._cut && l > 0,
+            |e| format!("{{mask[{e}], 8'd{e}, ~z[{}], z[{}:{}]}}", 32 * e + 31, 32 * e + 30, 32 * e),
+            |_, a, b| format!("({b}[40] & (!{a}[40] | ({b}[31:0] > {a}[31:0]))) ? {b} : {a}"),
+        );
+        Verilog::Custom(format!("{tree}always @(*) sel = {root}[39:32];"))
     }
 }
 
 #[cfg(test)]
-mod moe150_tests {
+mod tests {
     use super::*;
+    use crate::numerics::{requantize, Requant};
 
     /// Clock `n` edges, settling after each change as rust-hdl's simulator does.
     fn clock<B: Block>(b: &mut B, clk: impl Fn(&mut B, bool), n: usize) {
@@ -1615,8 +1065,209 @@ mod moe150_tests {
         }
     }
 
+    /// Drive `inputs` one a clock edge into a pipeline of `lat` stages (the
+    /// last held until all are out) and `check` each input's result in the
+    /// cycle it comes out (with `lat` 0, the cycle it goes in).
+    fn stream<B: Block, T>(
+        b: &mut B,
+        clk: impl Fn(&mut B, bool),
+        lat: usize,
+        inputs: &[T],
+        drive: impl Fn(&mut B, &T),
+        check: impl Fn(&B, &T),
+    ) {
+        for j in 0..inputs.len() + lat {
+            drive(b, &inputs[j.min(inputs.len() - 1)]);
+            clock(b, &clk, 1);
+            if let Some(x) = (j + 1).checked_sub(lat.max(1)).and_then(|i| inputs.get(i)) {
+                check(b, x);
+            }
+        }
+    }
+
+    /// xorshift64: reproducible operands.
+    fn rng(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     #[test]
-    fn mul_round_sat16_pipe_matches_the_combinational_block_after_its_latency() {
+    fn pack_places_lane_i_at_bit_i_times_l() {
+        let mut p = Pack::<8, 32>::new(3);
+        p.connect_all();
+        for (i, v) in [0x12u64, 0x34, 0x56].into_iter().enumerate() {
+            p.lanes[i].next = v.to_bits();
+        }
+        clock(&mut p, |_, _| (), 1);
+        assert_eq!(p.out.val().to_u64(), 0x56_34_12);
+        let Verilog::Custom(v) = p.hdl() else { panic!("Pack is a custom block") };
+        assert_eq!(v, "always @(*) out = {8'd0, lanes$2, lanes$1, lanes$0};");
+        let Verilog::Custom(v) = Pack::<8, 16>::new(2).hdl() else { panic!("Pack is a custom block") };
+        assert_eq!(v, "always @(*) out = {lanes$1, lanes$0};");
+    }
+
+    #[test]
+    fn requant_pipe_model_matches_numerics_after_its_latency() {
+        let cases = [
+            (1000, 1 << 30, 33),
+            (-7, 3, 1),
+            (i32::MIN, i32::MIN, 62),
+            (i32::MAX, i32::MIN, 62),
+            (5, -9, 0),
+            (-300, 1 << 20, 20),
+            (-65536, 65535, 9),
+            (123_456_789, -987_654_321, 40),
+            (0, -5, 3),
+            (-1, 1 << 30, 31),
+        ];
+        let mut r = RequantPipe::default();
+        r.connect_all();
+        let clk = |r: &mut RequantPipe, c| r.clock.next = Clock::from(c);
+        for &(x, m, s) in &cases {
+            r.x.next = (x as u32 as u64).to_bits();
+            r.mult.next = (m as u32 as u64).to_bits();
+            r.shift.next = (s as u64).to_bits();
+            clock(&mut r, clk, RequantPipe::LATENCY);
+            assert_eq!(r.y.val().to_u8() as i8, requantize(x, Requant { multiplier: m, shift: s }), "{x}·{m}>>{s}");
+        }
+        // Streaming, one x per cycle at a steady mult and shift: y follows x by LATENCY.
+        let xs: Vec<i32> = cases.iter().map(|c| c.0).collect();
+        for &(_, m, s) in &cases {
+            r.mult.next = (m as u32 as u64).to_bits();
+            r.shift.next = (s as u64).to_bits();
+            let want = |x: i32| requantize(x, Requant { multiplier: m, shift: s });
+            stream(
+                &mut r,
+                clk,
+                RequantPipe::LATENCY,
+                &xs,
+                |r, &x| r.x.next = (x as u32 as u64).to_bits(),
+                |r, &x| assert_eq!(r.y.val().to_u8() as i8, want(x), "streamed {x}·{m}>>{s}"),
+            );
+        }
+    }
+
+    #[test]
+    fn scale_round_pipe_model_matches_round_shift_after_its_latency() {
+        let cases = [(1000, 1 << 30, 33), (-7, 3, 1), (i32::MIN, i32::MIN, 62), (i32::MAX, i32::MIN, 0), (-300, 77, 5)];
+        let mut r = ScaleRoundPipe::default();
+        r.connect_all();
+        for &(x, m, s) in &cases {
+            r.mult.next = (m as u32 as u64).to_bits();
+            r.shift.next = (s as u64).to_bits();
+            r.x.next = from_i64(x as i64);
+            clock(&mut r, |r, c| r.clock.next = Clock::from(c), ScaleRoundPipe::LATENCY);
+            let want = crate::numerics::round_shift(x as i64 * m as i64, s) << 24 >> 24;
+            assert_eq!(to_i64(r.y.val()), want, "{x}·{m}>>{s}");
+        }
+    }
+
+    #[test]
+    fn mul_u32_pipe_model_multiplies_after_its_latency() {
+        let mut m = MulU32Pipe::default();
+        m.connect_all();
+        for (a, b) in [(0u64, 0u64), (u32::MAX as u64, u32::MAX as u64), (123_456, 789_012), (1 << 31, 3)] {
+            m.a.next = a.to_bits();
+            m.b.next = b.to_bits();
+            clock(&mut m, |m, c| m.clock.next = Clock::from(c), MulU32Pipe::LATENCY);
+            assert_eq!(m.p.val().to_u64(), a * b, "{a}·{b}");
+        }
+    }
+
+    /// The model of [`MulRound16Pipe`]'s Verilog, stage by stage (the
+    /// registers named as there), stepped beside the block.
+    #[derive(Default, Clone, Copy)]
+    struct Stages {
+        ll: u64,
+        lh: u64,
+        ml: u64,
+        mh: u64,
+        hl: u64,
+        neg1: bool,
+        llr: u64,
+        mid1: u64,
+        mid2: u64,
+        a: u64,
+        mid2b: u64,
+        y: u64,
+    }
+
+    impl Stages {
+        fn step(self, o: i64, r: u64) -> Self {
+            let s = self;
+            let ou = (o as u64) & ((1 << 48) - 1);
+            let (ol, om, oh) = (ou & 0xFFFF, ou >> 16 & 0xFFFF, ou >> 32);
+            let (rl, rh) = (r & 0xFFFF, r >> 16 & 0xFFFF);
+            Stages {
+                ll: ol * rl,
+                lh: ol * rh,
+                ml: om * rl,
+                mh: om * rh,
+                hl: oh * rl,
+                neg1: o < 0 && r != 0,
+                llr: s.ll + if s.neg1 { 32767 } else { 32768 },
+                mid1: s.lh + s.ml,
+                mid2: (s.mh + s.hl) & 0xFFFF,
+                a: ((s.llr >> 16) + s.mid1) & 0xFFFF_FFFF,
+                mid2b: s.mid2,
+                y: (s.a & 0xFFFF) | ((((s.a >> 16) + s.mid2b) & 0xFFFF) << 16),
+            }
+        }
+    }
+
+    #[test]
+    fn mul_round16_pipe_matches_round_shift_streamed_and_its_verilog_stages() {
+        let mut cs: Vec<(i64, u64)> = vec![
+            (0, 0),
+            (1, 1 << 16),
+            (-1, 1 << 15),
+            (1, 1 << 15),
+            (-3, 1 << 15),
+            ((1 << 47) - 1, u32::MAX as u64),
+            (-(1 << 47), u32::MAX as u64),
+            (-(1 << 47), 0),
+            (-123_456_789_012, 262_144),
+            (987_654_321_098, 65_537),
+            (-5, 1),
+            (-65_536, 3),
+        ];
+        let mut rnd = rng(0x9E37_79B9_7F4A_7C15);
+        for _ in 0..500 {
+            let x = rnd();
+            let o = ((x << 16) as i64) >> 16;
+            let r = (x >> 13) & if x & 1 == 0 { 0x3_FFFF } else { 0xFFFF_FFFF };
+            cs.push((o, r));
+        }
+        let mut b = MulRound16Pipe::default();
+        b.connect_all();
+        // The Verilog stages step on each edge beside the block, on the same operands.
+        let st = std::cell::Cell::new(Stages::default());
+        stream(
+            &mut b,
+            |b, c| b.clock.next = Clock::from(c),
+            MulRound16Pipe::LATENCY,
+            &cs,
+            |b, &(o, r)| {
+                b.o.next = from_i64(o);
+                b.r.next = r.to_bits();
+                st.set(st.get().step(o, r));
+            },
+            |b, &(o, r)| {
+                let p = o as i128 * r as i128;
+                let want = ((p.abs() + (1 << 15)) >> 16) as i64;
+                let want = (if p < 0 { -want } else { want }) as u32 as u64;
+                assert_eq!(b.y.val().to_u64(), want, "model {o}·{r}");
+                assert_eq!(st.get().y, want, "Verilog stages {o}·{r}");
+            },
+        );
+    }
+
+    #[test]
+    fn mul_round_sat16_pipe_rounds_and_saturates_after_its_latency() {
         let want = |p: u64, r: u64| ((p * r + (1 << 23)) >> 24).min(0xFFFF);
         let cases = [
             (0u64, 0u64),
@@ -1633,22 +1284,19 @@ mod moe150_tests {
         ];
         let mut m = MulRoundSat16Pipe::default();
         m.connect_all();
-        for &(p, r) in &cases {
+        let clk = |m: &mut MulRoundSat16Pipe, c| m.clock.next = Clock::from(c);
+        let drive = |m: &mut MulRoundSat16Pipe, &(p, r): &(u64, u64)| {
             m.p.next = p.to_bits();
             m.r.next = r.to_bits();
-            clock(&mut m, |m, c| m.clock.next = Clock::from(c), MulRoundSat16Pipe::LATENCY);
-            assert_eq!(m.w.val().to_u64(), want(p, r), "{p}·{r}");
+        };
+        for c in &cases {
+            drive(&mut m, c);
+            clock(&mut m, clk, MulRoundSat16Pipe::LATENCY);
+            assert_eq!(m.w.val().to_u64(), want(c.0, c.1), "{c:?}");
         }
-        // Streaming: one operand pair per cycle.
-        for j in 0..cases.len() + MulRoundSat16Pipe::LATENCY {
-            let (p, r) = cases[j.min(cases.len() - 1)];
-            m.p.next = p.to_bits();
-            m.r.next = r.to_bits();
-            clock(&mut m, |m, c| m.clock.next = Clock::from(c), 1);
-            if let Some(&(p, r)) = (j + 1).checked_sub(MulRoundSat16Pipe::LATENCY).and_then(|i| cases.get(i)) {
-                assert_eq!(m.w.val().to_u64(), want(p, r), "streamed {p}·{r}");
-            }
-        }
+        stream(&mut m, clk, MulRoundSat16Pipe::LATENCY, &cases, drive, |m, &(p, r)| {
+            assert_eq!(m.w.val().to_u64(), want(p, r), "streamed {p}·{r}")
+        });
     }
 
     #[test]
@@ -1658,72 +1306,132 @@ mod moe150_tests {
         us.extend([0, -1, -255, -256, -257, -7936, -7937, -7680, -7679, -8192, -(1 << 38), -(1i64 << 39)]);
         let mut e = Exp2Pipe::default();
         e.connect_all();
-        for j in 0..us.len() + Exp2Pipe::LATENCY {
-            e.u.next = from_i64(us[j.min(us.len() - 1)]);
-            clock(&mut e, |e, c| e.clock.next = Clock::from(c), 1);
-            if let Some(&u) = (j + 1).checked_sub(Exp2Pipe::LATENCY).and_then(|i| us.get(i)) {
-                assert_eq!(e.p.val().to_u64(), crate::numerics::exp2_fixed(&lut, u) as u64, "u = {u}");
-            }
-        }
+        stream(
+            &mut e,
+            |e, c| e.clock.next = Clock::from(c),
+            Exp2Pipe::LATENCY,
+            &us,
+            |e, &u| e.u.next = from_i64(u),
+            |e, &u| assert_eq!(e.p.val().to_u64(), crate::numerics::exp2_fixed(&lut, u) as u64, "u = {u}"),
+        );
     }
 
     #[test]
     fn add_tree16_pipe_sums_n_lanes_after_its_latency() {
+        let buses: Vec<Vec<u64>> =
+            (0..6u64).map(|k| (0..16u64).map(|i| (0xFFFF - 977 * i - 4099 * k) & 0xFFFF).collect()).collect();
+        let pack = |b: &[u64]| {
+            b.iter().enumerate().fold(Bits::<256>::default(), |x, (i, &v)| x | (bits::<256>(v) << (16 * i as u64)))
+        };
         for n in [1usize, 2, 3, 4, 5, 12, 16] {
-            let lat = AddTree16Pipe::<256>::latency(n);
             let mut t = AddTree16Pipe::<256>::new(n);
             t.connect_all();
-            let buses: Vec<Vec<u64>> =
-                (0..6u64).map(|k| (0..16u64).map(|i| (0xFFFF - 977 * i - 4099 * k) & 0xFFFF).collect()).collect();
-            for j in 0..buses.len() + lat {
-                let b = &buses[j.min(buses.len() - 1)];
-                let mut x = Bits::<256>::default();
-                for (i, v) in b.iter().enumerate() {
-                    x = x | (bits::<256>(*v) << (16 * i as u64));
-                }
-                t.x.next = x;
-                clock(&mut t, |t, c| t.clock.next = Clock::from(c), 1);
-                if let Some(b) = (j + 1).checked_sub(lat).and_then(|i| buses.get(i)) {
-                    assert_eq!(t.s.val().to_u64(), b[..n].iter().sum::<u64>(), "n = {n}, bus {j}");
-                }
+            stream(
+                &mut t,
+                |t, c| t.clock.next = Clock::from(c),
+                AddTree16Pipe::<256>::latency(n),
+                &buses,
+                |t, b| t.x.next = pack(b),
+                |t, b| assert_eq!(t.s.val().to_u64(), b[..n].iter().sum::<u64>(), "n = {n}"),
+            );
+        }
+    }
+
+    #[test]
+    fn tree_verilog_joins_pairs_passes_odd_nodes_and_registers_the_chosen_levels() {
+        let (v, root) =
+            tree_verilog(3, |l| 8 + l, |l| l == 1, |i| format!("x{i}"), |l, a, b| format!("j{l}({a}, {b})"));
+        assert_eq!(root, "w2_0");
+        assert_eq!(
+            v,
+            "wire [7:0] w0_0;\nwire [7:0] w0_1;\nwire [7:0] w0_2;\nreg [8:0] r1_0 = 0;\nreg [8:0] r1_1 = 0;\nwire [9:0] w2_0;\n\
+             assign w0_0 = x0;\nassign w0_1 = x1;\nassign w0_2 = x2;\nassign w2_0 = j2(r1_0, r1_1);\n\
+             always @(posedge clock) begin\n   r1_0 <= j1(w0_0, w0_1);\n   r1_1 <= w0_2;\nend\n"
+        );
+    }
+
+    #[test]
+    fn arg_max_pipe_picks_the_largest_valid_lane_lowest_index_first() {
+        let mut rnd = rng(0x1234_5678_9ABC_DEF1);
+        for n in [1usize, 2, 3, 5, 8, 13, 64] {
+            let levels = n.next_power_of_two().trailing_zeros() as usize;
+            for cut in [0, levels.div_ceil(2)] {
+                let mut t = ArgMaxPipe::<2048, 64>::new(n, cut);
+                t.connect_all();
+                // Few distinct keys, so ties are common; some rows with no valid lane.
+                let rows: Vec<(Vec<i32>, u64)> = (0..40)
+                    .map(|r| {
+                        let keys = (0..n).map(|_| [i32::MIN, -1, 0, 7, i32::MAX][(rnd() % 5) as usize]).collect();
+                        (keys, if r % 9 == 0 { 0 } else { rnd() })
+                    })
+                    .collect();
+                let want = |(keys, mask): &(Vec<i32>, u64)| {
+                    (0..n).filter(|&e| mask >> e & 1 == 1).max_by_key(|&e| (keys[e], std::cmp::Reverse(e))).unwrap_or(0)
+                };
+                stream(
+                    &mut t,
+                    |t, c| t.clock.next = Clock::from(c),
+                    usize::from(cut > 0),
+                    &rows,
+                    |t, (keys, mask)| {
+                        t.z.next = keys
+                            .iter()
+                            .enumerate()
+                            .fold(Bits::default(), |z, (e, &k)| z | (bits::<2048>(k as u32 as u64) << (32 * e as u64)));
+                        t.mask.next = mask.to_bits();
+                    },
+                    |t, row| assert_eq!(t.sel.val().to_u64() as usize, want(row), "n = {n}, cut {cut}: {row:?}"),
+                );
+                // The cut level's nodes are the only registers.
+                let Verilog::Custom(v) = t.hdl() else { panic!("ArgMaxPipe is a custom block") };
+                let at_cut = if cut > 0 { n.div_ceil(1 << cut) } else { 0 };
+                assert_eq!(v.matches(" <= ").count(), at_cut, "{v}");
             }
         }
     }
 
     #[test]
-    fn dot_i8_pipe_sums_products_after_its_latency() {
-        for n in [2usize, 4, 16, 64] {
-            let lat = DotI8Pipe2::<512>::latency(n);
-            let mut d = DotI8Pipe2::<512>::new(n);
-            d.connect_all();
-            let rows: Vec<(Vec<i8>, Vec<i8>)> = (0..5i64)
-                .map(|k| {
-                    let f = |i: i64, m: i64| (((i * m + 31 * k) % 256) - 128) as i8;
-                    let mut a: Vec<i8> = (0..64).map(|i| f(i, 37)).collect();
-                    let mut b: Vec<i8> = (0..64).map(|i| f(i, 91)).collect();
-                    if k == 0 {
-                        (a, b) = (vec![-128; 64], vec![-128; 64]);
-                    }
-                    if k == 1 {
-                        (a, b) = (vec![-128; 64], vec![127; 64]);
-                    }
-                    (a, b)
-                })
-                .collect();
-            let pack = |v: &[i8]| {
-                v.iter()
-                    .enumerate()
-                    .fold(Bits::<512>::default(), |acc, (i, &x)| acc | (bits::<512>(x as u8 as u64) << (8 * i as u64)))
-            };
-            for j in 0..rows.len() + lat {
-                let (a, b) = &rows[j.min(rows.len() - 1)];
-                d.a.next = pack(a);
-                d.b.next = pack(b);
-                clock(&mut d, |d, c| d.clock.next = Clock::from(c), 1);
-                if let Some((a, b)) = (j + 1).checked_sub(lat).and_then(|i| rows.get(i)) {
-                    let want: i64 = (0..n).map(|i| a[i] as i64 * b[i] as i64).sum();
-                    assert_eq!(to_i64(d.dot.val()), want, "n = {n}, row {j}");
-                }
+    fn dot_i8_pipe_streams_dot_products_after_its_latency() {
+        let mut rnd = rng(0x2545_F491_4F6C_DD1D);
+        let pack = |v: &[i8]| {
+            v.iter()
+                .enumerate()
+                .fold(Bits::<512>::default(), |acc, (i, &x)| acc | (bits::<512>(x as u8 as u64) << (8 * i as u64)))
+        };
+        for per_stage in [1, 2] {
+            for n in [1usize, 2, 4, 16, 64] {
+                let mut b = DotI8Pipe::<512>::new(n, per_stage);
+                b.connect_all();
+                let levels = n.trailing_zeros() as usize;
+                let lat = DotI8Pipe::<512>::latency(n, per_stage);
+                assert_eq!(lat, 1 + levels.div_ceil(per_stage));
+                // The extremes first, then random rows.
+                let rows: Vec<(Vec<i8>, Vec<i8>)> = (0..20)
+                    .map(|i| match i {
+                        0 => (vec![-128; n], vec![-128; n]),
+                        1 => (vec![-128; n], vec![127; n]),
+                        _ => ((0..n).map(|_| rnd() as i8).collect(), (0..n).map(|_| rnd() as i8).collect()),
+                    })
+                    .collect();
+                stream(
+                    &mut b,
+                    |b, c| b.clock.next = Clock::from(c),
+                    lat,
+                    &rows,
+                    |b, (a, bb)| {
+                        b.a.next = pack(a);
+                        b.b.next = pack(bb);
+                    },
+                    |b, (a, bb)| {
+                        let want: i64 = a.iter().zip(bb).map(|(&p, &q)| p as i64 * q as i64).sum();
+                        assert_eq!(to_i64(b.dot.val()), want, "n = {n}, {per_stage} levels a stage");
+                    },
+                );
+                // The products and a register per stage, each sum as wide as its level.
+                let Verilog::Custom(v) = b.hdl() else { panic!("DotI8Pipe is a custom block") };
+                let regs: usize = (0..=levels).filter(|&l| l == levels || l % per_stage == 0).map(|l| n >> l).sum();
+                assert_eq!(v.matches(" <= ").count(), regs, "{v}");
+                assert!(v.contains(&format!("reg [{}:0] r{levels}_0 = 0;", 15 + levels)), "{v}");
             }
         }
     }

@@ -2,7 +2,7 @@
 //! the online-softmax state (m, l, o[d]) and the finalizer (divider, output row).
 //!
 //! Timing, for a step issued by the top in cycle c, with L =
-//! [`ScaleRoundPipe::LATENCY`] and D = [`DotI8Pipe::latency`]`(d)` − 1: S1
+//! [`ScaleRoundPipe::LATENCY`] and D = [`DotI8Pipe::latency`]`(d, 1)` − 1: S1
 //! (end of c+D) has s = q·k (a pipelined adder tree); S2 (end of c+D+L) has
 //! t = round(s·Ms/2^Ss); S3a (end of c+D+L+1) updates m; S3b (end of
 //! c+D+L+2) latches u = t − 256·m and δ; S3c (end of c+D+L+3) latches p = 2^u;
@@ -27,9 +27,11 @@ use rust_hdl::prelude::*;
 pub const ROW32_BITS: usize = 4096;
 /// Widest int8 output row.
 pub const ROW8_BITS: usize = 1024;
+/// Adder levels a stage of the q·k tree: one, so S1's stages hold one short carry chain each.
+const QK_LEVELS_PER_STAGE: usize = 1;
 /// The cycle after a step's issue in which S4a reads its V row (see the module doc).
 pub const fn v_at(d: usize) -> usize {
-    DotI8Pipe::<8>::latency(d) - 1 + ScaleRoundPipe::LATENCY + 4
+    DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE) - 1 + ScaleRoundPipe::LATENCY + 4
 }
 /// The first cycle after a step's issue in which l and o hold it.
 pub const fn done_at(d: usize) -> usize {
@@ -133,8 +135,8 @@ impl<const W: usize> Lane<W> {
     pub fn new(d: usize) -> Self {
         assert!(d.is_power_of_two() && (2..=128).contains(&d) && 8 * d <= W);
         with_defaults!(Self {
-            qk: DotI8Pipe::new(d),
-            f1: SkewLine::new(DotI8Pipe::<8>::latency(d)),
+            qk: DotI8Pipe::new(d, QK_LEVELS_PER_STAGE),
+            f1: SkewLine::new(DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE)),
             o: crate::many(d),
             o_rs: crate::many(d),
             pv: crate::many(d),

@@ -30,8 +30,8 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     now: Args,
     run: Args,
     lanes: Vec<Lane<W>>,
-    kfifo: Fifo<W>,
-    vfifo: Fifo<W>,
+    kst: KvStream<W>,
+    vst: KvStream<W>,
     mul_q: MulU32Pipe,
     mul_kv: MulU32Pipe,
     mul_o: MulU32Pipe,
@@ -43,8 +43,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     sm_r: DFF<Bits<64>>,
     th_r: DFF<Bits<64>>,
     bad_r: DFF<Bit>,
-    /// The KVLEN word as read.
+    /// The KVLEN word as read, and whether it is read for the launch check
+    /// (`KvCheckTest` next) or for the head (`KvTest`).
     kv_word_r: DFF<Bits<32>>,
+    kv_chk: DFF<Bit>,
     /// A block's queries: `SEQ_Q − q0`, then how many (`lv_r`), its end and its Q span's end.
     qleft: DFF<Bits<32>>,
     lv_r: DFF<Bits<32>>,
@@ -84,22 +86,15 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     kv_turn: DFF<Bit>,
     kv_last: DFF<Bits<16>>,
     /// The next burst length `min(CHUNK, kv_rem, beats to the 4 KiB page end of
-    /// K and of V)`, three registered stages behind `k_addr`, `v_addr` and `kv_rem`;
-    /// `kv_age` counts the cycles since those changed (3: `kv_len` is current).
-    k_page: DFF<Bits<16>>,
-    v_page: DFF<Bits<16>>,
+    /// K and of V)`, three registered stages behind `k_addr`, `v_addr` (the
+    /// streams' `page`) and `kv_rem`; `kv_age` counts the cycles since those
+    /// changed (3: `kv_len` is current).
     kv_remc: DFF<Bits<16>>,
     kv_pg: DFF<Bits<16>>,
     kv_remc2: DFF<Bits<16>>,
     kv_len: DFF<Bits<16>>,
     kv_age: DFF<Bits<2>>,
-    /// The K and V FIFOs' room for a burst, as of last cycle.
-    k_room: DFF<Bit>,
-    v_room: DFF<Bit>,
-    k_inflight: DFF<Bits<16>>,
-    v_inflight: DFF<Bits<16>>,
-    k_issue: Signal<Local, Bits<16>>,
-    v_issue: Signal<Local, Bits<16>>,
+    /// The K/V burst now arriving is V's.
     recv_v: DFF<Bit>,
     kv_rx: Signal<Local, Bit>,
     // Steps.
@@ -158,7 +153,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_half_m1: Constant<Bits<16>>,
     c_ser_end: Constant<Bits<16>>,
     c_chunk: Constant<Bits<16>>,
-    c_fifo: Constant<Bits<16>>,
     c_sbytes: Constant<Bits<16>>,
     c_ones: Constant<Bits<S>>,
     c_lane_off: Vec<Constant<Bits<32>>>,
@@ -179,10 +173,9 @@ enum Phase {
     Check,
     Check2,
     Check3,
-    /// With FLAGS.kvlen, every batch entry's key count is read and checked
-    /// before anything is written, so a bad one refuses the whole launch.
-    KvCheckReq,
-    KvCheckWait,
+    /// With FLAGS.kvlen, every batch entry's key count is read (`KvReq`,
+    /// `KvWait`) and checked before anything is written, so a bad one refuses
+    /// the whole launch.
     KvCheckTest,
     HeadWait,
     HeadInit,
@@ -228,8 +221,8 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
         Ok(with_defaults!(Self {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
             lanes: (0..l).map(|_| Lane::new(cfg.head_dim)).collect(),
-            kfifo: Fifo::new(cfg.read_fifo_depth),
-            vfifo: Fifo::new(cfg.read_fifo_depth),
+            kst: KvStream::new(cfg.read_fifo_depth, cfg.port_bytes()),
+            vst: KvStream::new(cfg.read_fifo_depth, cfg.port_bytes()),
             rm32: crate::many(l),
             rm8: crate::many(l),
             v_dly: SkewLine::new(v_at(cfg.head_dim) + 1),
@@ -248,17 +241,16 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_half_m1: Constant::new(k(d / 2 - 1)),
             c_ser_end: Constant::new(k(d / 2 - 1 + SER_LAT as u64)),
             c_chunk: Constant::new(k(CHUNK)),
-            c_fifo: Constant::new(k(cfg.read_fifo_depth as u64)),
             c_sbytes: Constant::new(k(S as u64)),
             c_ones: Constant::new(Bits::<S>::mask()),
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
-            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, qleft, lv_r, qsp,
+            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp,
             qend, qspan, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
             kv_word, kv_shift, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_rx, kv_rem,
-            k_page, v_page, kv_remc, kv_pg, kv_remc2, kv_len, kv_age, k_room, v_room, is_last,
-            kv_turn, kv_last, k_inflight, v_inflight, k_issue, v_issue, recv_v, kv_rx, j, rib,
+            kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
+            kv_turn, kv_last, recv_v, kv_rx, j, rib,
             go, st_valid, st_first, st_j, k_row, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, wrow, w_bpr, w_rowaddr, w_off, w_strb_r, row32, row8, row_bytes_log,
             row_byte, beats_per_row
@@ -271,10 +263,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, qleft, lv_r, qsp, qend, qspan,
+            self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp, qend, qspan,
             phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, k_addr, v_addr, kv_rem,
-            k_page, v_page, kv_remc, kv_pg, kv_remc2, kv_len, kv_age, k_room, v_room, is_last,
-            kv_turn, kv_last, k_inflight, v_inflight, recv_v, j, rib, st_valid, st_first, st_j, k_row, last_pipe, fin,
+            kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
+            kv_turn, kv_last, recv_v, j, rib, st_valid, st_first, st_j, k_row, last_pipe, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb,
             w_rb, wrow, w_bpr, w_rowaddr, w_off, w_strb_r
         );
@@ -318,17 +310,15 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.shell.ar_req.next = false;
         self.shell.ar_req_addr.next = self.k_addr.q.val();
         self.shell.ar_req_len.next = 0.into();
-        self.k_page.d.next =
-            (bits::<16>(4096) - bit_cast::<16, 12>(self.k_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val();
-        self.v_page.d.next =
-            (bits::<16>(4096) - bit_cast::<16, 12>(self.v_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val();
+        self.kst.addr.next = self.k_addr.q.val();
+        self.vst.addr.next = self.v_addr.q.val();
         self.kv_remc.d.next = self.c_chunk.val();
         if self.kv_rem.q.val() < bit_cast::<32, 16>(self.c_chunk.val()) {
             self.kv_remc.d.next = bit_cast::<16, 32>(self.kv_rem.q.val());
         }
-        self.kv_pg.d.next = self.k_page.q.val();
-        if self.v_page.q.val() < self.k_page.q.val() {
-            self.kv_pg.d.next = self.v_page.q.val();
+        self.kv_pg.d.next = self.kst.page.val();
+        if self.vst.page.val() < self.kst.page.val() {
+            self.kv_pg.d.next = self.vst.page.val();
         }
         self.kv_remc2.d.next = self.kv_remc.q.val();
         self.kv_len.d.next = self.kv_remc2.q.val();
@@ -338,19 +328,15 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         if self.kv_age.q.val() != 3 {
             self.kv_age.d.next = self.kv_age.q.val() + 1;
         }
-        self.k_room.d.next =
-            (self.kfifo.count.val() + self.k_inflight.q.val() + self.c_chunk.val()) <= self.c_fifo.val();
-        self.v_room.d.next =
-            (self.vfifo.count.val() + self.v_inflight.q.val() + self.c_chunk.val()) <= self.c_fifo.val();
-        self.k_issue.next = 0.into();
-        self.v_issue.next = 0.into();
+        self.kst.issue.next = 0.into();
+        self.vst.issue.next = 0.into();
 
         // Steps wait until the previous block's last step has reached the
         // finalizer, which snapshots l and o then (the lanes' `div_start`); a
         // block's last step also waits for the previous block's rows to be written.
         self.go.next = (self.phase.q.val() == Phase::Stream)
-            & !self.kfifo.empty.val()
-            & !self.vfifo.empty.val()
+            & !self.kst.empty.val()
+            & !self.vst.empty.val()
             & (self.last_pipe.q.val() == 0)
             & (!self.is_last.q.val() | (self.fin.q.val() == Fin::Idle));
         // ---------------- Output rows ----------------
@@ -432,35 +418,23 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.hwait.d.next = self.c_mul_wait.val();
                 self.phase.d.next = Phase::HeadWait;
                 if self.run.use_kvlen.val() {
-                    self.phase.d.next = Phase::KvCheckReq;
+                    self.kv_chk.d.next = true;
+                    self.phase.d.next = Phase::KvReq;
                 }
                 if self.bad_r.q.val() {
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
                 }
             }
-            Phase::KvCheckReq => {
-                if self.shell.slot_free.val() {
-                    self.shell.ar_req.next = true;
-                    self.shell.ar_req_addr.next =
-                        self.run.kvlen.val() + (bit_cast::<64, 32>(self.b.q.val() << 2) & !self.c_pmask.val());
-                    self.phase.d.next = Phase::KvCheckWait;
-                }
-            }
-            Phase::KvCheckWait => {
-                if self.vitis.m_axi_gmem.rvalid.val() {
-                    self.kv_word_r.d.next = self.kv_word.val();
-                    self.phase.d.next = Phase::KvCheckTest;
-                }
-            }
             Phase::KvCheckTest => {
                 self.b.d.next = self.b.q.val() + 1;
                 self.bh.d.next = self.bh.q.val() + self.run.hpb.val();
-                self.phase.d.next = Phase::KvCheckReq;
+                self.phase.d.next = Phase::KvReq;
                 if (bit_cast::<64, 32>(self.bh.q.val()) + bit_cast::<64, 32>(self.run.hpb.val()))
                     >= bit_cast::<64, 32>(self.run.heads.val())
                 {
                     self.b.d.next = 0.into();
+                    self.kv_chk.d.next = false;
                     self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
                 }
@@ -500,6 +474,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 if self.vitis.m_axi_gmem.rvalid.val() {
                     self.kv_word_r.d.next = self.kv_word.val();
                     self.phase.d.next = Phase::KvTest;
+                    if self.kv_chk.q.val() {
+                        self.phase.d.next = Phase::KvCheckTest;
+                    }
                 }
             }
             Phase::KvTest => {
@@ -573,20 +550,20 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                         // (a V burst came at least `kv_age` = 3 cycles ago, and each K one before it).
                         if (self.kv_age.q.val() == 3)
                             & (self.kv_rem.q.val() != 0)
-                            & self.k_room.q.val()
-                            & self.v_room.q.val()
+                            & self.kst.room.val()
+                            & self.vst.room.val()
                         {
                             self.shell.ar_req.next = true;
                             self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_len.q.val() - 1);
                             self.kv_last.d.next = self.kv_len.q.val();
-                            self.k_issue.next = self.kv_len.q.val();
+                            self.kst.issue.next = self.kv_len.q.val();
                             self.kv_turn.d.next = true;
                         }
                     } else {
                         self.shell.ar_req.next = true;
                         self.shell.ar_req_addr.next = self.v_addr.q.val();
                         self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_last.q.val() - 1);
-                        self.v_issue.next = self.kv_last.q.val();
+                        self.vst.issue.next = self.kv_last.q.val();
                         self.k_addr.d.next =
                             self.k_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
                         self.v_addr.d.next =
@@ -718,41 +695,37 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
 
         // ---------------- K/V receive ----------------
-        self.kfifo.clock.next = self.vitis.ap_clk.val();
-        self.vfifo.clock.next = self.vitis.ap_clk.val();
-        self.kfifo.reset.next = !self.vitis.ap_rst_n.val();
-        self.vfifo.reset.next = !self.vitis.ap_rst_n.val();
-        self.kfifo.din.next = self.vitis.m_axi_gmem.rdata.val();
-        self.vfifo.din.next = self.vitis.m_axi_gmem.rdata.val();
-        self.kfifo.push.next = self.kv_rx.val() & !self.recv_v.q.val();
-        self.vfifo.push.next = self.kv_rx.val() & self.recv_v.q.val();
+        self.kst.clock.next = self.vitis.ap_clk.val();
+        self.vst.clock.next = self.vitis.ap_clk.val();
+        self.kst.reset.next = !self.vitis.ap_rst_n.val();
+        self.vst.reset.next = !self.vitis.ap_rst_n.val();
+        self.kst.din.next = self.vitis.m_axi_gmem.rdata.val();
+        self.vst.din.next = self.vitis.m_axi_gmem.rdata.val();
+        self.kst.push.next = self.kv_rx.val() & !self.recv_v.q.val();
+        self.vst.push.next = self.kv_rx.val() & self.recv_v.q.val();
         if self.kv_rx.val() & self.vitis.m_axi_gmem.rlast.val() {
             self.recv_v.d.next = !self.recv_v.q.val();
         }
-        self.k_inflight.d.next = self.k_inflight.q.val() + self.k_issue.val()
-            - bit_cast::<16, 1>((self.kv_rx.val() & !self.recv_v.q.val()).into());
-        self.v_inflight.d.next = self.v_inflight.q.val() + self.v_issue.val()
-            - bit_cast::<16, 1>((self.kv_rx.val() & self.recv_v.q.val()).into());
         if self.q_rx.val() {
             self.qb.d.next = self.qb.q.val() + 1;
         }
 
         // ---------------- Steps: one key per cycle to every lane ----------------
-        self.kfifo.pop.next = false;
-        self.vfifo.pop.next = false;
+        self.kst.pop.next = false;
+        self.vst.pop.next = false;
         self.st_valid.d.next = self.go.val();
         self.st_first.d.next = self.j.q.val() == 0;
         self.st_j.d.next = self.j.q.val();
-        self.k_row.d.next = self.kfifo.dout.val() >> (self.rib.q.val() << self.c_logd8.val());
+        self.k_row.d.next = self.kst.dout.val() >> (self.rib.q.val() << self.c_logd8.val());
         self.v_dly.clock.next = self.vitis.ap_clk.val();
-        self.v_dly.din.next = self.vfifo.dout.val() >> (self.rib.q.val() << self.c_logd8.val());
+        self.v_dly.din.next = self.vst.dout.val() >> (self.rib.q.val() << self.c_logd8.val());
         if self.go.val() {
             self.j.d.next = self.j.q.val() + 1;
             self.rib.d.next = self.rib.q.val() + 1;
             self.is_last.d.next = self.j.q.val() + 2 == self.nk.q.val();
             if (self.rib.q.val() + 1 == self.c_rpb.val()) | self.is_last.q.val() {
-                self.kfifo.pop.next = true;
-                self.vfifo.pop.next = true;
+                self.kst.pop.next = true;
+                self.vst.pop.next = true;
                 self.rib.d.next = 0.into();
             }
         }
@@ -797,10 +770,71 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.fin.d.next = Fin::Idle;
-            self.k_inflight.d.next = 0.into();
-            self.v_inflight.d.next = 0.into();
             self.last_pipe.d.next = 0.into();
             self.ser_v.d.next = false;
+        }
+    }
+}
+
+/// One of the K and V streams: its FIFO, the beats of the bursts issued for
+/// it that have not arrived yet (`issue` adds a burst's, `push` takes one
+/// off), and, registered from last cycle, its `room` for another burst (FIFO
+/// entries plus beats in flight plus `CHUNK`, at most the FIFO's depth) and
+/// its `page`: the beats from `addr` to the end of its 4 KiB page.
+#[derive(LogicBlock)]
+struct KvStream<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub reset: Signal<In, Bit>,
+    pub addr: Signal<In, Bits<64>>,
+    pub issue: Signal<In, Bits<16>>,
+    pub push: Signal<In, Bit>,
+    pub din: Signal<In, Bits<W>>,
+    pub pop: Signal<In, Bit>,
+    pub dout: Signal<Out, Bits<W>>,
+    pub empty: Signal<Out, Bit>,
+    pub room: Signal<Out, Bit>,
+    pub page: Signal<Out, Bits<16>>,
+    fifo: Fifo<W>,
+    inflight: DFF<Bits<16>>,
+    room_r: DFF<Bit>,
+    page_r: DFF<Bits<16>>,
+    c_logp: Constant<Bits<16>>,
+    c_chunk: Constant<Bits<16>>,
+    c_depth: Constant<Bits<16>>,
+}
+
+impl<const W: usize> KvStream<W> {
+    fn new(depth: usize, port_bytes: usize) -> Self {
+        let k = |v: u64| Constant::new(v.to_bits());
+        with_defaults!(Self {
+            fifo: Fifo::new(depth),
+            c_logp: k(port_bytes.trailing_zeros() as u64),
+            c_chunk: k(CHUNK),
+            c_depth: k(depth as u64),
+            .. clock, reset, addr, issue, push, din, pop, dout, empty, room, page, inflight, room_r, page_r
+        })
+    }
+}
+
+impl<const W: usize> Logic for KvStream<W> {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(self, clock, inflight, room_r, page_r);
+        self.fifo.clock.next = self.clock.val();
+        self.fifo.reset.next = self.reset.val();
+        self.fifo.din.next = self.din.val();
+        self.fifo.push.next = self.push.val();
+        self.fifo.pop.next = self.pop.val();
+        self.dout.next = self.fifo.dout.val();
+        self.empty.next = self.fifo.empty.val();
+        self.inflight.d.next = self.inflight.q.val() + self.issue.val() - bit_cast::<16, 1>(self.push.val().into());
+        self.room_r.d.next = (self.fifo.count.val() + self.inflight.q.val() + self.c_chunk.val()) <= self.c_depth.val();
+        self.page_r.d.next =
+            (bits::<16>(4096) - bit_cast::<16, 12>(self.addr.val().get_bits::<12>(0))) >> self.c_logp.val();
+        self.room.next = self.room_r.q.val();
+        self.page.next = self.page_r.q.val();
+        if self.reset.val() {
+            self.inflight.d.next = 0.into();
         }
     }
 }

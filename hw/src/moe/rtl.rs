@@ -296,10 +296,6 @@ enum WriterState {
     WSend,
 }
 
-fn locals<T: Default>(n: usize) -> Vec<T> {
-    (0..n).map(|_| T::default()).collect()
-}
-
 impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB: usize, const PB: usize>
     MoeUnit<W, S, EL, ZB, TB, PB>
 {
@@ -359,13 +355,13 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             zpack: Pack::new(l),
             tpack: Pack::new(l),
             ppack: Pack::new(cfg.e_max),
-            ps: locals(cfg.k_max),
-            sk: locals(cfg.k_max),
-            rec_chain: locals(cfg.k_max),
-            drop_chain: locals(cfg.k_max),
-            loads: locals(cfg.e_max),
-            sels: locals(cfg.k_max),
-            hits: locals(cfg.e_max),
+            ps: crate::many(cfg.k_max),
+            sk: crate::many(cfg.k_max),
+            rec_chain: crate::many(cfg.k_max),
+            drop_chain: crate::many(cfg.k_max),
+            loads: crate::many(cfg.e_max),
+            sels: crate::many(cfg.k_max),
+            hits: crate::many(cfg.e_max),
             c_beat_ones: Constant::new(Bits::<W>::mask()),
             c_logp: k(p.trailing_zeros() as u64),
             c_pmask: k(p as u64 - 1),

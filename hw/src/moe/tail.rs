@@ -10,7 +10,7 @@
 //! log2-domain values, `PB = 16·EL` of Q1.14 exponentials. They are const
 //! parameters because rust-hdl's widths are types; sizing them for the largest
 //! unit made every unit pay for 256 experts in synthesis and simulation.
-use crate::blocks::{DotI8Pipe2, Exp2Pipe, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
+use crate::blocks::{ArgMaxPipe, DotI8Pipe, Exp2Pipe, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
 use rust_hdl::prelude::*;
 
 /// Per-token metadata through the tail: ids (8×8 bits @0), chosen exponentials
@@ -21,13 +21,15 @@ pub const META_TOK: usize = 192;
 pub const META_SUM: usize = 224;
 /// A token's route record (64 bytes).
 pub const RB: usize = 512;
+/// Adder levels a stage of the gate lanes' x·w tree.
+const XW_LEVELS_PER_STAGE: usize = 2;
 
 /// One expert lane of the gate projection: its slice of the gate weights (the
 /// rows of experts `lane, lane + lanes, ...`, one beat per RAM word) and a
 /// beat-wide int8 dot product accumulated over the beats of a row.
 ///
 /// Timing: `valid/first/last` arrive with the RAM data (the cycle after the
-/// top presents `raddr`); the dot product is a pipeline ([`DotI8Pipe2`]:
+/// top presents `raddr`); the dot product is a pipeline ([`DotI8Pipe`]:
 /// products registered, then the adder tree registered every two levels) with
 /// the flags delayed beside it, then accumulated; `res` holds the finished
 /// logit [`GateLane::latency`] cycles after the row's last beat arrived.
@@ -42,7 +44,7 @@ pub struct GateLane<const W: usize> {
     pub last: Signal<In, Bit>,
     pub res: Signal<Out, Bits<32>>,
     ram: SyncRam<W>,
-    xw: DotI8Pipe2<W>,
+    xw: DotI8Pipe<W>,
     /// valid, first, last (bits 0, 1, 2) beside the dot product.
     flags: SkewLine<3>,
     v2: Signal<Local, Bit>,
@@ -57,15 +59,15 @@ impl<const W: usize> GateLane<W> {
     pub fn new(depth: usize) -> Self {
         with_defaults!(Self {
             ram: SyncRam::new(depth),
-            xw: DotI8Pipe2::new(W / 8),
-            flags: SkewLine::new(DotI8Pipe2::<W>::latency(W / 8)),
+            xw: DotI8Pipe::new(W / 8, XW_LEVELS_PER_STAGE),
+            flags: SkewLine::new(DotI8Pipe::<W>::latency(W / 8, XW_LEVELS_PER_STAGE)),
             .. clock, ram_port, x, valid, first, last, res, v2, f2, l2, acc, acc_new, res_r
         })
     }
 
     /// Cycles from a row's last beat (with its flags) to its logit on `res`.
     pub fn latency() -> usize {
-        DotI8Pipe2::<W>::latency(W / 8) + 1
+        DotI8Pipe::<W>::latency(W / 8, XW_LEVELS_PER_STAGE) + 1
     }
 }
 
@@ -212,17 +214,13 @@ impl<const TB: usize> Logic for ExpUnit<TB> {
     }
 }
 
-fn locals<T: Default>(n: usize) -> Vec<T> {
-    (0..n).map(|_| T::default()).collect()
-}
-
 /// One round of top-k, a pipeline of [`TopkRound::latency`] stages (two once
 /// e_max ≥ 2): the largest valid logit, ties to the lower expert index, by a
-/// comparator tree over `e_max` experts, registered after its first
-/// `ceil(levels / 2)` levels (the tree in one cycle was too deep for timing
-/// closure); the winner is masked out for the next round and recorded in the
-/// metadata with its exponential (read from `aux`, or 1.0 for the first round,
-/// which is the maximum). `aux` rides along unchanged.
+/// comparator tree over `e_max` experts ([`ArgMaxPipe`]), registered after its
+/// first `ceil(levels / 2)` levels (the tree in one cycle was too deep for
+/// timing closure); the winner is masked out for the next round and recorded
+/// in the metadata with its exponential (read from `aux`, or 1.0 for the first
+/// round, which is the maximum). `aux` rides along unchanged.
 #[derive(LogicBlock)]
 pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     pub clock: Signal<In, Clock>,
@@ -252,76 +250,14 @@ pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     masks: Signal<Local, Bits<EL>>,
     metas: Signal<Local, Bits<MB>>,
     valids: Signal<Local, Bit>,
-    /// The tree's nodes at the cut, registered.
-    rk: Vec<DFF<Bits<32>>>,
-    ri: Vec<DFF<Bits<8>>>,
-    rv: Vec<DFF<Bit>>,
-    k0: Vec<Signal<Local, Bits<32>>>,
-    i0: Vec<Signal<Local, Bits<8>>>,
-    v0: Vec<Signal<Local, Bit>>,
-    k1: Vec<Signal<Local, Bits<32>>>,
-    i1: Vec<Signal<Local, Bits<8>>>,
-    v1: Vec<Signal<Local, Bit>>,
-    k2: Vec<Signal<Local, Bits<32>>>,
-    i2: Vec<Signal<Local, Bits<8>>>,
-    v2: Vec<Signal<Local, Bit>>,
-    k3: Vec<Signal<Local, Bits<32>>>,
-    i3: Vec<Signal<Local, Bits<8>>>,
-    v3: Vec<Signal<Local, Bit>>,
-    k4: Vec<Signal<Local, Bits<32>>>,
-    i4: Vec<Signal<Local, Bits<8>>>,
-    v4: Vec<Signal<Local, Bit>>,
-    k5: Vec<Signal<Local, Bits<32>>>,
-    i5: Vec<Signal<Local, Bits<8>>>,
-    v5: Vec<Signal<Local, Bit>>,
-    k6: Vec<Signal<Local, Bits<32>>>,
-    i6: Vec<Signal<Local, Bits<8>>>,
-    v6: Vec<Signal<Local, Bit>>,
-    k7: Vec<Signal<Local, Bits<32>>>,
-    i7: Vec<Signal<Local, Bits<8>>>,
-    v7: Vec<Signal<Local, Bit>>,
-    k8: Vec<Signal<Local, Bits<32>>>,
-    i8: Vec<Signal<Local, Bits<8>>>,
-    v8: Vec<Signal<Local, Bit>>,
-    kc1: Vec<Signal<Local, Bits<32>>>,
-    ic1: Vec<Signal<Local, Bits<8>>>,
-    vc1: Vec<Signal<Local, Bit>>,
-    kc2: Vec<Signal<Local, Bits<32>>>,
-    ic2: Vec<Signal<Local, Bits<8>>>,
-    vc2: Vec<Signal<Local, Bit>>,
-    kc3: Vec<Signal<Local, Bits<32>>>,
-    ic3: Vec<Signal<Local, Bits<8>>>,
-    vc3: Vec<Signal<Local, Bit>>,
-    kc4: Vec<Signal<Local, Bits<32>>>,
-    ic4: Vec<Signal<Local, Bits<8>>>,
-    vc4: Vec<Signal<Local, Bit>>,
-    kc5: Vec<Signal<Local, Bits<32>>>,
-    ic5: Vec<Signal<Local, Bits<8>>>,
-    vc5: Vec<Signal<Local, Bit>>,
-    kc6: Vec<Signal<Local, Bits<32>>>,
-    ic6: Vec<Signal<Local, Bits<8>>>,
-    vc6: Vec<Signal<Local, Bit>>,
-    kc7: Vec<Signal<Local, Bits<32>>>,
-    ic7: Vec<Signal<Local, Bits<8>>>,
-    vc7: Vec<Signal<Local, Bit>>,
-    kc8: Vec<Signal<Local, Bits<32>>>,
-    ic8: Vec<Signal<Local, Bits<8>>>,
-    vc8: Vec<Signal<Local, Bit>>,
+    tree: ArgMaxPipe<ZB, EL>,
     sel: Signal<Local, Bits<8>>,
     psel: Signal<Local, Bits<16>>,
-    c_e: Vec<Constant<Bits<8>>>,
-    c_sign: Constant<Bits<32>>,
     c_sel_sh: Constant<Bits<16>>,
     c_p_sh: Constant<Bits<16>>,
     c_first: Constant<Bit>,
     c_one: Constant<Bits<16>>,
-    _e: usize,
-    _n: [usize; 8],
-    _sz: [usize; 9],
-    /// 1 at the level registered (none for e_max = 1).
-    _cut: [usize; 9],
     _has_cut: usize,
-    _ncut: usize,
 }
 
 impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
@@ -339,86 +275,15 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
     /// Round `round` (0-based) over `e_max` experts.
     pub fn new(round: usize, e_max: usize) -> Self {
         assert!((1..=EL).contains(&e_max) && round < 8);
-        let mut sz = [0usize; 9];
-        sz[0] = e_max;
-        for l in 1..9 {
-            sz[l] = sz[l - 1].div_ceil(2);
-        }
-        let n: [usize; 8] = std::array::from_fn(|l| sz[l] / 2);
         let cl = Self::cut_level(e_max);
-        let mut cut = [0usize; 9];
-        if cl > 0 {
-            cut[cl] = 1;
-        }
-        let ncut = if cl > 0 { sz[cl] } else { 0 };
         let k = |v: usize| Constant::new((v as u64).to_bits());
         with_defaults!(Self {
-            k0: locals(sz[0]),
-            i0: locals(sz[0]),
-            v0: locals(sz[0]),
-            k1: locals(sz[1]),
-            i1: locals(sz[1]),
-            v1: locals(sz[1]),
-            k2: locals(sz[2]),
-            i2: locals(sz[2]),
-            v2: locals(sz[2]),
-            k3: locals(sz[3]),
-            i3: locals(sz[3]),
-            v3: locals(sz[3]),
-            k4: locals(sz[4]),
-            i4: locals(sz[4]),
-            v4: locals(sz[4]),
-            k5: locals(sz[5]),
-            i5: locals(sz[5]),
-            v5: locals(sz[5]),
-            k6: locals(sz[6]),
-            i6: locals(sz[6]),
-            v6: locals(sz[6]),
-            k7: locals(sz[7]),
-            i7: locals(sz[7]),
-            v7: locals(sz[7]),
-            k8: locals(sz[8]),
-            i8: locals(sz[8]),
-            v8: locals(sz[8]),
-            kc1: locals(sz[1]),
-            ic1: locals(sz[1]),
-            vc1: locals(sz[1]),
-            kc2: locals(sz[2]),
-            ic2: locals(sz[2]),
-            vc2: locals(sz[2]),
-            kc3: locals(sz[3]),
-            ic3: locals(sz[3]),
-            vc3: locals(sz[3]),
-            kc4: locals(sz[4]),
-            ic4: locals(sz[4]),
-            vc4: locals(sz[4]),
-            kc5: locals(sz[5]),
-            ic5: locals(sz[5]),
-            vc5: locals(sz[5]),
-            kc6: locals(sz[6]),
-            ic6: locals(sz[6]),
-            vc6: locals(sz[6]),
-            kc7: locals(sz[7]),
-            ic7: locals(sz[7]),
-            vc7: locals(sz[7]),
-            kc8: locals(sz[8]),
-            ic8: locals(sz[8]),
-            vc8: locals(sz[8]),
-            rk: crate::many(ncut),
-            ri: crate::many(ncut),
-            rv: crate::many(ncut),
-            c_e: (0..e_max).map(|e| Constant::new((e as u64).to_bits())).collect(),
-            c_sign: Constant::new((1u64 << 31).to_bits()),
+            tree: ArgMaxPipe::new(e_max, cl),
             c_sel_sh: k(8 * round),
             c_p_sh: k(META_P + 16 * round),
             c_first: Constant::new(round == 0),
             c_one: k(1 << crate::numerics::EXP2_ONE_BITS),
-            _e: e_max,
-            _n: n,
-            _sz: sz,
-            _cut: cut,
             _has_cut: usize::from(cl > 0),
-            _ncut: ncut,
             .. clock, z, aux, mask, meta, valid, z_o, aux_o, mask_o, meta_o, valid_o, zr, auxr, maskr, metar, validr,
             z1, aux1, mask1, meta1, valid1, zs, auxs, masks, metas, valids, sel, psel
         })
@@ -429,258 +294,9 @@ impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, 
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(self, clock, zr, auxr, maskr, metar, validr, z1, aux1, mask1, meta1, valid1);
-        for i in 0..self._ncut {
-            self.rk[i].clock.next = self.clock.val();
-            self.ri[i].clock.next = self.clock.val();
-            self.rv[i].clock.next = self.clock.val();
-        }
-        // Leaves: logits with the sign bit flipped, so unsigned comparison orders them.
-        for e in 0..self._e {
-            self.k0[e].next = self.z.val().get_bits::<32>(e * 32) ^ self.c_sign.val();
-            self.i0[e].next = self.c_e[e].val();
-            self.v0[e].next = self.mask.val().get_bit(e);
-        }
-        // Each node keeps its left (lower-index) child unless the right one is strictly larger.
-        for i in 0..self._n[0] {
-            self.kc1[i].next = self.k0[i * 2].val();
-            self.ic1[i].next = self.i0[i * 2].val();
-            self.vc1[i].next = self.v0[i * 2].val();
-            if self.v0[i * 2 + 1].val() & (!self.v0[i * 2].val() | (self.k0[i * 2 + 1].val() > self.k0[i * 2].val())) {
-                self.kc1[i].next = self.k0[i * 2 + 1].val();
-                self.ic1[i].next = self.i0[i * 2 + 1].val();
-                self.vc1[i].next = self.v0[i * 2 + 1].val();
-            }
-        }
-        for i in self._n[0]..self._sz[1] {
-            self.kc1[i].next = self.k0[i * 2].val();
-            self.ic1[i].next = self.i0[i * 2].val();
-            self.vc1[i].next = self.v0[i * 2].val();
-        }
-        for i in 0..self._sz[1] {
-            self.k1[i].next = self.kc1[i].val();
-            self.i1[i].next = self.ic1[i].val();
-            self.v1[i].next = self.vc1[i].val();
-        }
-        for _c in 0..self._cut[1] {
-            for i in 0..self._sz[1] {
-                self.rk[i].d.next = self.kc1[i].val();
-                self.ri[i].d.next = self.ic1[i].val();
-                self.rv[i].d.next = self.vc1[i].val();
-                self.k1[i].next = self.rk[i].q.val();
-                self.i1[i].next = self.ri[i].q.val();
-                self.v1[i].next = self.rv[i].q.val();
-            }
-        }
-        for i in 0..self._n[1] {
-            self.kc2[i].next = self.k1[i * 2].val();
-            self.ic2[i].next = self.i1[i * 2].val();
-            self.vc2[i].next = self.v1[i * 2].val();
-            if self.v1[i * 2 + 1].val() & (!self.v1[i * 2].val() | (self.k1[i * 2 + 1].val() > self.k1[i * 2].val())) {
-                self.kc2[i].next = self.k1[i * 2 + 1].val();
-                self.ic2[i].next = self.i1[i * 2 + 1].val();
-                self.vc2[i].next = self.v1[i * 2 + 1].val();
-            }
-        }
-        for i in self._n[1]..self._sz[2] {
-            self.kc2[i].next = self.k1[i * 2].val();
-            self.ic2[i].next = self.i1[i * 2].val();
-            self.vc2[i].next = self.v1[i * 2].val();
-        }
-        for i in 0..self._sz[2] {
-            self.k2[i].next = self.kc2[i].val();
-            self.i2[i].next = self.ic2[i].val();
-            self.v2[i].next = self.vc2[i].val();
-        }
-        for _c in 0..self._cut[2] {
-            for i in 0..self._sz[2] {
-                self.rk[i].d.next = self.kc2[i].val();
-                self.ri[i].d.next = self.ic2[i].val();
-                self.rv[i].d.next = self.vc2[i].val();
-                self.k2[i].next = self.rk[i].q.val();
-                self.i2[i].next = self.ri[i].q.val();
-                self.v2[i].next = self.rv[i].q.val();
-            }
-        }
-        for i in 0..self._n[2] {
-            self.kc3[i].next = self.k2[i * 2].val();
-            self.ic3[i].next = self.i2[i * 2].val();
-            self.vc3[i].next = self.v2[i * 2].val();
-            if self.v2[i * 2 + 1].val() & (!self.v2[i * 2].val() | (self.k2[i * 2 + 1].val() > self.k2[i * 2].val())) {
-                self.kc3[i].next = self.k2[i * 2 + 1].val();
-                self.ic3[i].next = self.i2[i * 2 + 1].val();
-                self.vc3[i].next = self.v2[i * 2 + 1].val();
-            }
-        }
-        for i in self._n[2]..self._sz[3] {
-            self.kc3[i].next = self.k2[i * 2].val();
-            self.ic3[i].next = self.i2[i * 2].val();
-            self.vc3[i].next = self.v2[i * 2].val();
-        }
-        for i in 0..self._sz[3] {
-            self.k3[i].next = self.kc3[i].val();
-            self.i3[i].next = self.ic3[i].val();
-            self.v3[i].next = self.vc3[i].val();
-        }
-        for _c in 0..self._cut[3] {
-            for i in 0..self._sz[3] {
-                self.rk[i].d.next = self.kc3[i].val();
-                self.ri[i].d.next = self.ic3[i].val();
-                self.rv[i].d.next = self.vc3[i].val();
-                self.k3[i].next = self.rk[i].q.val();
-                self.i3[i].next = self.ri[i].q.val();
-                self.v3[i].next = self.rv[i].q.val();
-            }
-        }
-        for i in 0..self._n[3] {
-            self.kc4[i].next = self.k3[i * 2].val();
-            self.ic4[i].next = self.i3[i * 2].val();
-            self.vc4[i].next = self.v3[i * 2].val();
-            if self.v3[i * 2 + 1].val() & (!self.v3[i * 2].val() | (self.k3[i * 2 + 1].val() > self.k3[i * 2].val())) {
-                self.kc4[i].next = self.k3[i * 2 + 1].val();
-                self.ic4[i].next = self.i3[i * 2 + 1].val();
-                self.vc4[i].next = self.v3[i * 2 + 1].val();
-            }
-        }
-        for i in self._n[3]..self._sz[4] {
-            self.kc4[i].next = self.k3[i * 2].val();
-            self.ic4[i].next = self.i3[i * 2].val();
-            self.vc4[i].next = self.v3[i * 2].val();
-        }
-        for i in 0..self._sz[4] {
-            self.k4[i].next = self.kc4[i].val();
-            self.i4[i].next = self.ic4[i].val();
-            self.v4[i].next = self.vc4[i].val();
-        }
-        for _c in 0..self._cut[4] {
-            for i in 0..self._sz[4] {
-                self.rk[i].d.next = self.kc4[i].val();
-                self.ri[i].d.next = self.ic4[i].val();
-                self.rv[i].d.next = self.vc4[i].val();
-                self.k4[i].next = self.rk[i].q.val();
-                self.i4[i].next = self.ri[i].q.val();
-                self.v4[i].next = self.rv[i].q.val();
-            }
-        }
-        for i in 0..self._n[4] {
-            self.kc5[i].next = self.k4[i * 2].val();
-            self.ic5[i].next = self.i4[i * 2].val();
-            self.vc5[i].next = self.v4[i * 2].val();
-            if self.v4[i * 2 + 1].val() & (!self.v4[i * 2].val() | (self.k4[i * 2 + 1].val() > self.k4[i * 2].val())) {
-                self.kc5[i].next = self.k4[i * 2 + 1].val();
-                self.ic5[i].next = self.i4[i * 2 + 1].val();
-                self.vc5[i].next = self.v4[i * 2 + 1].val();
-            }
-        }
-        for i in self._n[4]..self._sz[5] {
-            self.kc5[i].next = self.k4[i * 2].val();
-            self.ic5[i].next = self.i4[i * 2].val();
-            self.vc5[i].next = self.v4[i * 2].val();
-        }
-        for i in 0..self._sz[5] {
-            self.k5[i].next = self.kc5[i].val();
-            self.i5[i].next = self.ic5[i].val();
-            self.v5[i].next = self.vc5[i].val();
-        }
-        for _c in 0..self._cut[5] {
-            for i in 0..self._sz[5] {
-                self.rk[i].d.next = self.kc5[i].val();
-                self.ri[i].d.next = self.ic5[i].val();
-                self.rv[i].d.next = self.vc5[i].val();
-                self.k5[i].next = self.rk[i].q.val();
-                self.i5[i].next = self.ri[i].q.val();
-                self.v5[i].next = self.rv[i].q.val();
-            }
-        }
-        for i in 0..self._n[5] {
-            self.kc6[i].next = self.k5[i * 2].val();
-            self.ic6[i].next = self.i5[i * 2].val();
-            self.vc6[i].next = self.v5[i * 2].val();
-            if self.v5[i * 2 + 1].val() & (!self.v5[i * 2].val() | (self.k5[i * 2 + 1].val() > self.k5[i * 2].val())) {
-                self.kc6[i].next = self.k5[i * 2 + 1].val();
-                self.ic6[i].next = self.i5[i * 2 + 1].val();
-                self.vc6[i].next = self.v5[i * 2 + 1].val();
-            }
-        }
-        for i in self._n[5]..self._sz[6] {
-            self.kc6[i].next = self.k5[i * 2].val();
-            self.ic6[i].next = self.i5[i * 2].val();
-            self.vc6[i].next = self.v5[i * 2].val();
-        }
-        for i in 0..self._sz[6] {
-            self.k6[i].next = self.kc6[i].val();
-            self.i6[i].next = self.ic6[i].val();
-            self.v6[i].next = self.vc6[i].val();
-        }
-        for _c in 0..self._cut[6] {
-            for i in 0..self._sz[6] {
-                self.rk[i].d.next = self.kc6[i].val();
-                self.ri[i].d.next = self.ic6[i].val();
-                self.rv[i].d.next = self.vc6[i].val();
-                self.k6[i].next = self.rk[i].q.val();
-                self.i6[i].next = self.ri[i].q.val();
-                self.v6[i].next = self.rv[i].q.val();
-            }
-        }
-        for i in 0..self._n[6] {
-            self.kc7[i].next = self.k6[i * 2].val();
-            self.ic7[i].next = self.i6[i * 2].val();
-            self.vc7[i].next = self.v6[i * 2].val();
-            if self.v6[i * 2 + 1].val() & (!self.v6[i * 2].val() | (self.k6[i * 2 + 1].val() > self.k6[i * 2].val())) {
-                self.kc7[i].next = self.k6[i * 2 + 1].val();
-                self.ic7[i].next = self.i6[i * 2 + 1].val();
-                self.vc7[i].next = self.v6[i * 2 + 1].val();
-            }
-        }
-        for i in self._n[6]..self._sz[7] {
-            self.kc7[i].next = self.k6[i * 2].val();
-            self.ic7[i].next = self.i6[i * 2].val();
-            self.vc7[i].next = self.v6[i * 2].val();
-        }
-        for i in 0..self._sz[7] {
-            self.k7[i].next = self.kc7[i].val();
-            self.i7[i].next = self.ic7[i].val();
-            self.v7[i].next = self.vc7[i].val();
-        }
-        for _c in 0..self._cut[7] {
-            for i in 0..self._sz[7] {
-                self.rk[i].d.next = self.kc7[i].val();
-                self.ri[i].d.next = self.ic7[i].val();
-                self.rv[i].d.next = self.vc7[i].val();
-                self.k7[i].next = self.rk[i].q.val();
-                self.i7[i].next = self.ri[i].q.val();
-                self.v7[i].next = self.rv[i].q.val();
-            }
-        }
-        for i in 0..self._n[7] {
-            self.kc8[i].next = self.k7[i * 2].val();
-            self.ic8[i].next = self.i7[i * 2].val();
-            self.vc8[i].next = self.v7[i * 2].val();
-            if self.v7[i * 2 + 1].val() & (!self.v7[i * 2].val() | (self.k7[i * 2 + 1].val() > self.k7[i * 2].val())) {
-                self.kc8[i].next = self.k7[i * 2 + 1].val();
-                self.ic8[i].next = self.i7[i * 2 + 1].val();
-                self.vc8[i].next = self.v7[i * 2 + 1].val();
-            }
-        }
-        for i in self._n[7]..self._sz[8] {
-            self.kc8[i].next = self.k7[i * 2].val();
-            self.ic8[i].next = self.i7[i * 2].val();
-            self.vc8[i].next = self.v7[i * 2].val();
-        }
-        for i in 0..self._sz[8] {
-            self.k8[i].next = self.kc8[i].val();
-            self.i8[i].next = self.ic8[i].val();
-            self.v8[i].next = self.vc8[i].val();
-        }
-        for _c in 0..self._cut[8] {
-            for i in 0..self._sz[8] {
-                self.rk[i].d.next = self.kc8[i].val();
-                self.ri[i].d.next = self.ic8[i].val();
-                self.rv[i].d.next = self.vc8[i].val();
-                self.k8[i].next = self.rk[i].q.val();
-                self.i8[i].next = self.ri[i].q.val();
-                self.v8[i].next = self.rv[i].q.val();
-            }
-        }
+        self.tree.clock.next = self.clock.val();
+        self.tree.z.next = self.z.val();
+        self.tree.mask.next = self.mask.val();
         // The buses as the stage after the cut sees them.
         self.z1.d.next = self.z.val();
         self.aux1.d.next = self.aux.val();
@@ -699,7 +315,7 @@ impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, 
             self.metas.next = self.meta1.q.val();
             self.valids.next = self.valid1.q.val();
         }
-        self.sel.next = self.i8[0].val();
+        self.sel.next = self.tree.sel.val();
         self.psel.next = self.auxs.val().get_bits::<16>(self.sel.val().index() * 16);
         if self.c_first.val() {
             self.psel.next = self.c_one.val();
