@@ -93,9 +93,12 @@ pub struct VitisPorts<const W: usize, const S: usize> {
 ///   the first at `span_addr`, the next ones `span_pitch` bytes apart
 ///   (`span_resume` starts `span_rows` more rows where the last span ended);
 ///   while `span_go`, the shell issues its bursts, cut at 4 KiB pages;
-///   `span_row` counts the rows issued, `span_done` says all are;
+///   `span_row` counts the rows issued, `span_done` says all are. Load and
+///   resume only once the last span is done: both are applied a cycle later
+///   (`span_done` is low meanwhile), and a burst is issued the cycle after
+///   `span_go` and a free slot decided it, at most every other cycle;
 /// - or one burst of its own: `ar_req` with `ar_req_addr`, `ar_req_len`,
-///   while `slot_free` and no span is going;
+///   while `slot_free` and no span is going (`span_done`);
 /// - a write: hold `wr_send` with the address, length, data, strobes and
 ///   `wr_last` until `wr_fire`; `wr_beat` marks each data beat taken.
 ///   `writes_done` says every write issued this run has its response.
@@ -173,8 +176,10 @@ pub struct Shell<const W: usize, const S: usize> {
     row_last: DFF<Bit>,
     /// `span_load` and its arguments, registered (the arguments every cycle,
     /// so only `ld` depends on `span_load`) and applied the next cycle, which
-    /// also computes the first row's `row_nx`, `pg_nx` and `to_pg`.
+    /// also computes the first row's `row_nx`, `pg_nx` and `to_pg`; likewise
+    /// `span_resume` (`rs`), which sets only the rows.
     ld: DFF<Bit>,
+    rs: DFF<Bit>,
     ld_addr: DFF<Bits<64>>,
     ld_beats: DFF<Bits<16>>,
     ld_rows: DFF<Bits<32>>,
@@ -216,7 +221,7 @@ impl<const W: usize, const S: usize> Shell<W, S> {
             .. vitis, start, idle, done, fail, slot_free, span_load, span_resume, span_addr, span_beats, span_rows,
             span_pitch, span_go, span_row, span_done, ar_req, ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len,
             wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done, err, cycles, ar_valid, ar_addr, ar_len, rd_addr,
-            rd_rem, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, gen, dec, row_last, ld, ld_addr, ld_beats,
+            rd_rem, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, gen, dec, row_last, ld, rs, ld_addr, ld_beats,
             ld_rows, ld_pitch, ld_more, row_at, pitch_at, at_row_nx, at_pg_nx, at_to_pg, burst, aw_done, w_done, wr_issued,
             wr_acked
         })
@@ -234,7 +239,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_beats, pitch, row, left, more,
-            row_nx, pg_nx, to_pg, gen, row_last, ld, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, aw_done, w_done,
+            row_nx, pg_nx, to_pg, gen, row_last, ld, rs, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, aw_done, w_done,
             wr_issued, wr_acked
         );
         AxiLiteSlave::link(&mut self.vitis.s_axi_control, &mut self.ctrl.s_axi_control);
@@ -292,6 +297,11 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.slot_free.next = !self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val();
         if !self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val() {
             self.ar_valid.d.next = false;
+            // A free AR register takes the unit's request address every cycle (it
+            // asks only while `slot_free`), so only `ar_valid` depends on `ar_req`:
+            // the 72 address and length bits are enabled by the slot alone.
+            self.ar_addr.d.next = self.ar_req_addr.val();
+            self.ar_len.d.next = self.ar_req_len.val();
         }
         // Bursts end at the row's end or at the 4 KiB page's (AXI bursts must
         // not cross one), so the next read address is `row_nx` or `pg_nx`.
@@ -302,10 +312,12 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.span_row.next = self.row.q.val();
         self.span_done.next = !self.gen.q.val()
             & !self.ld.q.val()
+            & !self.rs.q.val()
             & (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val())
             & !self.more.q.val();
         // `span_load` is applied a cycle late, from registers.
         self.ld.d.next = self.span_load.val();
+        self.rs.d.next = self.span_resume.val();
         self.ld_addr.d.next = self.span_addr.val();
         self.ld_beats.d.next = self.span_beats.val();
         self.ld_rows.d.next = self.span_rows.val();
@@ -330,12 +342,13 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         }
         // Decide: a burst is due, the AR register is free next cycle (no burst
         // of the unit's own is requested while a span goes) and the span reader's
-        // registers are current (not the issuing cycle; when a span is applied,
-        // its rows' flag comes from `ld_more`).
+        // registers are current (not the issuing cycle; when a span is applied
+        // or resumed, its rows' flag comes from `ld_more`).
         self.dec.next = self.span_go.val()
             & (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val())
             & !self.gen.q.val()
-            & ((self.more.q.val() & !self.ld.q.val()) | (self.ld_more.q.val() & self.ld.q.val()));
+            & ((self.more.q.val() & !(self.ld.q.val() | self.rs.q.val()))
+                | (self.ld_more.q.val() & (self.ld.q.val() | self.rs.q.val())));
         self.gen.d.next = self.dec.val();
         // Issue what the last cycle decided.
         if self.gen.q.val() {
@@ -360,8 +373,6 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         }
         if self.ar_req.val() {
             self.ar_valid.d.next = true;
-            self.ar_addr.d.next = self.ar_req_addr.val();
-            self.ar_len.d.next = self.ar_req_len.val();
         }
         if self.ld.q.val() {
             self.rd_addr.d.next = self.ld_addr.q.val();
@@ -371,14 +382,11 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             self.row_nx.d.next = self.at_row_nx.val();
             self.pg_nx.d.next = self.at_pg_nx.val();
             self.to_pg.d.next = self.at_to_pg.val();
+        }
+        if self.ld.q.val() | self.rs.q.val() {
             self.row.d.next = 0.into();
             self.left.d.next = self.ld_rows.q.val();
             self.more.d.next = self.ld_more.q.val();
-        }
-        if self.span_resume.val() {
-            self.row.d.next = 0.into();
-            self.left.d.next = self.span_rows.val();
-            self.more.d.next = self.span_rows.val() != 0;
         }
 
         // Writes: address and data handshakes complete in either order.
@@ -414,6 +422,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             self.more.d.next = false;
             self.gen.d.next = false;
             self.ld.d.next = false;
+            self.rs.d.next = false;
             self.aw_done.d.next = false;
             self.w_done.d.next = false;
         }
