@@ -513,8 +513,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
 
         // ---------------- Read-data receiver ----------------
-        self.b_recv.next = self.vitis.m_axi_gmem.rvalid.val()
-            & ((self.phase.q.val() == Phase::BStream) | (self.phase.q.val() == Phase::BDrain));
+        // `in_b` is set and cleared with BStream/BDrain: the same function, no phase decode.
+        self.b_recv.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_b.q.val();
         self.bias_ram.clock.next = self.vitis.ap_clk.val();
         self.bias_ram.port.we.next = self.vitis.m_axi_gmem.rvalid.val()
             & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait));
