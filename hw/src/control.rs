@@ -16,6 +16,8 @@ enum WriteState {
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
 enum ReadState {
     Addr,
+    /// The word is selected from last cycle's address decode (the hit flags).
+    Sel,
     Data,
 }
 
@@ -37,6 +39,19 @@ pub struct Control {
     rstate: DFF<ReadState>,
     waddr: DFF<Bits<CTRL_ADDR_BITS>>,
     rdata_r: DFF<Bits<32>>,
+    // ARADDR decoded every cycle into one flag per readable word (CTRL, GIE,
+    // IER, ISR; the arguments; the status words) and used the cycle after the
+    // address is taken, so the read's decode and its select have a cycle each
+    // (together they limited the GEMM unit's clock, docs/timing.md). The
+    // select is an OR of the words that hit (at most one), zero elsewhere.
+    hit_c: Vec<DFF<Bit>>,
+    hit_a: Vec<DFF<Bit>>,
+    hit_s: Vec<DFF<Bit>>,
+    rw_a: Vec<Signal<Local, Bits<32>>>,
+    rw_s: Vec<Signal<Local, Bits<32>>>,
+    or_a: Vec<Signal<Local, Bits<32>>>,
+    or_s: Vec<Signal<Local, Bits<32>>>,
+    rsel: Signal<Local, Bits<32>>,
     ap_start: DFF<Bit>,
     ap_done: DFF<Bit>,
     auto_restart: DFF<Bit>,
@@ -63,10 +78,17 @@ impl Control {
             status: crate::many(n_status),
             arg_regs: crate::many(n_args),
             status_base: Constant::new(((0x10 + 4 * n_args) as u64).to_bits()),
+            hit_c: crate::many(4),
+            hit_a: crate::many(n_args),
+            hit_s: crate::many(n_status),
+            rw_a: crate::many(n_args),
+            rw_s: crate::many(n_status),
+            or_a: crate::many(n_args),
+            or_s: crate::many(n_status),
             _n_args: n_args,
             _n_status: n_status,
             .. clock, rst_n, s_axi_control, interrupt, start, core_done, core_idle, wstate, rstate, waddr, rdata_r,
-            ap_start, ap_done, auto_restart, gie, ier, isr, m0, m1, m2, m3, wmask, go, ctrl_word
+            ap_start, ap_done, auto_restart, gie, ier, isr, rsel, m0, m1, m2, m3, wmask, go, ctrl_word
         })
     }
 }
@@ -174,42 +196,71 @@ impl Logic for Control {
             }
         }
 
-        // Read channel: address, then registered data. Reading CTRL clears ap_done.
+        // Read channel: address (decoded into the hit flags), select, then
+        // registered data. Reading CTRL clears ap_done.
         self.s_axi_control.arready.next = self.rstate.q.val() == ReadState::Addr;
         self.s_axi_control.rvalid.next = self.rstate.q.val() == ReadState::Data;
         self.s_axi_control.rdata.next = self.rdata_r.q.val();
         self.s_axi_control.rresp.next = 0.into();
+        for i in 0..4 {
+            self.hit_c[i].clock.next = self.clock.val();
+            self.hit_c[i].d.next = self.s_axi_control.araddr.val().index() == 4 * i;
+        }
+        for i in 0..self._n_args {
+            self.hit_a[i].clock.next = self.clock.val();
+            self.hit_a[i].d.next = self.s_axi_control.araddr.val().index() == 0x10 + 4 * i;
+            self.rw_a[i].next = 0.into();
+            if self.hit_a[i].q.val() {
+                self.rw_a[i].next = self.arg_regs[i].q.val();
+            }
+        }
+        for j in 0..self._n_status {
+            self.hit_s[j].clock.next = self.clock.val();
+            self.hit_s[j].d.next = self.s_axi_control.araddr.val().index() == self.status_base.val().index() + 4 * j;
+            self.rw_s[j].next = 0.into();
+            if self.hit_s[j].q.val() {
+                self.rw_s[j].next = self.status[j].val();
+            }
+        }
+        self.or_a[0].next = self.rw_a[0].val();
+        for i in 1..self._n_args {
+            self.or_a[i].next = self.or_a[i - 1].val() | self.rw_a[i].val();
+        }
+        self.or_s[0].next = self.rw_s[0].val();
+        for j in 1..self._n_status {
+            self.or_s[j].next = self.or_s[j - 1].val() | self.rw_s[j].val();
+        }
+        self.rsel.next = 0.into();
+        if self.hit_c[0].q.val() {
+            self.rsel.next = self.ctrl_word.val();
+        }
+        if self.hit_c[1].q.val() {
+            self.rsel.next = bit_cast::<32, 1>(self.gie.q.val().into());
+        }
+        if self.hit_c[2].q.val() {
+            self.rsel.next = bit_cast::<32, 2>(self.ier.q.val());
+        }
+        if self.hit_c[3].q.val() {
+            self.rsel.next = bit_cast::<32, 2>(self.isr.q.val());
+        }
+        for l in (self._n_args - 1)..self._n_args {
+            self.rsel.next = self.rsel.val() | self.or_a[l].val();
+        }
+        for l in (self._n_status - 1)..self._n_status {
+            self.rsel.next = self.rsel.val() | self.or_s[l].val();
+        }
         match self.rstate.q.val() {
             ReadState::Addr => {
                 if self.s_axi_control.arvalid.val() {
-                    self.rstate.d.next = ReadState::Data;
-                    self.rdata_r.d.next = 0.into();
-                    if self.s_axi_control.araddr.val() == 0x00 {
-                        self.rdata_r.d.next = self.ctrl_word.val();
-                        if !self.core_done.val() {
-                            self.ap_done.d.next = false;
-                        }
-                    }
-                    if self.s_axi_control.araddr.val() == 0x04 {
-                        self.rdata_r.d.next = bit_cast::<32, 1>(self.gie.q.val().into());
-                    }
-                    if self.s_axi_control.araddr.val() == 0x08 {
-                        self.rdata_r.d.next = bit_cast::<32, 2>(self.ier.q.val());
-                    }
-                    if self.s_axi_control.araddr.val() == 0x0C {
-                        self.rdata_r.d.next = bit_cast::<32, 2>(self.isr.q.val());
-                    }
-                    for i in 0..self._n_args {
-                        if self.s_axi_control.araddr.val().index() == 0x10 + 4 * i {
-                            self.rdata_r.d.next = self.arg_regs[i].q.val();
-                        }
-                    }
-                    for j in 0..self._n_status {
-                        if self.s_axi_control.araddr.val().index() == self.status_base.val().index() + 4 * j {
-                            self.rdata_r.d.next = self.status[j].val();
-                        }
-                    }
+                    self.rstate.d.next = ReadState::Sel;
                 }
+            }
+            ReadState::Sel => {
+                self.rdata_r.d.next = self.rsel.val();
+                if self.hit_c[0].q.val() & !self.core_done.val() {
+                    self.ap_done.d.next = false;
+                }
+                self.rstate.d.next = ReadState::Data;
             }
             ReadState::Data => {
                 if self.s_axi_control.rready.val() {

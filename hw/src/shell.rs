@@ -93,9 +93,12 @@ pub struct VitisPorts<const W: usize, const S: usize> {
 ///   the first at `span_addr`, the next ones `span_pitch` bytes apart
 ///   (`span_resume` starts `span_rows` more rows where the last span ended);
 ///   while `span_go`, the shell issues its bursts, cut at 4 KiB pages;
-///   `span_row` counts the rows issued, `span_done` says all are;
+///   `span_row` counts the rows issued, `span_done` says all are. Load and
+///   resume only once the last span is done: both are applied a cycle later
+///   (`span_done` is low meanwhile), and a burst is issued the cycle after
+///   `span_go` and a free slot decided it, at most every other cycle;
 /// - or one burst of its own: `ar_req` with `ar_req_addr`, `ar_req_len`,
-///   while `slot_free` and no span is going;
+///   while `slot_free` and no span is going (`span_done`);
 /// - a write: hold `wr_send` with the address, length, data, strobes and
 ///   `wr_last` until `wr_fire`; `wr_beat` marks each data beat taken.
 ///   `writes_done` says every write issued this run has its response.
@@ -142,27 +145,51 @@ pub struct Shell<const W: usize, const S: usize> {
     ar_len: DFF<Bits<8>>,
     rd_addr: DFF<Bits<64>>,
     rd_rem: DFF<Bits<16>>,
-    row_addr: DFF<Bits<64>>,
     row_beats: DFF<Bits<16>>,
     pitch: DFF<Bits<32>>,
     row: DFF<Bits<32>>,
     /// Rows of the span still to start, and whether there are any: a flag
-    /// kept beside the count, so the issue cycle reads a register instead of
+    /// kept beside the count, so the issue decision reads a register instead of
     /// comparing `row` with the span's rows.
     left: DFF<Bits<32>>,
     more: DFF<Bit>,
-    // The span reader's next addresses, kept ready beside `rd_addr` and
-    // `row_addr` so that the issue cycle only selects (two 64-bit adds and a
-    // select there were the GEMM unit's critical path, docs/timing.md):
-    // `row_nx = row_addr + pitch`, `pg_nx` the page after `rd_addr`'s,
-    // `to_pg` the beats from `rd_addr` to its page's end. `settle` marks the
-    // cycle after `span_load`, which computes them and issues nothing.
+    // The span reader's next addresses, kept ready beside `rd_addr` so that a
+    // burst's update only selects (two 64-bit adds and a select there were the
+    // GEMM unit's critical path, docs/timing.md): `row_nx` the next row's
+    // start, `pg_nx` the page after `rd_addr`'s, `to_pg` the beats from
+    // `rd_addr` to its page's end.
     row_nx: DFF<Bits<64>>,
     pg_nx: DFF<Bits<64>>,
     to_pg: DFF<Bits<16>>,
-    settle: DFF<Bit>,
-    row_last: Signal<Local, Bit>,
+    /// The span reader in two stages (docs/timing.md): a cycle *decides* to
+    /// issue a burst (`dec`, into this one register), the next one *issues* it
+    /// (`gen`: loads the AR register and advances the address registers). So
+    /// the enables of the wide registers come from a flip-flop, not from the
+    /// unit's `span_go` and the AR handshake. The cycle that issues decides
+    /// nothing (its registers are not yet advanced): at most a burst every
+    /// other cycle, which the R channel's one beat a cycle hides for bursts
+    /// of two beats or more.
+    gen: DFF<Bit>,
+    dec: Signal<Local, Bit>,
+    /// This burst ends its row (`rd_rem ≤ to_pg`), registered: the registers
+    /// it reads changed at least a cycle before any issue.
+    row_last: DFF<Bit>,
+    /// `span_load` and its arguments, registered (the arguments every cycle,
+    /// so only `ld` depends on `span_load`) and applied the next cycle, which
+    /// also computes the first row's `row_nx`, `pg_nx` and `to_pg`; likewise
+    /// `span_resume` (`rs`), which sets only the rows.
+    ld: DFF<Bit>,
+    rs: DFF<Bit>,
+    ld_addr: DFF<Bits<64>>,
+    ld_beats: DFF<Bits<16>>,
+    ld_rows: DFF<Bits<32>>,
+    ld_pitch: DFF<Bits<32>>,
+    ld_more: DFF<Bit>,
+    /// The loaded span's first burst ends its row: its beats fit before the
+    /// first page end, from the arguments as captured.
+    ld_last: DFF<Bit>,
     row_at: Signal<Local, Bits<64>>,
+    pitch_at: Signal<Local, Bits<32>>,
     at_row_nx: Signal<Local, Bits<64>>,
     at_pg_nx: Signal<Local, Bits<64>>,
     at_to_pg: Signal<Local, Bits<16>>,
@@ -197,8 +224,9 @@ impl<const W: usize, const S: usize> Shell<W, S> {
             .. vitis, start, idle, done, fail, slot_free, span_load, span_resume, span_addr, span_beats, span_rows,
             span_pitch, span_go, span_row, span_done, ar_req, ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len,
             wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done, err, cycles, ar_valid, ar_addr, ar_len, rd_addr,
-            rd_rem, row_addr, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, settle, row_last, row_at, at_row_nx,
-            at_pg_nx, at_to_pg, burst, aw_done, w_done, wr_issued, wr_acked
+            rd_rem, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, gen, dec, row_last, ld, rs, ld_addr, ld_beats,
+            ld_rows, ld_pitch, ld_more, ld_last, row_at, pitch_at, at_row_nx, at_pg_nx, at_to_pg, burst, aw_done, w_done, wr_issued,
+            wr_acked
         })
     }
 
@@ -213,8 +241,9 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_addr, row_beats, pitch, row,
-            left, more, row_nx, pg_nx, to_pg, settle, aw_done, w_done, wr_issued, wr_acked
+            self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_beats, pitch, row, left, more,
+            row_nx, pg_nx, to_pg, gen, row_last, ld, rs, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, ld_last, aw_done, w_done,
+            wr_issued, wr_acked
         );
         AxiLiteSlave::link(&mut self.vitis.s_axi_control, &mut self.ctrl.s_axi_control);
         self.ctrl.clock.next = self.vitis.ap_clk.val();
@@ -271,36 +300,63 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.slot_free.next = !self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val();
         if !self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val() {
             self.ar_valid.d.next = false;
+            // A free AR register takes the unit's request address every cycle (it
+            // asks only while `slot_free`), so only `ar_valid` depends on `ar_req`:
+            // the 72 address and length bits are enabled by the slot alone.
+            self.ar_addr.d.next = self.ar_req_addr.val();
+            self.ar_len.d.next = self.ar_req_len.val();
         }
         // Bursts end at the row's end or at the 4 KiB page's (AXI bursts must
         // not cross one), so the next read address is `row_nx` or `pg_nx`.
-        self.row_last.next = self.rd_rem.q.val() <= self.to_pg.q.val();
         self.burst.next = self.to_pg.q.val();
-        if self.row_last.val() {
+        if self.row_last.q.val() {
             self.burst.next = self.rd_rem.q.val();
         }
         self.span_row.next = self.row.q.val();
-        self.span_done.next = (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val()) & !self.more.q.val();
-        // The row the reader starts next, in the settle cycle the span's first (where
-        // `rd_addr` is too), else the row after this one: its successor, the page
-        // after its start's and the beats to that page's end.
+        self.span_done.next = !self.gen.q.val()
+            & !self.ld.q.val()
+            & !self.rs.q.val()
+            & (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val())
+            & !self.more.q.val();
+        // `span_load` is applied a cycle late, from registers.
+        self.ld.d.next = self.span_load.val();
+        self.rs.d.next = self.span_resume.val();
+        self.ld_addr.d.next = self.span_addr.val();
+        self.ld_beats.d.next = self.span_beats.val();
+        self.ld_rows.d.next = self.span_rows.val();
+        self.ld_pitch.d.next = self.span_pitch.val();
+        self.ld_more.d.next = self.span_rows.val() != 0;
+        self.ld_last.d.next = self.span_beats.val()
+            <= ((bits::<16>(4096) - bit_cast::<16, 12>(self.span_addr.val().get_bits::<12>(0))) >> self.c_logp.val());
+        // The row the reader starts next: when a span is applied its first,
+        // else the row after this one; its successor, the page after its
+        // start's and the beats to that page's end.
         self.row_at.next = self.row_nx.q.val();
-        if self.settle.q.val() {
-            self.row_at.next = self.row_addr.q.val();
+        self.pitch_at.next = self.pitch.q.val();
+        if self.ld.q.val() {
+            self.row_at.next = self.ld_addr.q.val();
+            self.pitch_at.next = self.ld_pitch.q.val();
         }
-        self.at_row_nx.next = self.row_at.val() + bit_cast::<64, 32>(self.pitch.q.val());
+        self.at_row_nx.next = self.row_at.val() + bit_cast::<64, 32>(self.pitch_at.val());
         self.at_pg_nx.next = (self.row_at.val() | self.c_page_lo.val()) + 1;
         self.at_to_pg.next =
             (bits::<16>(4096) - bit_cast::<16, 12>(self.row_at.val().get_bits::<12>(0))) >> self.c_logp.val();
-        self.settle.d.next = false;
-        if self.settle.q.val() {
-            self.row_nx.d.next = self.at_row_nx.val();
-            self.pg_nx.d.next = self.at_pg_nx.val();
-            self.to_pg.d.next = self.at_to_pg.val();
-        } else if self.span_go.val()
+        self.row_last.d.next = self.rd_rem.q.val() <= self.to_pg.q.val();
+        if self.ld.q.val() {
+            self.row_last.d.next = self.ld_last.q.val();
+        }
+        // Decide: a burst is due, the AR register is free next cycle (no burst
+        // of the unit's own is requested while a span goes) and the span reader's
+        // registers are current (not the issuing cycle; when a span is applied
+        // or resumed, its rows' flag comes from `ld_more`).
+        self.dec.next = self.span_go.val()
             & (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val())
-            & self.more.q.val()
-        {
+            & !self.gen.q.val()
+            & ((self.more.q.val() & !(self.ld.q.val() | self.rs.q.val()))
+                | (self.ld_more.q.val() & (self.ld.q.val() | self.rs.q.val())));
+        self.gen.d.next = self.dec.val();
+        // Issue what the last cycle decided.
+        if self.gen.q.val() {
             self.ar_valid.d.next = true;
             self.ar_addr.d.next = self.rd_addr.q.val();
             self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
@@ -308,12 +364,11 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             self.pg_nx.d.next = self.pg_nx.q.val() + self.c_page.val();
             self.to_pg.d.next = self.c_page_beats.val();
             self.rd_rem.d.next = self.rd_rem.q.val() - self.to_pg.q.val();
-            if self.row_last.val() {
+            if self.row_last.q.val() {
                 // The row's last burst: the next row follows.
                 self.row.d.next = self.row.q.val() + 1;
                 self.left.d.next = self.left.q.val() - 1;
                 self.more.d.next = self.left.q.val() != 1;
-                self.row_addr.d.next = self.row_nx.q.val();
                 self.row_nx.d.next = self.at_row_nx.val();
                 self.rd_addr.d.next = self.row_nx.q.val();
                 self.pg_nx.d.next = self.at_pg_nx.val();
@@ -323,21 +378,20 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         }
         if self.ar_req.val() {
             self.ar_valid.d.next = true;
-            self.ar_addr.d.next = self.ar_req_addr.val();
-            self.ar_len.d.next = self.ar_req_len.val();
         }
-        if self.span_load.val() {
-            self.rd_addr.d.next = self.span_addr.val();
-            self.row_addr.d.next = self.span_addr.val();
-            self.rd_rem.d.next = self.span_beats.val();
-            self.row_beats.d.next = self.span_beats.val();
-            self.pitch.d.next = self.span_pitch.val();
-            self.settle.d.next = true;
+        if self.ld.q.val() {
+            self.rd_addr.d.next = self.ld_addr.q.val();
+            self.rd_rem.d.next = self.ld_beats.q.val();
+            self.row_beats.d.next = self.ld_beats.q.val();
+            self.pitch.d.next = self.ld_pitch.q.val();
+            self.row_nx.d.next = self.at_row_nx.val();
+            self.pg_nx.d.next = self.at_pg_nx.val();
+            self.to_pg.d.next = self.at_to_pg.val();
         }
-        if self.span_load.val() | self.span_resume.val() {
+        if self.ld.q.val() | self.rs.q.val() {
             self.row.d.next = 0.into();
-            self.left.d.next = self.span_rows.val();
-            self.more.d.next = self.span_rows.val() != 0;
+            self.left.d.next = self.ld_rows.q.val();
+            self.more.d.next = self.ld_more.q.val();
         }
 
         // Writes: address and data handshakes complete in either order.
@@ -371,6 +425,9 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         if !self.vitis.ap_rst_n.val() {
             self.ar_valid.d.next = false;
             self.more.d.next = false;
+            self.gen.d.next = false;
+            self.ld.d.next = false;
+            self.rs.d.next = false;
             self.aw_done.d.next = false;
             self.w_done.d.next = false;
         }

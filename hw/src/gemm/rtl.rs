@@ -154,6 +154,12 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     cap_d: DFF<Bits<W>>,
     /// The output row's index and `j0`, as `ometa` holds them.
     cap_m: DFF<Bits<64>>,
+    /// Rows in the output FIFO, and whether there are any: a flag kept from the
+    /// count and this cycle's push and pop (as `b_any` for the B FIFO), so the
+    /// writer's pop, which enables its row registers, reads a register instead
+    /// of comparing the FIFO's pointers.
+    o_cnt: DFF<Bits<16>>,
+    o_any: DFF<Bit>,
     // Writer.
     wstate: DFF<WriterState>,
     w_data: DFF<Bits<W>>,
@@ -292,7 +298,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             .. vitis, now, run, row_mul, row_beats, phase, i0,
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, bj1, bj_done, bk, bk_last, baddr, b_occ,
             b_room, b_issue, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
-            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_b, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
+            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
             w_beat, w_strb, bias_row, w_bias, ldc_min, refuse, bias_in
         }))
@@ -306,7 +312,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         dff_setup!(
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, bj1, bj_done,
             bk, bk_last, baddr, b_occ, b_room, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
-            since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_b, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
+            since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bias_in
         );
@@ -507,8 +513,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
 
         // ---------------- Read-data receiver ----------------
-        self.b_recv.next = self.vitis.m_axi_gmem.rvalid.val()
-            & ((self.phase.q.val() == Phase::BStream) | (self.phase.q.val() == Phase::BDrain));
+        // `in_b` is set and cleared with BStream/BDrain: the same function, no phase decode.
+        self.b_recv.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_b.q.val();
         self.bias_ram.clock.next = self.vitis.ap_clk.val();
         self.bias_ram.port.we.next = self.vitis.m_axi_gmem.rvalid.val()
             & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait));
@@ -706,7 +712,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.w_bias.d.next = self.bias_row.val();
         match self.wstate.q.val() {
             WriterState::Idle => {
-                if !self.ofifo.empty.val() {
+                if self.o_any.q.val() {
                     self.ofifo.pop.next = true;
                     self.ometa.pop.next = true;
                     self.w_data.d.next = self.ofifo.dout.val();
@@ -770,6 +776,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
 
+        if self.ofifo.push.val() & !self.ofifo.pop.val() {
+            self.o_cnt.d.next = self.o_cnt.q.val() + 1;
+        }
+        if !self.ofifo.push.val() & self.ofifo.pop.val() {
+            self.o_cnt.d.next = self.o_cnt.q.val() - 1;
+        }
+        self.o_any.d.next =
+            self.ofifo.push.val() | (self.o_cnt.q.val() > 1) | ((self.o_cnt.q.val() == 1) & !self.ofifo.pop.val());
         self.o_up.next = 0.into();
         if self.f_go.val() & self.f_last.q.val() {
             self.o_up.next = bit_cast::<16, 32>(self.c_rows.val());
@@ -795,6 +809,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.gap_ok.d.next = false;
             self.room.d.next = false;
             self.cap_v.d.next = false;
+            self.o_cnt.d.next = 0.into();
+            self.o_any.d.next = false;
             self.wstate.d.next = WriterState::Idle;
         }
     }
