@@ -185,9 +185,12 @@ pub struct Shell<const W: usize, const S: usize> {
     ld_rows: DFF<Bits<32>>,
     ld_pitch: DFF<Bits<32>>,
     ld_more: DFF<Bit>,
-    /// The loaded span's first burst ends its row: its beats fit before the
-    /// first page end, from the arguments as captured.
-    ld_last: DFF<Bit>,
+    /// The loaded span's first burst ends its row (its beats fit before the
+    /// first page end), from `ld_addr` and `ld_beats` alone: not from the
+    /// unit's `span_*` (a decode of its phase and the start handshake, the
+    /// GEMM's and MoE router's critical path as a register) nor through
+    /// `row_at`'s select.
+    ld_last: Signal<Local, Bit>,
     row_at: Signal<Local, Bits<64>>,
     pitch_at: Signal<Local, Bits<32>>,
     at_row_nx: Signal<Local, Bits<64>>,
@@ -242,7 +245,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_beats, pitch, row, left, more,
-            row_nx, pg_nx, to_pg, gen, row_last, ld, rs, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, ld_last, aw_done, w_done,
+            row_nx, pg_nx, to_pg, gen, row_last, ld, rs, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, aw_done, w_done,
             wr_issued, wr_acked
         );
         AxiLiteSlave::link(&mut self.vitis.s_axi_control, &mut self.ctrl.s_axi_control);
@@ -326,8 +329,8 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.ld_rows.d.next = self.span_rows.val();
         self.ld_pitch.d.next = self.span_pitch.val();
         self.ld_more.d.next = self.span_rows.val() != 0;
-        self.ld_last.d.next = self.span_beats.val()
-            <= ((bits::<16>(4096) - bit_cast::<16, 12>(self.span_addr.val().get_bits::<12>(0))) >> self.c_logp.val());
+        self.ld_last.next = self.ld_beats.q.val()
+            <= ((bits::<16>(4096) - bit_cast::<16, 12>(self.ld_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val());
         // The row the reader starts next: when a span is applied its first,
         // else the row after this one; its successor, the page after its
         // start's and the beats to that page's end.
@@ -343,7 +346,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             (bits::<16>(4096) - bit_cast::<16, 12>(self.row_at.val().get_bits::<12>(0))) >> self.c_logp.val();
         self.row_last.d.next = self.rd_rem.q.val() <= self.to_pg.q.val();
         if self.ld.q.val() {
-            self.row_last.d.next = self.ld_last.q.val();
+            self.row_last.d.next = self.ld_last.val();
         }
         // Decide: a burst is due, the AR register is free next cycle (no burst
         // of the unit's own is requested while a span goes) and the span reader's
