@@ -86,6 +86,12 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     row_last_beat: DFF<Bits<16>>,
     bias_beats: DFF<Bits<16>>,
     recv_row: DFF<Bits<32>>,
+    /// The phase receives A (`AReq` or `AWait`), and which feeder's RAM takes
+    /// the row now arriving (one-hot, `recv_row == r`): flags set and moved
+    /// with the phase and the rows, so the RAMs' write enables decode neither
+    /// the phase nor `recv_row` (that decode was the GEMM's critical path).
+    in_a: DFF<Bit>,
+    a_sel: Vec<DFF<Bit>>,
     // Feeder.
     fk: DFF<Bits<32>>,
     fj0: DFF<Bits<32>>,
@@ -174,6 +180,10 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// N − `w_j0`, registered in `Fetch` for the column count in `Bias`.
     w_left: DFF<Bits<32>>,
     w_beat: DFF<Bits<W>>,
+    /// The row's strobes before their shift to its offset in the beat, from
+    /// `w_cols` in `Wait`, so `Pack` only shifts (the subtract and both
+    /// shifts in one cycle were the GEMM's critical path, docs/timing.md).
+    w_mask: DFF<Bits<S>>,
     w_strb: DFF<Bits<S>>,
     bias_row: Signal<Local, Bits<W>>,
     /// The row's bias lanes, registered so the bias RAM's read (its clock-to-out
@@ -258,6 +268,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
         Ok(with_defaults!(Self {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
             feeds: (0..r).map(|row| RowFeed::new(row, cfg.k_max / p)).collect(),
+            a_sel: crate::many(r),
             cols: (0..c).map(ColFeed::new).collect(),
             rows: (0..r).map(|row| PeRow::new(row, c)).collect(),
             lanes: (0..c).map(EpilogueLane::new).collect(),
@@ -298,9 +309,9 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             .. vitis, now, run, row_mul, row_beats, phase, i0,
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, bj1, bj_done, bk, bk_last, baddr, b_occ,
             b_room, b_issue, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
-            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
+            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
-            w_beat, w_strb, bias_row, w_bias, ldc_min, refuse, bias_in
+            w_beat, w_mask, w_strb, bias_row, w_bias, ldc_min, refuse, bias_in
         }))
     }
 }
@@ -312,10 +323,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         dff_setup!(
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, bj1, bj_done,
             bk, bk_last, baddr, b_occ, b_room, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
-            since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
-            w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
+            since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
+            w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bias_in
         );
+        for r in 0..self._rows {
+            self.a_sel[r].clock.next = self.vitis.ap_clk.val();
+            self.a_sel[r].d.next = self.a_sel[r].q.val();
+        }
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
@@ -397,6 +412,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.fj0.d.next = 0.into();
                     self.f_left.d.next = self.now.n.val();
                     self.feed_done.d.next = false;
+                    self.in_a.d.next = true;
+                    for r in 0..self._rows {
+                        self.a_sel[r].d.next = false;
+                    }
+                    self.a_sel[0].d.next = true;
                     self.shell.span_load.next = true;
                     self.shell.span_addr.next = self.now.a.val();
                     self.shell.span_beats.next = bit_cast::<16, 32>(
@@ -413,10 +433,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                         );
                         self.shell.span_rows.next = 1.into();
                         self.phase.d.next = Phase::BiasReq;
+                        self.in_a.d.next = false;
                     }
                     if self.refuse.q.val() {
                         self.shell.fail.next = true;
                         self.phase.d.next = Phase::Done;
+                        self.in_a.d.next = false;
                     }
                 }
             }
@@ -431,6 +453,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.recv_cnt.d.next = 0.into();
                     self.shell.span_load.next = true;
                     self.phase.d.next = Phase::AReq;
+                    self.in_a.d.next = true;
                 }
             }
             Phase::AReq => {
@@ -446,6 +469,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.bk_last.d.next = self.k_one.q.val();
                     self.baddr.d.next = self.run.b.val();
                     self.phase.d.next = Phase::BStream;
+                    self.in_a.d.next = false;
                     self.in_b.d.next = true;
                 }
             }
@@ -488,9 +512,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.feed_done.d.next = false;
                     self.rows_valid.d.next = self.next_rows.q.val();
                     self.phase.d.next = Phase::AReq;
+                    self.in_a.d.next = true;
+                    for r in 0..self._rows {
+                        self.a_sel[r].d.next = false;
+                    }
+                    self.a_sel[0].d.next = true;
                     self.in_b.d.next = false;
                     if self.last_block.q.val() {
                         self.phase.d.next = Phase::Finish;
+                        self.in_a.d.next = false;
                     }
                 }
             }
@@ -523,12 +553,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         if self.bias_ram.port.we.val() {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
-        if self.vitis.m_axi_gmem.rvalid.val()
-            & ((self.phase.q.val() == Phase::AReq) | (self.phase.q.val() == Phase::AWait))
-        {
+        if self.vitis.m_axi_gmem.rvalid.val() & self.in_a.q.val() {
             if self.recv_cnt.q.val() == self.row_last_beat.q.val() {
                 self.recv_cnt.d.next = 0.into();
                 self.recv_row.d.next = self.recv_row.q.val() + 1;
+                self.a_sel[0].d.next = false;
+                for r in 1..self._rows {
+                    self.a_sel[r].d.next = self.a_sel[r - 1].q.val();
+                }
             } else {
                 self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
             }
@@ -596,9 +628,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         for r in 0..self._rows {
             self.feeds[r].clock.next = self.vitis.ap_clk.val();
-            self.feeds[r].ram_port.we.next = self.vitis.m_axi_gmem.rvalid.val()
-                & ((self.phase.q.val() == Phase::AReq) | (self.phase.q.val() == Phase::AWait))
-                & (self.recv_row.q.val().index() == r);
+            self.feeds[r].ram_port.we.next =
+                self.vitis.m_axi_gmem.rvalid.val() & self.in_a.q.val() & self.a_sel[r].q.val();
             self.feeds[r].ram_port.waddr.next = self.recv_cnt.q.val();
             self.feeds[r].ram_port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
             self.feeds[r].ram_port.raddr.next = bit_cast::<16, 32>(self.fk.q.val() >> self.c_logp.val());
@@ -742,6 +773,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.wstate.d.next = WriterState::Wait;
             }
             WriterState::Wait => {
+                self.w_mask.d.next = self.c_ones.val() >> (self.c_lanes.val() - (self.w_cols.q.val() << 2));
+                if self.run.requant.val() {
+                    self.w_mask.d.next = self.c_ones.val() >> (self.c_lanes.val() - self.w_cols.q.val());
+                }
                 self.w_wait.d.next = self.w_wait.q.val() + 1;
                 if self.w_wait.q.val() == self.c_wait.val() {
                     self.w_addr.d.next = self.w_base.q.val() + self.row_mul.p.val();
@@ -758,10 +793,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                             << (bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3);
                     }
                 }
-                self.w_strb.d.next = (self.c_ones.val() >> (self.c_lanes.val() - (self.w_cols.q.val() << 2)))
+                self.w_strb.d.next = self.w_mask.q.val()
                     << bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val()));
                 if self.run.requant.val() {
-                    self.w_strb.d.next = (self.c_ones.val() >> (self.c_lanes.val() - self.w_cols.q.val()))
+                    self.w_strb.d.next = self.w_mask.q.val()
                         << bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val()));
                 }
                 self.wstate.d.next = WriterState::Send;
@@ -801,6 +836,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
 
         if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
+            self.in_a.d.next = false;
             self.in_b.d.next = false;
             self.b_cnt.d.next = 0.into();
             self.b_any.d.next = false;
