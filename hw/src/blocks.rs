@@ -513,24 +513,34 @@ fn from_i64<const N: usize>(v: i64) -> Signed<N> {
     signed_cast(((v as u64) & (u64::MAX >> (64 - N))).to_bits())
 }
 
-/// `round(x / 2^sh) + a` (combinational; rounding half away from zero, shifts
-/// past the width give 0, the sum wraps in `N` bits): the online-softmax
-/// rescale and accumulate, `l` and `o` in one loop. The rounding is a carry
-/// into the add, `(x >>> sh) + a + c` with `c` the rounding bit, computed as
-/// `({x >>> sh, c} + {a, c}) >> 1`: one carry chain, where a rounding add,
-/// then a shift, then the add were three.
+/// `round(x / 2^s) + a` (rounding half away from zero, shifts past the width
+/// give 0, the sum wraps in `N` bits) with `s` the `sh` of the last cycle
+/// (at most 62): the online-softmax rescale and accumulate, `l` and `o` in one
+/// loop. The rounding is a carry into the add, `(x >>> s) + a + c` with `c`
+/// the rounding bit, computed as `({x >>> s, c} + {a, c}) >> 1`: one carry
+/// chain, where a rounding add, then a shift, then the add were three.
+///
+/// Each instance registers its own copy of the shift, kept apart by
+/// `(* keep *)` (yosys merges equal flip-flops): one shared register drove
+/// every instance's shifter and rounding decode, and its fan-out across the
+/// lane was most of the attention unit's critical path (docs/timing.md).
 #[derive(LogicBlock, Default)]
 pub struct RoundShiftAdd<const N: usize> {
-    pub x: Signal<In, Signed<N>>,
+    pub clock: Signal<In, Clock>,
     pub sh: Signal<In, Bits<6>>,
+    pub x: Signal<In, Signed<N>>,
     pub a: Signal<In, Signed<N>>,
     pub y: Signal<Out, Signed<N>>,
+    /// The registered shift, in the model.
+    _s: u32,
 }
 
 impl<const N: usize> Logic for RoundShiftAdd<N> {
     fn update(&mut self) {
-        let sh = to_u64(self.sh.val()) as u32;
-        let q = crate::numerics::round_shift(to_i64(self.x.val()), sh.min(62));
+        if self.clock.pos_edge() {
+            self._s = to_u64(self.sh.val()) as u32;
+        }
+        let q = crate::numerics::round_shift(to_i64(self.x.val()), self._s.min(62));
         self.y.next = from_i64(q.wrapping_add(to_i64(self.a.val())));
     }
     fn connect(&mut self) {
@@ -541,8 +551,10 @@ impl<const N: usize> Logic for RoundShiftAdd<N> {
         // (`lo` marks the bits below s − 1, decoded without a carry chain).
         Verilog::Custom(format!(
             "\
+reg [5:0] sr;
+(* keep *) always @(posedge clock) sr <= sh;
 wire signed [63:0] xe = {{{{{pad}{{x[{msb}]}}}}, x}};
-wire [5:0] s = (sh > 6'd62) ? 6'd62 : sh;
+wire [5:0] s = (sr > 6'd62) ? 6'd62 : sr;
 wire signed [63:0] fl = xe >>> s;
 reg [63:0] lo;
 integer i;

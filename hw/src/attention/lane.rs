@@ -99,7 +99,6 @@ pub struct Lane<const W: usize> {
     upd3c: DFF<Bit>,
     first3c: DFF<Bit>,
     p4: DFF<Bits<16>>,
-    d4: DFF<Bits<6>>,
     upd4: DFF<Bit>,
     first4: DFF<Bit>,
     l: DFF<Signed<48>>,
@@ -152,7 +151,7 @@ impl<const W: usize> Lane<W> {
             _dm2: d - 2,
             .. clock, q_we, q_row, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, div_start,
             div_busy, ser_v, omult, oshift, out_sel, row32, row8, qrow, flags0, scale, mask0, e, m, t3, mn3,
-            mo3, f3, m_new, delta, m40, u, delta_bits, u3, d3, upd3, first3, exp2, p3, d3c, upd3c, first3c, p4, d4, upd4, first4, l, l_rs,
+            mo3, f3, m_new, delta, m40, u, delta_bits, u3, d3, upd3, first3, exp2, p3, d3c, upd3c, first3c, p4, upd4, first4, l, l_rs,
             div_cnt, dl, rem, quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o, r32, r8
         })
     }
@@ -162,7 +161,7 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, qrow, m, t3, mn3, mo3, f3, u3, d3, upd3, first3, p3, d3c, upd3c, first3c, p4, d4, upd4,
+            self, clock, qrow, m, t3, mn3, mo3, f3, u3, d3, upd3, first3, p3, d3c, upd3c, first3c, p4, upd4,
             first4, l, div_cnt, dl, rem, quo, r32, r8
         );
         for x in 0..self._d {
@@ -245,7 +244,6 @@ impl<const W: usize> Logic for Lane<W> {
 
         // S4a: p · v[x] registered, with the V row the top presents now.
         self.p4.d.next = self.p3.q.val();
-        self.d4.d.next = self.d3c.q.val();
         self.upd4.d.next = self.upd3c.q.val();
         self.first4.d.next = self.first3c.q.val();
         for x in 0..self._d {
@@ -254,8 +252,10 @@ impl<const W: usize> Logic for Lane<W> {
         }
 
         // S4b: l = rnd(l / 2^δ) + p, o[x] = rnd(o[x] / 2^δ) + p·v[x].
+        // δ enters the `RoundShiftAdd`s in S4a; each registers its own copy.
+        self.l_rs.clock.next = self.clock.val();
         self.l_rs.x.next = self.l.q.val();
-        self.l_rs.sh.next = self.d4.q.val();
+        self.l_rs.sh.next = self.d3c.q.val();
         self.l_rs.a.next = signed_bit_cast::<48, 16>(signed_cast(self.p4.q.val()));
         if self.upd4.q.val() {
             self.l.d.next = self.l_rs.y.val();
@@ -265,7 +265,8 @@ impl<const W: usize> Logic for Lane<W> {
         }
         for x in 0..self._d {
             self.o_rs[x].x.next = self.o[x].q.val();
-            self.o_rs[x].sh.next = self.d4.q.val();
+            self.o_rs[x].clock.next = self.clock.val();
+            self.o_rs[x].sh.next = self.d3c.q.val();
             self.o_rs[x].a.next = signed_bit_cast::<48, 32>(self.pv[x].q.val());
             if self.upd4.q.val() {
                 self.o[x].d.next = self.o_rs[x].y.val();
