@@ -92,7 +92,14 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     cc: DFF<Bits<16>>,
     cgoff: DFF<Bits<16>>,
     go: Signal<Local, Bit>,
-    tok_start: Signal<Local, Bit>,
+    /// The next beat starts a token (`cc` and `cg` are zero), and `cc`, `cg`
+    /// are at the token's last beat: kept as flags, and `ahead ≠ 0` as
+    /// `ahead_nz`, so `go` (which fans out to the counters, the RAM addresses
+    /// and s1) is a gate of flip-flops, not of 16-bit compares (the MoE
+    /// router's critical path, docs/timing.md).
+    at_tok: DFF<Bit>,
+    tok_last: Signal<Local, Bit>,
+    ahead_nz: DFF<Bit>,
     /// Tokens started and not yet popped by the writer (in the pipeline or the
     /// output FIFO), and whether one more may start: last cycle's count below
     /// depth − 1 (the count grows by at most one a cycle).
@@ -402,7 +409,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, groups_of, recv_cnt,
             recv_rows, recv_lane, recv_grp, rx, row_end, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
-            cap, ct, cg, cc, cgoff, go, tok_start, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            cap, ct, cg, cc, cgoff, go, at_tok, tok_last, ahead_nz, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, o_valid, o_rec,
@@ -420,7 +427,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, recv_cnt, recv_rows, recv_lane,
-            recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, ahead_nz, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
@@ -626,6 +633,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.room.d.next = true;
                     self.more.d.next = true;
                     self.ahead.d.next = 0.into();
+                    self.ahead_nz.d.next = false;
+                    self.at_tok.d.next = true;
                     self.ct2.d.next = 2.into();
                     self.tokens_out.d.next = 0.into();
                     self.phase.d.next = Phase::Run;
@@ -713,12 +722,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         // ---------------- Gate projection: one beat of every lane per cycle ----------------
         // A token starts only when the output FIFO can take it and every token ahead.
-        self.tok_start.next = (self.cc.q.val() == 0) & (self.cg.q.val() == 0);
-        // From registers only: it fans out to the counters, the RAM addresses and s1.
         self.go.next = (self.phase.q.val() == Phase::Run)
             & self.more.q.val()
-            & (self.ahead.q.val() != 0)
-            & (!self.tok_start.val() | self.room.q.val());
+            & self.ahead_nz.q.val()
+            & (!self.at_tok.q.val() | self.room.q.val());
+        self.tok_last.next = (self.cc.q.val() == self.beats_m1.q.val()) & (self.cg.q.val() == self.groups_m1.q.val());
         self.xbuf.port.raddr.next =
             (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.cc.q.val();
         self.s1_valid.d.next = self.go.val();
@@ -729,6 +737,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.s1_lastg.d.next = self.cg.q.val() == self.groups_m1.q.val();
         self.s1_tok.d.next = self.ct.q.val();
         if self.go.val() {
+            self.at_tok.d.next = self.tok_last.val();
             self.cc.d.next = self.cc.q.val() + 1;
             if self.cc.q.val() == self.beats_m1.q.val() {
                 self.cc.d.next = 0.into();
@@ -986,8 +995,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         self.room.d.next = self.pending.q.val() < self.c_depth_m1.val();
         // The last beat of a token's last group: ct moves on.
-        self.tok_end.next =
-            self.go.val() & (self.cc.q.val() == self.beats_m1.q.val()) & (self.cg.q.val() == self.groups_m1.q.val());
+        self.tok_end.next = self.go.val() & self.tok_last.val();
         if self.tok_end.val() & (self.ct.q.val() == self.t_m1.q.val()) {
             self.more.d.next = false;
         }
@@ -996,6 +1004,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         if !(self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.val()) & self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() - 1;
+        }
+        if self.phase.q.val() == Phase::Run {
+            self.ahead_nz.d.next = (self.rx.val() & self.row_end.val())
+                | (self.ahead.q.val() > 1)
+                | ((self.ahead.q.val() == 1) & !self.tok_end.val());
         }
         self.flushed.d.next = self.flush.q.val() == 0;
         if self.flush.q.val() != 0 {
@@ -1107,10 +1120,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
 
         // After the writer, which drives the pop.
-        if self.go.val() & self.tok_start.val() & !self.ofifo.pop.val() {
+        if self.go.val() & self.at_tok.q.val() & !self.ofifo.pop.val() {
             self.pending.d.next = self.pending.q.val() + 1;
         }
-        if !(self.go.val() & self.tok_start.val()) & self.ofifo.pop.val() {
+        if !(self.go.val() & self.at_tok.q.val()) & self.ofifo.pop.val() {
             self.pending.d.next = self.pending.q.val() - 1;
         }
 
@@ -1125,6 +1138,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.post_v.d.next = 0.into();
             self.flush.d.next = self.c_flush.val();
             self.flushed.d.next = false;
+            self.at_tok.d.next = true;
+            self.ahead_nz.d.next = false;
         }
     }
 }
