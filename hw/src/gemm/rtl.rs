@@ -60,7 +60,13 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     m_rest: DFF<Bits<32>>,
     last_block: DFF<Bit>,
     /// Rows of A in the first block, from M as written.
-    first_rows: Signal<Local, Bits<32>>,
+    first_rows: DFF<Bits<32>>,
+    /// The beats of a row of A and of the bias vector, from K and N as written.
+    /// Registered every cycle from the arguments, as `refuse` is, so that the
+    /// start cycle's span arguments are selects of registers (the add and
+    /// compare behind them were the GEMM's critical path).
+    a_beats: DFF<Bits<16>>,
+    b_beats: DFF<Bits<16>>,
     /// The first column of the next column block of B (`j0 + cols`), so its
     /// address is a mask of a register, not an add in the issue cycle.
     bj1: DFF<Bits<32>>,
@@ -307,7 +313,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             _rows: r,
             _cols: c,
             .. vitis, now, run, row_mul, row_beats, phase, i0,
-            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, bj1, bj_done, bk, bk_last, baddr, b_occ,
+            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats, b_beats, bj1, bj_done, bk, bk_last, baddr, b_occ,
             b_room, b_issue, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
@@ -321,7 +327,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, bj1, bj_done,
+            self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats,
+            b_beats, bj1, bj_done,
             bk, bk_last, baddr, b_occ, b_room, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
@@ -349,10 +356,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.shell.span_go.next = (self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::AReq);
         // Rows of A in the first block (M as written), and, a stage each from
         // `m_left`, in the block after this one and whether this one is the last.
-        self.first_rows.next = self.c_rows.val();
+        self.first_rows.d.next = self.c_rows.val();
         if self.now.m.val() < self.c_rows.val() {
-            self.first_rows.next = self.now.m.val();
+            self.first_rows.d.next = self.now.m.val();
         }
+        self.a_beats.d.next =
+            bit_cast::<16, 32>((self.now.k.val() + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val());
+        self.b_beats.d.next = bit_cast::<16, 32>(
+            ((self.now.n.val() << 2) + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val(),
+        );
         self.m_rest.d.next = self.m_left.q.val() - self.c_rows.val();
         self.last_block.d.next = self.m_left.q.val() <= self.c_rows.val();
         self.next_rows.d.next = self.c_rows.val();
@@ -360,8 +372,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.next_rows.d.next = self.m_rest.q.val();
         }
         self.row_last_beat.d.next = self.row_beats.q.val() - 1;
-        self.bias_beats.d.next =
-            bit_cast::<16, 32>(((self.run.n.val() << 2) + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val());
         self.shell.ar_req.next = false;
         self.shell.ar_req_addr.next = self.baddr.q.val();
         self.shell.ar_req_len.next = 0.into();
@@ -390,12 +400,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
-                    self.row_beats.d.next = bit_cast::<16, 32>(
-                        (self.now.k.val() + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val(),
-                    );
+                    self.row_beats.d.next = self.a_beats.q.val();
+                    self.bias_beats.d.next = self.b_beats.q.val();
                     self.i0.d.next = 0.into();
                     self.m_left.d.next = self.now.m.val();
-                    self.rows_valid.d.next = self.first_rows.val();
+                    self.rows_valid.d.next = self.first_rows.q.val();
                     self.recv_cnt.d.next = 0.into();
                     self.recv_row.d.next = 0.into();
                     self.since_last.d.next = self.c_gap.val();
@@ -419,18 +428,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.a_sel[0].d.next = true;
                     self.shell.span_load.next = true;
                     self.shell.span_addr.next = self.now.a.val();
-                    self.shell.span_beats.next = bit_cast::<16, 32>(
-                        (self.now.k.val() + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val(),
-                    );
-                    self.shell.span_rows.next = self.first_rows.val();
+                    self.shell.span_beats.next = self.a_beats.q.val();
+                    self.shell.span_rows.next = self.first_rows.q.val();
                     self.shell.span_pitch.next = self.now.lda.val();
                     self.phase.d.next = Phase::AReq;
                     if self.now.use_bias.val() {
                         // Bias first: ceil(4N / beat) beats into the bias RAM.
                         self.shell.span_addr.next = self.now.bias.val();
-                        self.shell.span_beats.next = bit_cast::<16, 32>(
-                            ((self.now.n.val() << 2) + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val(),
-                        );
+                        self.shell.span_beats.next = self.b_beats.q.val();
                         self.shell.span_rows.next = 1.into();
                         self.phase.d.next = Phase::BiasReq;
                         self.in_a.d.next = false;
