@@ -67,14 +67,21 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     phase: DFF<Phase>,
     bad_args: Signal<Local, Bit>,
     groups_of: Signal<Local, Bits<16>>,
-    // Read rows.
     // Read-data receiver.
     recv_cnt: DFF<Bits<16>>,
     recv_rows: DFF<Bits<32>>,
     recv_lane: DFF<Bits<16>>,
     recv_grp: DFF<Bits<16>>,
     rx: Signal<Local, Bit>,
-    row_end: Signal<Local, Bit>,
+    /// The next beat ends a row (`recv_cnt == beats_m1`), kept a cycle ahead:
+    /// from the count after each beat, and recomputed in every cycle without
+    /// one (each reset of `recv_cnt` is followed by such cycles: the reads
+    /// after it are issued later). So the receiver's updates and the RAMs'
+    /// write enables wait on no carry chain (the MoE router's critical path).
+    row_end: DFF<Bit>,
+    /// `beats_m1 − 1` and `beats_m1 == 0`, for `row_end`.
+    beats_m2: DFF<Bits<16>>,
+    one_beat: DFF<Bit>,
     bias_bus: DFF<Bits<ZB>>,
     // Capacity.
     tk: DFF<Bits<32>>,
@@ -408,7 +415,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, groups_of, recv_cnt,
-            recv_rows, recv_lane, recv_grp, rx, row_end, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
+            recv_rows, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
             cap, ct, cg, cc, cgoff, go, at_tok, tok_last, ahead_nz, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
@@ -426,7 +433,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, recv_cnt, recv_rows, recv_lane,
+            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, recv_cnt, row_end, beats_m2, one_beat,
+            recv_rows, recv_lane,
             recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, ahead_nz, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
@@ -671,7 +679,15 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         // ---------------- Read-data receiver ----------------
         self.rx.next = self.vitis.m_axi_gmem.rvalid.val();
-        self.row_end.next = self.recv_cnt.q.val() == self.beats_m1.q.val();
+        self.beats_m2.d.next = self.beats_m1.q.val() - 1;
+        self.one_beat.d.next = self.beats_m1.q.val() == 0;
+        self.row_end.d.next = self.recv_cnt.q.val() == self.beats_m1.q.val();
+        if self.rx.val() {
+            self.row_end.d.next = self.recv_cnt.q.val() == self.beats_m2.q.val();
+            if self.row_end.q.val() {
+                self.row_end.d.next = self.one_beat.q.val();
+            }
+        }
         if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
             self.bias_bus.d.next = self.bias_bus.q.val()
                 | (bit_cast::<ZB, W>(self.vitis.m_axi_gmem.rdata.val())
@@ -680,7 +696,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         if self.rx.val() & ((self.phase.q.val() == Phase::WReq) | (self.phase.q.val() == Phase::WWait)) {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
-            if self.row_end.val() {
+            if self.row_end.q.val() {
                 self.recv_cnt.d.next = 0.into();
                 self.recv_rows.d.next = self.recv_rows.q.val() + 1;
                 self.recv_lane.d.next = self.recv_lane.q.val() + 1;
@@ -709,12 +725,12 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.recv_cnt.q.val();
         // Zero X's row padding: W's padding then multiplies zeros.
         self.xbuf.port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
-        if self.row_end.val() {
+        if self.row_end.q.val() {
             self.xbuf.port.wdata.next = self.vitis.m_axi_gmem.rdata.val() & self.xmask.q.val();
         }
         if self.rx.val() & (self.phase.q.val() == Phase::Run) {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
-            if self.row_end.val() {
+            if self.row_end.q.val() {
                 self.recv_cnt.d.next = 0.into();
                 self.recv_rows.d.next = self.recv_rows.q.val() + 1;
             }
@@ -999,14 +1015,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.tok_end.val() & (self.ct.q.val() == self.t_m1.q.val()) {
             self.more.d.next = false;
         }
-        if self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.val() & !self.tok_end.val() {
+        if self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.q.val() & !self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() + 1;
         }
-        if !(self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.val()) & self.tok_end.val() {
+        if !(self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.q.val()) & self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() - 1;
         }
         if self.phase.q.val() == Phase::Run {
-            self.ahead_nz.d.next = (self.rx.val() & self.row_end.val())
+            self.ahead_nz.d.next = (self.rx.val() & self.row_end.q.val())
                 | (self.ahead.q.val() > 1)
                 | ((self.ahead.q.val() == 1) & !self.tok_end.val());
         }
