@@ -569,47 +569,6 @@ always @(*) y = sum[{n}:1];",
     }
 }
 
-/// `numerics::exp2_fixed(u)` for a log2-domain `u ≤ 0` (combinational): the
-/// Q1.14 LUT on the 8 fraction bits, right shift by `ceil(−u / 2^8)`, zero past
-/// 31. One block with continuous assignments, so a parent that drives `u` and
-/// reads `p` in one always block forms no combinational loop for Verilator.
-#[derive(LogicBlock, Default)]
-pub struct Exp2Fixed {
-    pub u: Signal<In, Signed<40>>,
-    pub p: Signal<Out, Bits<16>>,
-}
-
-impl Logic for Exp2Fixed {
-    fn update(&mut self) {
-        let u = to_i64(self.u.val()).min(0);
-        self.p.next = (crate::numerics::exp2_fixed(&crate::numerics::exp2_lut(), u) as u64).to_bits();
-    }
-    fn connect(&mut self) {
-        self.p.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        let cases: String = crate::numerics::exp2_lut()
-            .iter()
-            .enumerate()
-            .map(|(i, v)| format!("      8'd{i}: lut = 16'd{v};\n"))
-            .collect();
-        Verilog::Custom(format!(
-            "\
-function [15:0] lut(input [7:0] a);
-   case (a)
-{cases}      default: lut = 16'd0;
-   endcase
-endfunction
-wire [15:0] raw = lut(u[7:0]);
-// For u < 0 the shift is ceil(−u / 2^8) = −(u >>> 8), below 32 exactly when
-// u[39:13] is all ones and u[12:8] is not zero: reductions and a 5-bit
-// negation instead of 40-bit carry chains.
-wire [4:0] sh = ~u[12:8] + 5'd1;
-always @(*) p = !u[39] ? raw : (((&u[39:13]) && (|u[12:8])) ? (raw >> sh) : 16'd0);"
-        ))
-    }
-}
-
 /// `y = round(o · r / 2^16)` (low 32 bits, rounding half away from zero) for
 /// a 48-bit signed `o` and unsigned `r` as a free-running pipeline of
 /// [`MulRound16Pipe::LATENCY`] stages, of the `o`, `r` held `LATENCY` cycles
@@ -861,12 +820,13 @@ end"
     }
 }
 
-/// [`Exp2Fixed`] in two registered stages: the Q1.14 LUT on the 8 fraction
-/// bits, the shift amount `ceil(−u / 2^8)` (a 5-bit negation) and the range
-/// tests (reductions) first, then the shift. `p` is `exp2_fixed(u)` of the
-/// `u ≤ 0` held [`Exp2Pipe::LATENCY`] cycles earlier. The MoE exponentials;
-/// combinational, LUT and shifter were one cycle with the subtraction before
-/// them and the sum after.
+/// `numerics::exp2_fixed(u)` for a log2-domain `u ≤ 0` in two registered
+/// stages: the Q1.14 LUT on the 8 fraction bits, the shift amount
+/// `ceil(−u / 2^8)` (a 5-bit negation) and the range tests (reductions)
+/// first, then the shift. `p` is `exp2_fixed(u)` of the `u` held
+/// [`Exp2Pipe::LATENCY`] cycles earlier. The attention lanes' `p = 2^u` and
+/// the MoE exponentials: combinational, LUT and shifter were a cycle each unit
+/// could not close (the lanes' next critical path after S4b, docs/timing.md).
 #[derive(LogicBlock, Default)]
 pub struct Exp2Pipe {
     pub clock: Signal<In, Clock>,

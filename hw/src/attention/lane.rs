@@ -5,7 +5,8 @@
 //! [`ScaleRoundPipe::LATENCY`] and D = [`DotI8Pipe::latency`]`(d, 1)` − 1: S1
 //! (end of c+D) has s = q·k (a pipelined adder tree); S2 (end of c+D+L) has
 //! t = round(s·Ms/2^Ss); S3a (end of c+D+L+1) updates m; S3b (end of
-//! c+D+L+2) latches u = t − 256·m and δ; S3c (end of c+D+L+3) latches p = 2^u;
+//! c+D+L+2) latches δ and, from u = t − 256·m, the first stage of 2^u
+//! ([`Exp2Pipe`]: table value, shift); S3c (end of c+D+L+3) latches p = 2^u;
 //! S4a (end of c+[`v_at`]) latches p·v with the V row the top presents in cycle
 //! c+`v_at`; S4b (end of c+D+L+5) updates l and o, which hold the step from
 //! cycle c+[`done_at`]. Each stage holds at most one wide carry chain: m, l
@@ -20,7 +21,7 @@
 //! pair's Q16 values enter `r32` [`MulRound16Pipe::LATENCY`] cycles later and
 //! its int8 values enter `r8` another [`RequantPipe::LATENCY`] cycles later
 //! ([`SER_LAT`] in all), steered by `ser_v` delayed alongside.
-use crate::blocks::{DotI8Pipe, Exp2Fixed, MulRound16Pipe, RequantPipe, RoundShiftAdd, ScaleRoundPipe, SkewLine};
+use crate::blocks::{DotI8Pipe, Exp2Pipe, MulRound16Pipe, RequantPipe, RoundShiftAdd, ScaleRoundPipe, SkewLine};
 use rust_hdl::prelude::*;
 
 /// Widest output row: 128 Q16 values.
@@ -89,12 +90,11 @@ pub struct Lane<const W: usize> {
     m40: Signal<Local, Signed<40>>,
     u: Signal<Local, Signed<40>>,
     delta_bits: Signal<Local, Bits<32>>,
-    u3: DFF<Signed<40>>,
     d3: DFF<Bits<6>>,
     upd3: DFF<Bit>,
     first3: DFF<Bit>,
-    exp2: Exp2Fixed,
-    p3: DFF<Bits<16>>,
+    /// S3b's `u` enters here; its first stage is S3b's register, `p` (= p3) S3c's.
+    exp2: Exp2Pipe,
     d3c: DFF<Bits<6>>,
     upd3c: DFF<Bit>,
     first3c: DFF<Bit>,
@@ -151,7 +151,7 @@ impl<const W: usize> Lane<W> {
             _dm2: d - 2,
             .. clock, q_we, q_row, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, div_start,
             div_busy, ser_v, omult, oshift, out_sel, row32, row8, qrow, flags0, scale, mask0, e, m, t3, mn3,
-            mo3, f3, m_new, delta, m40, u, delta_bits, u3, d3, upd3, first3, exp2, p3, d3c, upd3c, first3c, p4, upd4, first4, l, l_rs,
+            mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, p4, upd4, first4, l, l_rs,
             div_cnt, dl, rem, quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o, r32, r8
         })
     }
@@ -161,7 +161,7 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, qrow, m, t3, mn3, mo3, f3, u3, d3, upd3, first3, p3, d3c, upd3c, first3c, p4, upd4,
+            self, clock, qrow, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, p4, upd4,
             first4, l, div_cnt, dl, rem, quo, r32, r8
         );
         for x in 0..self._d {
@@ -220,7 +220,8 @@ impl<const W: usize> Logic for Lane<W> {
         // Widen through a signed 40-bit local: Verilog sign-extends only signed operands.
         self.m40.next = signed_bit_cast::<40, 32>(self.mn3.q.val());
         self.u.next = self.t3.q.val() - signed_cast(unsigned_cast(self.m40.val()) << 8);
-        self.u3.d.next = self.u.val();
+        self.exp2.clock.next = self.clock.val();
+        self.exp2.u.next = self.u.val();
         self.upd3.d.next = self.f3.q.val().get_bit(0) & !self.f3.q.val().get_bit(2);
         self.first3.d.next = self.f3.q.val().get_bit(1);
         self.delta_bits.next = unsigned_cast(self.delta.val());
@@ -235,19 +236,17 @@ impl<const W: usize> Logic for Lane<W> {
             self.d3.d.next = 0.into();
         }
 
-        // S3c: p = 2^u.
-        self.exp2.u.next = self.u3.q.val();
-        self.p3.d.next = self.exp2.p.val();
+        // S3c: p = 2^u (`exp2`'s second stage).
         self.d3c.d.next = self.d3.q.val();
         self.upd3c.d.next = self.upd3.q.val();
         self.first3c.d.next = self.first3.q.val();
 
         // S4a: p · v[x] registered, with the V row the top presents now.
-        self.p4.d.next = self.p3.q.val();
+        self.p4.d.next = self.exp2.p.val();
         self.upd4.d.next = self.upd3c.q.val();
         self.first4.d.next = self.first3c.q.val();
         for x in 0..self._d {
-            self.pv[x].d.next = signed_cast(self.p3.q.val())
+            self.pv[x].d.next = signed_cast(self.exp2.p.val())
                 * signed_bit_cast::<16, 8>(signed_cast(self.v_row.val().get_bits::<8>(x * 8)));
         }
 
