@@ -217,6 +217,10 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// Likewise for a tile's first byte of B: `fj0` is a multiple of `cols`.
     c_bmask: Constant<Bits<64>>,
     c_rows: Constant<Bits<32>>,
+    /// The bits a row count up to `rows` can have: `recv_row` and `rows_valid`
+    /// are compared in these only (a 32-bit compare into the A-to-B transition's
+    /// enables was the GEMM's critical path).
+    c_rowbits: Constant<Bits<32>>,
     c_cols: Constant<Bits<32>>,
     c_gap: Constant<Bits<16>>,
     c_gap1: Constant<Bits<16>>,
@@ -294,6 +298,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             c_rmask: Constant::new(k((p as u64 - 1) & !(4 * c as u64 - 1))),
             c_bmask: Constant::new(k((p as u64 - 1) & !(c as u64 - 1))),
             c_rows: Constant::new(k(r as u64)),
+            c_rowbits: Constant::new(k((r as u64 + 1).next_power_of_two() - 1)),
             c_cols: Constant::new(k(c as u64)),
             // Consecutive tiles' `last` steps must be this many cycles apart so a
             // row's results are captured before the next tile overwrites them.
@@ -467,7 +472,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::AWait => {
-                if self.recv_row.q.val() == self.rows_valid.q.val() {
+                if ((self.recv_row.q.val() ^ self.rows_valid.q.val()) & self.c_rowbits.val()) == 0 {
                     self.bj1.d.next = self.c_cols.val();
                     self.bj_done.d.next = false;
                     self.bk.d.next = 0.into();
