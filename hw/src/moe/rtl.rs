@@ -99,14 +99,20 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     cc: DFF<Bits<16>>,
     cgoff: DFF<Bits<16>>,
     go: Signal<Local, Bit>,
-    /// The next beat starts a token (`cc` and `cg` are zero), and `cc`, `cg`
-    /// are at the token's last beat: kept as flags, and `ahead ≠ 0` as
-    /// `ahead_nz`, so `go` (which fans out to the counters, the RAM addresses
-    /// and s1) is a gate of flip-flops, not of 16-bit compares (the MoE
-    /// router's critical path, docs/timing.md).
+    /// The next beat starts a token (`cc` and `cg` are zero), `cc` is at a
+    /// group's last beat and `cg` at the last group: kept as flags from the
+    /// counts as they move, and `ahead ≠ 0` as `ahead_nz`, so `go` and
+    /// `tok_end` (which fan out to the counters, the RAM addresses and s1)
+    /// are gates of flip-flops, not of 16-bit compares (the MoE router's
+    /// critical path, docs/timing.md).
     at_tok: DFF<Bit>,
+    cc_last: DFF<Bit>,
+    cg_last: DFF<Bit>,
     tok_last: Signal<Local, Bit>,
     ahead_nz: DFF<Bit>,
+    /// `groups_m1 − 1` and `groups_m1 == 0`, for `cg_last`.
+    groups_m2: DFF<Bits<16>>,
+    one_group: DFF<Bit>,
     /// Tokens started and not yet popped by the writer (in the pipeline or the
     /// output FIFO), and whether one more may start: last cycle's count below
     /// depth − 1 (the count grows by at most one a cycle).
@@ -416,7 +422,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, groups_of, recv_cnt,
             recv_rows, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
-            cap, ct, cg, cc, cgoff, go, at_tok, tok_last, ahead_nz, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            cap, ct, cg, cc, cgoff, go, at_tok, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, o_valid, o_rec,
@@ -435,7 +441,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, recv_cnt, row_end, beats_m2, one_beat,
             recv_rows, recv_lane,
-            recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, ahead_nz, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
@@ -643,6 +649,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.ahead.d.next = 0.into();
                     self.ahead_nz.d.next = false;
                     self.at_tok.d.next = true;
+                    self.cc_last.d.next = self.one_beat.q.val();
+                    self.cg_last.d.next = self.one_group.q.val();
                     self.ct2.d.next = 2.into();
                     self.tokens_out.d.next = 0.into();
                     self.phase.d.next = Phase::Run;
@@ -742,25 +750,31 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             & self.more.q.val()
             & self.ahead_nz.q.val()
             & (!self.at_tok.q.val() | self.room.q.val());
-        self.tok_last.next = (self.cc.q.val() == self.beats_m1.q.val()) & (self.cg.q.val() == self.groups_m1.q.val());
+        self.tok_last.next = self.cc_last.q.val() & self.cg_last.q.val();
+        self.groups_m2.d.next = self.groups_m1.q.val() - 1;
+        self.one_group.d.next = self.groups_m1.q.val() == 0;
         self.xbuf.port.raddr.next =
             (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.cc.q.val();
         self.s1_valid.d.next = self.go.val();
         self.s1_first.d.next = self.cc.q.val() == 0;
-        self.s1_last.d.next = self.cc.q.val() == self.beats_m1.q.val();
+        self.s1_last.d.next = self.cc_last.q.val();
         self.s1_g.d.next = self.cg.q.val();
         self.s1_goff.d.next = self.cgoff.q.val();
-        self.s1_lastg.d.next = self.cg.q.val() == self.groups_m1.q.val();
+        self.s1_lastg.d.next = self.cg_last.q.val();
         self.s1_tok.d.next = self.ct.q.val();
         if self.go.val() {
             self.at_tok.d.next = self.tok_last.val();
             self.cc.d.next = self.cc.q.val() + 1;
-            if self.cc.q.val() == self.beats_m1.q.val() {
+            self.cc_last.d.next = self.cc.q.val() == self.beats_m2.q.val();
+            if self.cc_last.q.val() {
                 self.cc.d.next = 0.into();
+                self.cc_last.d.next = self.one_beat.q.val();
                 self.cg.d.next = self.cg.q.val() + 1;
+                self.cg_last.d.next = self.cg.q.val() == self.groups_m2.q.val();
                 self.cgoff.d.next = self.cgoff.q.val() + self.c_lanes32.val();
-                if self.cg.q.val() == self.groups_m1.q.val() {
+                if self.cg_last.q.val() {
                     self.cg.d.next = 0.into();
+                    self.cg_last.d.next = self.one_group.q.val();
                     self.cgoff.d.next = 0.into();
                     self.ct.d.next = self.ct.q.val() + 1;
                     self.ct2.d.next = self.ct2.q.val() + 1;
