@@ -363,8 +363,9 @@ end
 /// ([`Mul32Stages`]), then the rounding add, the shift by `8·shift[5:3]`, by
 /// `shift[2:0]`; no stage holds more than one carry chain or a few mux
 /// levels. The rounding constants `2^(shift-1)` and `2^(shift-1) - 1` are
-/// decoded from a registered copy of `shift`, without a carry chain, so
-/// `shift` must be steady.
+/// decoded from a registered copy of `shift` by shifts of constants (decoders
+/// without a carry chain; a loop of 64 compares is the same logic, but
+/// simulators execute it bit by bit every cycle), so `shift` must be steady.
 #[derive(Default, Clone, Copy)]
 struct MulShiftStages {
     mul: Mul32Stages,
@@ -410,7 +411,6 @@ fn mul_shift_verilog() -> String {
 {mul}reg [5:0] sr = 0;
 reg [63:0] hpos = 0;
 reg [63:0] hneg = 0;
-integer i;
 reg neg1 = 0;
 reg neg2 = 0;
 reg [63:0] adj = 0;
@@ -419,10 +419,8 @@ reg signed [63:0] t = 0;
 reg signed [63:0] q = 0;
 always @(posedge clock) begin
    sr <= shift;
-   for (i = 0; i < 64; i = i + 1) begin
-      hpos[i] <= {{26'd0, sr}} == i + 1;
-      hneg[i] <= {{26'd0, sr}} > i + 1;
-   end
+   hpos <= (64'd1 << sr) >> 1;
+   hneg <= ~(64'hFFFFFFFFFFFFFFFF << sr) >> 1;
    neg1 <= (x[31] != mult[31]) && (x != 32'd0) && (mult != 32'd0);
    neg2 <= neg1;
    adj <= neg2 ? hneg : hpos;
@@ -548,7 +546,9 @@ impl<const N: usize> Logic for RoundShiftAdd<N> {
     }
     fn hdl(&self) -> Verilog {
         // c: the bit below the cut, and for negative x also any bit under it
-        // (`lo` marks the bits below s − 1, decoded without a carry chain).
+        // (`lo` marks the bits below s − 1, a decoder of s without a carry
+        // chain; as one shift, not a loop of 64 compares, which simulators
+        // execute bit by bit every cycle).
         Verilog::Custom(format!(
             "\
 reg [5:0] sr;
@@ -556,9 +556,7 @@ reg [5:0] sr;
 wire signed [63:0] xe = {{{{{pad}{{x[{msb}]}}}}, x}};
 wire [5:0] s = (sr > 6'd62) ? 6'd62 : sr;
 wire signed [63:0] fl = xe >>> s;
-reg [63:0] lo;
-integer i;
-always @(*) for (i = 0; i < 64; i = i + 1) lo[i] = {{26'd0, s}} > i + 1;
+wire [63:0] lo = ~(64'hFFFFFFFFFFFFFFFF << s) >> 1;
 wire c = (s != 6'd0) && xe[s - 6'd1] && (!xe[63] || (|(xe & lo)));
 wire [{n}:0] sum = {{fl[{msb}:0], c}} + {{a, c}};
 always @(*) y = sum[{n}:1];",

@@ -65,10 +65,9 @@ pub struct Lane<const W: usize> {
     pub ser_v: Signal<In, Bit>,
     pub omult: Signal<In, Bits<32>>,
     pub oshift: Signal<In, Bits<6>>,
-    pub out_sel: Signal<In, Bit>,
-    /// The Q16 output row while `out_sel`, else zero.
+    /// The Q16 output row.
     pub row32: Signal<Out, Bits<ROW32_BITS>>,
-    /// The int8 output row while `out_sel`, else zero.
+    /// The int8 output row.
     pub row8: Signal<Out, Bits<ROW8_BITS>>,
     qrow: DFF<Bits<W>>,
     qk: DotI8Pipe<W>,
@@ -150,7 +149,7 @@ impl<const W: usize> Lane<W> {
             _d: d,
             _dm2: d - 2,
             .. clock, q_we, q_row, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, div_start,
-            div_busy, ser_v, omult, oshift, out_sel, row32, row8, qrow, flags0, scale, mask0, e, m, t3, mn3,
+            div_busy, ser_v, omult, oshift, row32, row8, qrow, flags0, scale, mask0, e, m, t3, mn3,
             mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, p4, upd4, first4, l, l_rs,
             div_cnt, dl, rem, quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o, r32, r8
         })
@@ -331,11 +330,7 @@ impl<const W: usize> Logic for Lane<W> {
                 | (bit_cast::<ROW8_BITS, 8>(self.rq.y.val()) << self.c_top8.val())
                 | (bit_cast::<ROW8_BITS, 8>(self.rq_o.y.val()) << self.c_top8o.val());
         }
-        self.row32.next = 0.into();
-        self.row8.next = 0.into();
-        if self.out_sel.val() {
-            self.row32.next = self.r32.q.val();
-            self.row8.next = self.r8.q.val();
-        }
+        self.row32.next = self.r32.q.val();
+        self.row8.next = self.r8.q.val();
     }
 }

@@ -69,7 +69,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     bad_cmp: Signal<Local, Bit>,
     o_row_log: Signal<Local, Bits<16>>,
     kv_word: Signal<Local, Bits<32>>,
-    kv_shift: Signal<Local, Bits<W>>,
     /// The next K and V burst addresses (the head's base plus the offset streamed so far).
     k_addr: DFF<Bits<64>>,
     v_addr: DFF<Bits<64>>,
@@ -135,9 +134,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     w_rowaddr: DFF<Bits<64>>,
     w_off: DFF<Bits<16>>,
     w_strb_r: DFF<Bits<S>>,
-    rm32: Vec<Signal<Local, Bits<ROW32_BITS>>>,
-    rm8: Vec<Signal<Local, Bits<ROW8_BITS>>>,
-    row32: Signal<Local, Bits<ROW32_BITS>>,
+    /// Lane `wi`'s int8 row, in `WRow`.
     row8: Signal<Local, Bits<ROW8_BITS>>,
     row_bytes_log: Signal<Local, Bits<16>>,
     row_byte: Signal<Local, Bits<32>>,
@@ -223,8 +220,6 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             lanes: (0..l).map(|_| Lane::new(cfg.head_dim)).collect(),
             kst: KvStream::new(cfg.read_fifo_depth, cfg.port_bytes()),
             vst: KvStream::new(cfg.read_fifo_depth, cfg.port_bytes()),
-            rm32: crate::many(l),
-            rm8: crate::many(l),
             v_dly: SkewLine::new(v_at(cfg.head_dim) + 1),
             c_lp_mask: Constant::new(k((1u64 << (done_at(cfg.head_dim) + 1)) - 1)),
             _lp: done_at(cfg.head_dim) + 1,
@@ -248,11 +243,11 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             _lanes: l,
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp,
             qend, qspan, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
-            kv_word, kv_shift, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_rx, kv_rem,
+            kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_rx, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib,
             go, st_valid, st_first, st_j, k_row, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
-            wb, w_addr, w_beat, w_strb, w_rb, wrow, w_bpr, w_rowaddr, w_off, w_strb_r, row32, row8, row_bytes_log,
+            wb, w_addr, w_beat, w_strb, w_rb, wrow, w_bpr, w_rowaddr, w_off, w_strb_r, row8, row_bytes_log,
             row_byte, beats_per_row
         }))
     }
@@ -289,10 +284,14 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.mul_kv.b.next = self.run.kv_stride.val();
         self.mul_o.a.next = self.h.q.val();
         self.mul_o.b.next = self.run.o_stride.val();
-        // Verilog cannot slice an expression: shift into a local first.
-        self.kv_shift.next = self.vitis.m_axi_gmem.rdata.val()
-            >> (bit_cast::<16, 32>((self.b.q.val() << 2) & self.c_pmask32.val()) << 3);
-        self.kv_word.next = self.kv_shift.val().get_bits::<32>(0);
+        // Entry `b`'s KVLEN word, a part-select of the beat (a shift of the
+        // whole beat costs simulators a wide shift every cycle).
+        self.kv_word.next = self
+            .vitis
+            .m_axi_gmem
+            .rdata
+            .val()
+            .get_bits::<32>(((self.b.q.val() << 2) & self.c_pmask32.val()).index() * 8);
         self.qs.next = self.q0.q.val() << self.c_logd.val();
         // A block's Q rows: one span from its first beat.
         self.shell.span_load.next = false;
@@ -340,18 +339,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             & (self.last_pipe.q.val() == 0)
             & (!self.is_last.q.val() | (self.fin.q.val() == Fin::Idle));
         // ---------------- Output rows ----------------
-        self.rm32[0].next = self.lanes[0].row32.val();
-        self.rm8[0].next = self.lanes[0].row8.val();
-        for i in 1..self._lanes {
-            self.rm32[i].next = self.rm32[i - 1].val() | self.lanes[i].row32.val();
-            self.rm8[i].next = self.rm8[i - 1].val() | self.lanes[i].row8.val();
-        }
-        self.row32.next = 0.into();
         self.row8.next = 0.into();
-        for last in (self._lanes - 1)..self._lanes {
-            self.row32.next = self.rm32[last].val();
-            self.row8.next = self.rm8[last].val();
-        }
         // Bytes per output row: d·4 (Q16) or d (int8), as a power of two.
         self.row_bytes_log.next = self.c_logd.val() + 2;
         if self.run.out8.val() {
@@ -644,9 +632,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 }
             }
             Fin::WRow => {
-                // Row `f_q0 + wi` of the block's head: its byte offset and its lane's output.
+                // Row `f_q0 + wi` of the block's head: its byte offset and its lane's
+                // output, selected here (an OR of rows gated by lane made simulators
+                // copy every lane's row every cycle).
                 self.w_rb.d.next = self.row_byte.val();
-                self.wrow.d.next = self.row32.val();
+                for i in 0..self._lanes {
+                    if self.wi.q.val().index() == i {
+                        self.wrow.d.next = self.lanes[i].row32.val();
+                        self.row8.next = self.lanes[i].row8.val();
+                    }
+                }
                 if self.run.out8.val() {
                     self.wrow.d.next = bit_cast::<ROW32_BITS, ROW8_BITS>(self.row8.val());
                 }
@@ -757,7 +752,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].ser_v.next = self.ser_v.q.val();
             self.lanes[i].omult.next = self.run.omult.val();
             self.lanes[i].oshift.next = self.run.oshift.val();
-            self.lanes[i].out_sel.next = self.wi.q.val().index() == i;
         }
 
         self.shell.wr_send.next = self.fin.q.val() == Fin::WSend;

@@ -199,31 +199,30 @@ impl<const W: usize> Logic for RowFeed<W> {
     }
 }
 
-/// Column `c`'s skew line of depth `c + 1`; its output is placed at byte lane `c`.
+/// Column `c`'s skew line of depth `c + 1`; the unit packs the columns'
+/// outputs into the B bus (`Pack`).
 #[derive(LogicBlock)]
-pub struct ColFeed<const W: usize> {
+pub struct ColFeed {
     pub clock: Signal<In, Clock>,
     pub din: Signal<In, Bits<8>>,
-    pub placed: Signal<Out, Bits<W>>,
+    pub dout: Signal<Out, Bits<8>>,
     line: SkewLine<8>,
-    shift: Constant<Bits<16>>,
 }
 
-impl<const W: usize> ColFeed<W> {
+impl ColFeed {
     pub fn new(col: usize) -> Self {
         with_defaults!(Self {
             line: SkewLine::new(col + 1),
-            shift: Constant::new(((col * 8) as u64).to_bits()),
-            .. clock, din, placed
+            .. clock, din, dout
         })
     }
 }
 
-impl<const W: usize> Logic for ColFeed<W> {
+impl Logic for ColFeed {
     #[hdl_gen]
     fn update(&mut self) {
         self.line.clock.next = self.clock.val();
         self.line.din.next = self.din.val();
-        self.placed.next = bit_cast::<W, 8>(self.line.dout.val()) << self.shift.val();
+        self.dout.next = self.line.dout.val();
     }
 }

@@ -4,9 +4,9 @@ use rust_hdl::prelude::*;
 
 /// Lane `c` of the epilogue. The writer enables the add, then reads the int32
 /// result a cycle later and the int8 one [`RequantPipe::LATENCY`] cycles
-/// later, each already placed at lane `c` of a W-bit beat.
-#[derive(LogicBlock)]
-pub struct EpilogueLane<const W: usize> {
+/// later; the unit packs the lanes into beats (`Pack`).
+#[derive(LogicBlock, Default)]
+pub struct EpilogueLane {
     pub clock: Signal<In, Clock>,
     pub acc: Signal<In, Bits<32>>,
     pub bias: Signal<In, Bits<32>>,
@@ -15,26 +15,14 @@ pub struct EpilogueLane<const W: usize> {
     pub en_add: Signal<In, Bit>,
     pub mult: Signal<In, Bits<32>>,
     pub shift: Signal<In, Bits<6>>,
-    pub out32: Signal<Out, Bits<W>>,
-    pub out8: Signal<Out, Bits<W>>,
+    pub out32: Signal<Out, Bits<32>>,
+    pub out8: Signal<Out, Bits<8>>,
     value: DFF<Bits<32>>,
     sum: Signal<Local, Signed<32>>,
     rq: RequantPipe,
-    s32: Constant<Bits<16>>,
-    s8: Constant<Bits<16>>,
 }
 
-impl<const W: usize> EpilogueLane<W> {
-    pub fn new(col: usize) -> Self {
-        with_defaults!(Self {
-            s32: Constant::new(((col * 32) as u64).to_bits()),
-            s8: Constant::new(((col * 8) as u64).to_bits()),
-            .. clock, acc, bias, use_bias, relu, en_add, mult, shift, out32, out8, value, sum, rq
-        })
-    }
-}
-
-impl<const W: usize> Logic for EpilogueLane<W> {
+impl Logic for EpilogueLane {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(self, clock, value);
@@ -53,7 +41,7 @@ impl<const W: usize> Logic for EpilogueLane<W> {
         self.rq.x.next = self.value.q.val();
         self.rq.mult.next = self.mult.val();
         self.rq.shift.next = self.shift.val();
-        self.out32.next = bit_cast::<W, 32>(self.value.q.val()) << self.s32.val();
-        self.out8.next = bit_cast::<W, 8>(self.rq.y.val()) << self.s8.val();
+        self.out32.next = self.value.q.val();
+        self.out8.next = self.rq.y.val();
     }
 }

@@ -16,7 +16,7 @@ use super::array::{ColFeed, PeRow, RowFeed};
 use super::epilogue::EpilogueLane;
 use super::regs::{Args, TABLE};
 use super::GemmConfig;
-use crate::blocks::{Fifo, MulU32Pipe, RequantPipe, SyncRam};
+use crate::blocks::{Fifo, MulU32Pipe, Pack, RequantPipe, SyncRam};
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -33,9 +33,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     now: Args,
     run: Args,
     feeds: Vec<RowFeed<W>>,
-    cols: Vec<ColFeed<W>>,
+    cols: Vec<ColFeed>,
     rows: Vec<PeRow<W>>,
-    lanes: Vec<EpilogueLane<W>>,
+    lanes: Vec<EpilogueLane>,
     bias_ram: SyncRam<W>,
     bfifo: Fifo<W>,
     ofifo: Fifo<W>,
@@ -151,7 +151,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// zero the others (a registered enable per column, from two small compares).
     s1_en: Vec<DFF<Bit>>,
     // Capture.
-    bchain: Vec<Signal<Local, Bits<W>>>,
+    /// The column feeds' bytes as the first row's B bus.
+    bpack: Pack<8, W>,
     rchain: Vec<Signal<Local, Bits<W>>>,
     ichain: Vec<Signal<Local, Bits<32>>>,
     cchain: Vec<Signal<Local, Bit>>,
@@ -195,8 +196,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The row's bias lanes, registered so the bias RAM's read (its clock-to-out
     /// is most of a cycle) and the lane add have a cycle each.
     w_bias: DFF<Bits<W>>,
-    p32: Vec<Signal<Local, Bits<W>>>,
-    p8: Vec<Signal<Local, Bits<W>>>,
+    /// The epilogue lanes' int32 and int8 results, packed as lanes of a beat.
+    p32: Pack<32, W>,
+    p8: Pack<8, W>,
 
     // Generation-time parameters.
     c_logp: Constant<Bits<16>>,
@@ -281,18 +283,18 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             a_sel: crate::many(r),
             cols: (0..c).map(ColFeed::new).collect(),
             rows: (0..r).map(|row| PeRow::new(row, c)).collect(),
-            lanes: (0..c).map(EpilogueLane::new).collect(),
+            lanes: crate::many(c),
             bias_ram: SyncRam::new(cfg.n_max * 4 / p),
             bfifo: Fifo::new(cfg.read_fifo_depth),
             ofifo: Fifo::new(ofifo),
             ometa: Fifo::new(ofifo),
             tiles: Fifo::new(4),
-            bchain: crate::many(c),
+            bpack: Pack::new(c),
             rchain: crate::many(r),
             ichain: crate::many(r),
             cchain: crate::many(r),
-            p32: crate::many(c),
-            p8: crate::many(c),
+            p32: Pack::new(c),
+            p8: Pack::new(c),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
             c_pmask: Constant::new(k(p as u64 - 1)),
             c_rmask: Constant::new(k((p as u64 - 1) & !(4 * c as u64 - 1))),
@@ -663,13 +665,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.cols[c].din.next = self.s1_b.q.val().get_bits::<8>(c * 8);
             }
         }
-        self.bchain[0].next = self.cols[0].placed.val();
-        for c in 1..self._cols {
-            self.bchain[c].next = self.bchain[c - 1].val() | self.cols[c].placed.val();
+        for c in 0..self._cols {
+            self.bpack.lanes[c].next = self.cols[c].dout.val();
         }
-        for l in (self._cols - 1)..self._cols {
-            self.rows[0].b_in.next = self.bchain[l].val();
-        }
+        self.rows[0].b_in.next = self.bpack.out.val();
         for r in 1..self._rows {
             self.rows[r].b_in.next = self.rows[r - 1].b_out.val();
         }
@@ -735,11 +734,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.lanes[c].shift.next = self.run.qshift.val();
             self.lanes[c].en_add.next = self.wstate.q.val() == WriterState::Bias;
         }
-        self.p32[0].next = self.lanes[0].out32.val();
-        self.p8[0].next = self.lanes[0].out8.val();
-        for c in 1..self._cols {
-            self.p32[c].next = self.p32[c - 1].val() | self.lanes[c].out32.val();
-            self.p8[c].next = self.p8[c - 1].val() | self.lanes[c].out8.val();
+        for c in 0..self._cols {
+            self.p32.lanes[c].next = self.lanes[c].out32.val();
+            self.p8.lanes[c].next = self.lanes[c].out8.val();
         }
         self.shell.wr_send.next = self.wstate.q.val() == WriterState::Send;
         self.shell.wr_addr.next = self.w_addr.q.val();
@@ -794,14 +791,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             WriterState::Pack => {
-                for l in (self._cols - 1)..self._cols {
-                    // `w_j0` is a multiple of `cols`: its offset in the beat has known-zero bits.
-                    self.w_beat.d.next = self.p32[l].val()
-                        << (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3);
-                    if self.run.requant.val() {
-                        self.w_beat.d.next = self.p8[l].val()
-                            << (bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3);
-                    }
+                // `w_j0` is a multiple of `cols`: its offset in the beat has known-zero bits.
+                self.w_beat.d.next = self.p32.out.val()
+                    << (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3);
+                if self.run.requant.val() {
+                    self.w_beat.d.next = self.p8.out.val()
+                        << (bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3);
                 }
                 self.w_strb.d.next = self.w_mask.q.val()
                     << bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val()));
