@@ -545,19 +545,20 @@ impl<const N: usize> Logic for RoundShiftAdd<N> {
         self.y.connect();
     }
     fn hdl(&self) -> Verilog {
-        // c: the bit below the cut, and for negative x also any bit under it
-        // (`lo` marks the bits below s − 1, a decoder of s without a carry
-        // chain; as one shift, not a loop of 64 compares, which simulators
-        // execute bit by bit every cycle).
+        // c: the bit below the cut (`hot` marks it, none when s = 0), and for
+        // negative x also any bit under it (`lo`): decoders of s, as shifts of
+        // constants (no subtract or compare carry chain in the loop, and no
+        // loop of 64 compares, which simulators execute bit by bit every cycle).
         Verilog::Custom(format!(
             "\
 reg [5:0] sr;
 (* keep *) always @(posedge clock) sr <= sh;
 wire signed [63:0] xe = {{{{{pad}{{x[{msb}]}}}}, x}};
-wire [5:0] s = (sr > 6'd62) ? 6'd62 : sr;
+wire [5:0] s = (&sr) ? 6'd62 : sr;
 wire signed [63:0] fl = xe >>> s;
+wire [63:0] hot = (64'd1 << s) >> 1;
 wire [63:0] lo = ~(64'hFFFFFFFFFFFFFFFF << s) >> 1;
-wire c = (s != 6'd0) && xe[s - 6'd1] && (!xe[63] || (|(xe & lo)));
+wire c = (|(xe & hot)) && (!xe[63] || (|(xe & lo)));
 wire [{n}:0] sum = {{fl[{msb}:0], c}} + {{a, c}};
 always @(*) y = sum[{n}:1];",
             pad = 64 - N,
