@@ -160,8 +160,8 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, qrow, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, p4, upd4,
-            first4, l, div_cnt, dl, rem, quo, r32, r8
+            self, clock, qrow, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, p4, upd4, first4, l,
+            div_cnt, dl, rem, quo, r32, r8
         );
         for x in 0..self._d {
             self.o[x].clock.next = self.clock.val();

@@ -369,9 +369,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         self.a_beats.d.next =
             bit_cast::<16, 32>((self.now.k.val() + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val());
-        self.b_beats.d.next = bit_cast::<16, 32>(
-            ((self.now.n.val() << 2) + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val(),
-        );
+        self.b_beats.d.next =
+            bit_cast::<16, 32>(((self.now.n.val() << 2) + bit_cast::<32, 64>(self.c_pmask.val())) >> self.c_logp.val());
         self.m_rest.d.next = self.m_left.q.val() - self.c_rows.val();
         self.last_block.d.next = self.m_left.q.val() <= self.c_rows.val();
         self.next_rows.d.next = self.c_rows.val();
