@@ -106,6 +106,9 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// are gates of flip-flops, not of 16-bit compares (the MoE router's
     /// critical path, docs/timing.md).
     at_tok: DFF<Bit>,
+    /// The phase is `Run`, as a flag set and cleared with it: the receiver's,
+    /// the sequencer's and `ahead`'s updates decode no phase.
+    in_run: DFF<Bit>,
     cc_last: DFF<Bit>,
     cg_last: DFF<Bit>,
     tok_last: Signal<Local, Bit>,
@@ -422,7 +425,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, groups_of, recv_cnt,
             recv_rows, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
-            cap, ct, cg, cc, cgoff, go, at_tok, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            cap, ct, cg, cc, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, o_valid, o_rec,
@@ -441,7 +444,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, recv_cnt, row_end, beats_m2, one_beat,
             recv_rows, recv_lane,
-            recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
@@ -465,7 +468,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // x rows go into the double buffer: row r may load once token r − 2 is issued.
         self.shell.span_go.next = (self.phase.q.val() == Phase::BiasReq)
             | (self.phase.q.val() == Phase::WReq)
-            | ((self.phase.q.val() == Phase::Run) & (self.shell.span_row.val() < self.ct2.q.val()));
+            | (self.in_run.q.val() & (self.shell.span_row.val() < self.ct2.q.val()));
         self.shell.ar_req.next = false;
         self.shell.ar_req_addr.next = 0.into();
         self.shell.ar_req_len.next = 0.into();
@@ -654,6 +657,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.ct2.d.next = 2.into();
                     self.tokens_out.d.next = 0.into();
                     self.phase.d.next = Phase::Run;
+                    self.in_run.d.next = true;
                 }
             }
             Phase::Run => {
@@ -665,6 +669,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.stats_done.d.next = false;
                     self.wstate.d.next = WriterState::SPrep;
                     self.phase.d.next = Phase::Stats;
+                    self.in_run.d.next = false;
                 }
             }
             Phase::Stats => {
@@ -728,7 +733,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.lanes[j].last.next = self.s1_last.q.val();
         }
         self.xbuf.clock.next = self.vitis.ap_clk.val();
-        self.xbuf.port.we.next = self.rx.val() & (self.phase.q.val() == Phase::Run);
+        self.xbuf.port.we.next = self.rx.val() & self.in_run.q.val();
         self.xbuf.port.waddr.next =
             (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.recv_cnt.q.val();
         // Zero X's row padding: W's padding then multiplies zeros.
@@ -736,7 +741,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.row_end.q.val() {
             self.xbuf.port.wdata.next = self.vitis.m_axi_gmem.rdata.val() & self.xmask.q.val();
         }
-        if self.rx.val() & (self.phase.q.val() == Phase::Run) {
+        if self.rx.val() & self.in_run.q.val() {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
             if self.row_end.q.val() {
                 self.recv_cnt.d.next = 0.into();
@@ -746,7 +751,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         // ---------------- Gate projection: one beat of every lane per cycle ----------------
         // A token starts only when the output FIFO can take it and every token ahead.
-        self.go.next = (self.phase.q.val() == Phase::Run)
+        self.go.next = self.in_run.q.val()
             & self.more.q.val()
             & self.ahead_nz.q.val()
             & (!self.at_tok.q.val() | self.room.q.val());
@@ -1029,13 +1034,13 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.tok_end.val() & (self.ct.q.val() == self.t_m1.q.val()) {
             self.more.d.next = false;
         }
-        if self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.q.val() & !self.tok_end.val() {
+        if self.rx.val() & self.in_run.q.val() & self.row_end.q.val() & !self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() + 1;
         }
-        if !(self.rx.val() & (self.phase.q.val() == Phase::Run) & self.row_end.q.val()) & self.tok_end.val() {
+        if !(self.rx.val() & self.in_run.q.val() & self.row_end.q.val()) & self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() - 1;
         }
-        if self.phase.q.val() == Phase::Run {
+        if self.in_run.q.val() {
             self.ahead_nz.d.next = (self.rx.val() & self.row_end.q.val())
                 | (self.ahead.q.val() > 1)
                 | ((self.ahead.q.val() == 1) & !self.tok_end.val());
@@ -1073,7 +1078,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.shell.wr_last.next = true;
         match self.wstate.q.val() {
             WriterState::Idle => {
-                if !self.ofifo.empty.val() & (self.phase.q.val() == Phase::Run) {
+                if !self.ofifo.empty.val() & self.in_run.q.val() {
                     self.ofifo.pop.next = true;
                     self.w_beats.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
                     self.w_ids.d.next = self.ofifo.dout.val().get_bits::<64>(0);
@@ -1170,6 +1175,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.flushed.d.next = false;
             self.at_tok.d.next = true;
             self.ahead_nz.d.next = false;
+            self.in_run.d.next = false;
         }
     }
 }
