@@ -35,6 +35,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     feeds: Vec<RowFeed<W>>,
     cols: Vec<ColFeed>,
     rows: Vec<PeRow<W>>,
+    /// The PEs' clear, `!ap_rst_n` a cycle late: taken from the top-level input itself, it made
+    /// the whole array's logic input-dependent, which Verilator evaluates on each `eval` of a cycle.
+    array_clear: DFF<Bit>,
     lanes: Vec<EpilogueLane>,
     bias_ram: SyncRam<W>,
     bfifo: Fifo<W>,
@@ -324,7 +327,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             b_room, b_issue, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
-            w_beat, w_mask, w_strb, bias_row, w_bias, ldc_min, refuse, bias_in
+            w_beat, w_mask, w_strb, bias_row, w_bias, ldc_min, refuse, bias_in, array_clear
         }))
     }
 }
@@ -339,13 +342,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             bk, bk_last, baddr, b_occ, b_room, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
-            f_left, ldc_min, refuse, bias_in
+            f_left, ldc_min, refuse, bias_in, array_clear
         );
         for r in 0..self._rows {
             self.a_sel[r].clock.next = self.vitis.ap_clk.val();
             self.a_sel[r].d.next = self.a_sel[r].q.val();
         }
         // ---------------- Shell ----------------
+        self.array_clear.d.next = !self.vitis.ap_rst_n.val();
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
             self.now.words[i].next = self.shell.args[i].val();
@@ -648,7 +652,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.feeds[r].valid_in.next = self.s1_valid.q.val();
             self.feeds[r].last_in.next = self.s1_last.q.val();
             self.rows[r].clock.next = self.vitis.ap_clk.val();
-            self.rows[r].clear.next = !self.vitis.ap_rst_n.val();
+            self.rows[r].clear.next = self.array_clear.q.val();
             self.rows[r].a_in.next = self.feeds[r].a_out.val();
             self.rows[r].valid_in.next = self.feeds[r].valid_out.val();
             self.rows[r].last_in.next = self.feeds[r].last_out.val();
