@@ -521,11 +521,16 @@ fn from_i64<const N: usize>(v: i64) -> Signed<N> {
 /// Each instance registers its own copy of the shift, kept apart by
 /// `(* keep *)` (yosys merges equal flip-flops): one shared register drove
 /// every instance's shifter and rounding decode, and its fan-out across the
-/// lane was most of the attention unit's critical path (docs/timing.md).
+/// lane was most of the attention unit's critical path (docs/timing.md). The
+/// rounding decode of the same shift comes from the parent's registers,
+/// decoded once for all its instances: `hot` marks bit s − 1 (none when
+/// s = 0), `lo` the bits below it. The model takes them as given.
 #[derive(LogicBlock, Default)]
 pub struct RoundShiftAdd<const N: usize> {
     pub clock: Signal<In, Clock>,
     pub sh: Signal<In, Bits<6>>,
+    pub hot: Signal<In, Bits<64>>,
+    pub lo: Signal<In, Bits<64>>,
     pub x: Signal<In, Signed<N>>,
     pub a: Signal<In, Signed<N>>,
     pub y: Signal<Out, Signed<N>>,
@@ -545,10 +550,8 @@ impl<const N: usize> Logic for RoundShiftAdd<N> {
         self.y.connect();
     }
     fn hdl(&self) -> Verilog {
-        // c: the bit below the cut (`hot` marks it, none when s = 0), and for
-        // negative x also any bit under it (`lo`): decoders of s, as shifts of
-        // constants (no subtract or compare carry chain in the loop, and no
-        // loop of 64 compares, which simulators execute bit by bit every cycle).
+        // c: the bit below the cut (`hot`), and for negative x also any bit
+        // under it (`lo`): AND-OR trees, no subtract or compare in the loop.
         Verilog::Custom(format!(
             "\
 reg [5:0] sr;
@@ -556,8 +559,6 @@ reg [5:0] sr;
 wire signed [63:0] xe = {{{{{pad}{{x[{msb}]}}}}, x}};
 wire [5:0] s = (&sr) ? 6'd62 : sr;
 wire signed [63:0] fl = xe >>> s;
-wire [63:0] hot = (64'd1 << s) >> 1;
-wire [63:0] lo = ~(64'hFFFFFFFFFFFFFFFF << s) >> 1;
 wire c = (|(xe & hot)) && (!xe[63] || (|(xe & lo)));
 wire [{n}:0] sum = {{fl[{msb}:0], c}} + {{a, c}};
 always @(*) y = sum[{n}:1];",
