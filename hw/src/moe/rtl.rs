@@ -443,8 +443,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, recv_cnt, row_end, beats_m2, one_beat,
-            recv_rows, recv_lane,
-            recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
