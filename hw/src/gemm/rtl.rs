@@ -75,6 +75,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     bj1: DFF<Bits<32>>,
     /// Every column block of B has been requested (`j0 ≥ N`).
     bj_done: DFF<Bit>,
+    /// The phase is `BStream`, as a flag set and cleared with it: the B read issue
+    /// (whose enables fan out to `bk`, `bj1`, `baddr`) decodes no phase.
+    in_bs: DFF<Bit>,
     bk: DFF<Bits<32>>,
     /// `bk` is the last k (`bk == K − 1`), kept a cycle ahead as `f_last` is.
     bk_last: DFF<Bit>,
@@ -82,11 +85,18 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// B reads in flight plus B FIFO entries, counted as reads are issued and
     /// entries popped (a beat arriving moves a read from one to the other).
     b_occ: DFF<Bits<16>>,
-    /// The B FIFO has room for one more read, from last cycle's `b_occ` with one
-    /// slot to spare (a read issued last cycle is not in it), so the issue
-    /// decision reads a register.
-    b_room: DFF<Bit>,
+    /// A B read may issue this cycle if the AR slot is free: the phase streams B
+    /// (`in_bs`), not every column block is requested (`bj_done`), and the B
+    /// FIFO has room for one more read by last cycle's `b_occ` with one slot
+    /// to spare (a read issued last cycle is not in it). Decided a cycle ahead
+    /// from those flags' next values, so the issue's enables (`bk`, `bj1`,
+    /// `baddr`, `b_occ`) fan out from one flip-flop and the slot.
+    b_want: DFF<Bit>,
     b_issue: Signal<Local, Bit>,
+    /// The A panel is in (`AWait` ends), and `bj1` is past N (the column block
+    /// being issued is the last).
+    aw_go: Signal<Local, Bit>,
+    bj1_end: Signal<Local, Bit>,
     b_recv: Signal<Local, Bit>,
     // Read-data receiver.
     recv_cnt: DFF<Bits<16>>,
@@ -323,8 +333,8 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             _rows: r,
             _cols: c,
             .. vitis, now, run, row_mul, row_beats, phase, i0,
-            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats, b_beats, bj1, bj_done, bk, bk_last, baddr, b_occ,
-            b_room, b_issue, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
+            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_occ,
+            b_want, b_issue, aw_go, bj1_end, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
             w_beat, w_mask, w_strb, bias_row, w_bias, ldc_min, refuse, bias_in, array_clear
@@ -338,8 +348,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats,
-            b_beats, bj1, bj_done,
-            bk, bk_last, baddr, b_occ, b_room, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
+            b_beats, bj1, bj_done, in_bs, b_want,
+            bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bias_in, array_clear
@@ -406,9 +416,23 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             | (bit_cast::<64, 32>(self.now.ldc.val()) < self.ldc_min.q.val());
         self.bias_in.d.next = self.recv_cnt.q.val() == self.bias_beats.q.val();
         // ---------------- Phase machine and read requests ----------------
-        self.b_issue.next = false;
+        self.aw_go.next = (self.phase.q.val() == Phase::AWait)
+            & (((self.recv_row.q.val() ^ self.rows_valid.q.val()) & self.c_rowbits.val()) == 0);
         match self.phase.q.val() {
             Phase::Idle => {
+                // The first span's arguments, whether or not the run starts: the
+                // shell registers them every cycle, so only `span_load` waits
+                // on `start` (it was the select of these muxes).
+                self.shell.span_addr.next = self.now.a.val();
+                self.shell.span_beats.next = self.a_beats.q.val();
+                self.shell.span_rows.next = self.first_rows.q.val();
+                self.shell.span_pitch.next = self.now.lda.val();
+                if self.now.use_bias.val() {
+                    // Bias first: ceil(4N / beat) beats into the bias RAM.
+                    self.shell.span_addr.next = self.now.bias.val();
+                    self.shell.span_beats.next = self.b_beats.q.val();
+                    self.shell.span_rows.next = 1.into();
+                }
                 if self.shell.start.val() {
                     self.row_beats.d.next = self.a_beats.q.val();
                     self.bias_beats.d.next = self.b_beats.q.val();
@@ -426,6 +450,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.b_any.d.next = false;
                     self.fk.d.next = 0.into();
                     self.f_last.d.next = self.now.k.val() == 1;
+                    // The B stream's counters start here and are left so by each
+                    // stream's end (below), so entering BStream sets none of them.
+                    self.bk.d.next = 0.into();
+                    self.bk_last.d.next = self.now.k.val() == 1;
+                    self.bj1.d.next = self.c_cols.val();
+                    self.bj_done.d.next = false;
+                    self.baddr.d.next = self.now.b.val();
                     self.k_m2.d.next = self.now.k.val() - 2;
                     self.k_one.d.next = self.now.k.val() == 1;
                     self.fj0.d.next = 0.into();
@@ -437,16 +468,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     }
                     self.a_sel[0].d.next = true;
                     self.shell.span_load.next = true;
-                    self.shell.span_addr.next = self.now.a.val();
-                    self.shell.span_beats.next = self.a_beats.q.val();
-                    self.shell.span_rows.next = self.first_rows.q.val();
-                    self.shell.span_pitch.next = self.now.lda.val();
                     self.phase.d.next = Phase::AReq;
                     if self.now.use_bias.val() {
-                        // Bias first: ceil(4N / beat) beats into the bias RAM.
-                        self.shell.span_addr.next = self.now.bias.val();
-                        self.shell.span_beats.next = self.b_beats.q.val();
-                        self.shell.span_rows.next = 1.into();
                         self.phase.d.next = Phase::BiasReq;
                         self.in_a.d.next = false;
                     }
@@ -477,39 +500,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::AWait => {
-                if ((self.recv_row.q.val() ^ self.rows_valid.q.val()) & self.c_rowbits.val()) == 0 {
-                    self.bj1.d.next = self.c_cols.val();
-                    self.bj_done.d.next = false;
-                    self.bk.d.next = 0.into();
-                    self.bk_last.d.next = self.k_one.q.val();
-                    self.baddr.d.next = self.run.b.val();
+                if self.aw_go.val() {
                     self.phase.d.next = Phase::BStream;
+                    self.in_bs.d.next = true;
                     self.in_a.d.next = false;
                     self.in_b.d.next = true;
                 }
             }
             Phase::BStream => {
-                if self.shell.slot_free.val() {
-                    if self.bj_done.q.val() {
-                        self.phase.d.next = Phase::BDrain;
-                    } else if self.b_room.q.val() {
-                        // One single-beat read per k: B[k][j0 .. j0+cols] sits in one beat.
-                        self.b_issue.next = true;
-                        self.shell.ar_req.next = true;
-                        if self.bk_last.q.val() {
-                            self.bk.d.next = 0.into();
-                            self.bk_last.d.next = self.k_one.q.val();
-                            self.bj1.d.next = self.bj1.q.val() + self.c_cols.val();
-                            self.bj_done.d.next = self.bj1.q.val() >= self.run.n.val();
-                            self.baddr.d.next =
-                                self.run.b.val() + (bit_cast::<64, 32>(self.bj1.q.val()) & !self.c_pmask.val());
-                        } else {
-                            self.bk.d.next = self.bk.q.val() + 1;
-                            self.bk_last.d.next = self.bk.q.val() == self.k_m2.q.val();
-                            self.baddr.d.next = self.baddr.q.val() + bit_cast::<64, 32>(self.run.ldb.val());
-                        }
-                    }
-                }
+                // The issue below, on `in_bs`.
             }
             Phase::BDrain => {
                 if self.feed_done.q.val() {
@@ -557,6 +556,44 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
 
+        // ---------------- B read issue (BStream) ----------------
+        self.b_issue.next = self.b_want.q.val() & self.shell.slot_free.val();
+        self.shell.ar_req.next = self.b_issue.val();
+        self.bj1_end.next = self.bj1.q.val() >= self.run.n.val();
+        if self.b_issue.val() {
+            // One single-beat read per k: B[k][j0 .. j0+cols] sits in one beat.
+            if self.bk_last.q.val() {
+                self.bk.d.next = 0.into();
+                self.bk_last.d.next = self.k_one.q.val();
+                self.bj_done.d.next = self.bj1_end.val();
+                // After the last column block the counters start over for the
+                // next row block, so entering BStream sets none of them.
+                if self.bj1_end.val() {
+                    self.bj1.d.next = self.c_cols.val();
+                    self.baddr.d.next = self.run.b.val();
+                } else {
+                    self.bj1.d.next = self.bj1.q.val() + self.c_cols.val();
+                    self.baddr.d.next = self.run.b.val() + (bit_cast::<64, 32>(self.bj1.q.val()) & !self.c_pmask.val());
+                }
+            } else {
+                self.bk.d.next = self.bk.q.val() + 1;
+                self.bk_last.d.next = self.bk.q.val() == self.k_m2.q.val();
+                self.baddr.d.next = self.baddr.q.val() + bit_cast::<64, 32>(self.run.ldb.val());
+            }
+        }
+        if self.in_bs.q.val() & self.bj_done.q.val() & self.shell.slot_free.val() {
+            self.bj_done.d.next = false;
+            self.phase.d.next = Phase::BDrain;
+            self.in_bs.d.next = false;
+        }
+        // Next cycle's `in_bs & !bj_done` (`bj_done` is clear when `aw_go` sets
+        // `in_bs`, and set when the drain clears it), and the room.
+        self.b_want.d.next = ((self.in_bs.q.val()
+            & !self.bj_done.q.val()
+            & !(self.b_issue.val() & self.bk_last.q.val() & self.bj1_end.val()))
+            | self.aw_go.val())
+            & (self.b_occ.q.val() < self.c_rspare.val());
+
         // ---------------- Read-data receiver ----------------
         // `in_b` is set and cleared with BStream/BDrain: the same function, no phase decode.
         self.b_recv.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_b.q.val();
@@ -584,7 +621,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bfifo.reset.next = !self.vitis.ap_rst_n.val();
         self.bfifo.push.next = self.b_recv.val();
         self.bfifo.din.next = self.vitis.m_axi_gmem.rdata.val();
-        self.b_room.d.next = self.b_occ.q.val() < self.c_rspare.val();
 
         // ---------------- Feeder: one k-step per cycle into the array ----------------
         self.room.d.next = self.o_occ.q.val() <= self.c_room.val();
@@ -846,10 +882,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.phase.d.next = Phase::Idle;
             self.in_a.d.next = false;
             self.in_b.d.next = false;
+            self.in_bs.d.next = false;
+            self.b_want.d.next = false;
             self.b_cnt.d.next = 0.into();
             self.b_any.d.next = false;
             self.f_last.d.next = false;
-            self.b_room.d.next = false;
             self.gap_ok.d.next = false;
             self.room.d.next = false;
             self.cap_v.d.next = false;

@@ -97,6 +97,7 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     ct: DFF<Bits<32>>,
     cg: DFF<Bits<16>>,
     cc: DFF<Bits<16>>,
+    /// The group's first expert (`cg · lanes`).
     cgoff: DFF<Bits<16>>,
     go: Signal<Local, Bit>,
     /// The next beat starts a token (`cc` and `cg` are zero), `cc` is at a
@@ -227,6 +228,10 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     o_rec: DFF<Bits<RB>>,
     o_tok: DFF<Bits<32>>,
     tokens_out: DFF<Bits<32>>,
+    /// Every token is out (`tokens_out == T`), a cycle late (a token pushed
+    /// keeps the writer busy for longer than that), and only from the run's
+    /// second cycle, so no count of the last run's is seen.
+    out_done: DFF<Bit>,
     // Writer.
     wstate: DFF<WriterState>,
     w_beats: DFF<Bits<RB>>,
@@ -244,6 +249,11 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     w_stats: DFF<Bit>,
     rb: DFF<Bits<8>>,
     si: DFF<Bits<32>>,
+    /// `si` is past the last statistics word (`si == E + 2`), kept as `si`
+    /// moves, with `E + 1` registered from the run's E: the writer's next
+    /// state reads a flag, not an add and a 32-bit compare.
+    si_end: DFF<Bit>,
+    e_p1: DFF<Bits<32>>,
     stats_done: DFF<Bit>,
     /// Bytes of a token row's last beat that hold X (all when H fills it): the
     /// padding up to LDX is not data and must not reach the dot products.
@@ -264,7 +274,6 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     c_kmax: Constant<Bits<32>>,
     c_tlim: Constant<Bits<32>>,
     c_lanes: Constant<Bits<16>>,
-    c_lanes32: Constant<Bits<16>>,
     c_depth: Constant<Bits<16>>,
     c_depth_m1: Constant<Bits<16>>,
     c_flush: Constant<Bits<8>>,
@@ -399,7 +408,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_kmax: k(cfg.k_max as u64),
             c_tlim: k(T_LIMIT as u64),
             c_lanes: k(l as u64),
-            c_lanes32: k(32 * l as u64),
             c_depth: k(OUT_DEPTH as u64),
             c_depth_m1: k(OUT_DEPTH as u64 - 1),
             c_flush: k(tail_lat as u64 + 2),
@@ -429,8 +437,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, o_valid, o_rec,
-            o_tok, tokens_out, wstate, w_beats, w_ids, w_slots, w_left, route_ptr, d_shift, w_tok, w_addr, w_word,
-            w_stats, rb, si, stats_done, xmask, lane_off
+            o_tok, tokens_out, out_done, wstate, w_beats, w_ids, w_slots, w_left, route_ptr, d_shift, w_tok, w_addr, w_word,
+            w_stats, rb, si, si_end, e_p1, stats_done, xmask, lane_off
         }))
     }
 }
@@ -446,8 +454,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
-            x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out,
-            wstate, w_beats, w_ids, w_slots, w_left, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, stats_done, xmask
+            x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out, out_done,
+            wstate, w_beats, w_ids, w_slots, w_left, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask
         );
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
@@ -660,11 +668,9 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             Phase::Run => {
-                if (self.tokens_out.q.val() == self.run.t.val())
-                    & self.ofifo.empty.val()
-                    & (self.wstate.q.val() == WriterState::Idle)
-                {
+                if self.out_done.q.val() & self.ofifo.empty.val() & (self.wstate.q.val() == WriterState::Idle) {
                     self.si.d.next = 0.into();
+                    self.si_end.d.next = false;
                     self.stats_done.d.next = false;
                     self.wstate.d.next = WriterState::SPrep;
                     self.phase.d.next = Phase::Stats;
@@ -775,7 +781,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 self.cc_last.d.next = self.one_beat.q.val();
                 self.cg.d.next = self.cg.q.val() + 1;
                 self.cg_last.d.next = self.cg.q.val() == self.groups_m2.q.val();
-                self.cgoff.d.next = self.cgoff.q.val() + self.c_lanes32.val();
+                self.cgoff.d.next = self.cgoff.q.val() + self.c_lanes.val();
                 if self.cg_last.q.val() {
                     self.cg.d.next = 0.into();
                     self.cg_last.d.next = self.one_group.q.val();
@@ -1027,6 +1033,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.o_valid.q.val() {
             self.tokens_out.d.next = self.tokens_out.q.val() + 1;
         }
+        self.out_done.d.next = (self.tokens_out.q.val() == self.run.t.val()) & self.in_run.q.val();
+        self.e_p1.d.next = self.run.e.val() + 1;
         self.room.d.next = self.pending.q.val() < self.c_depth_m1.val();
         // The last beat of a token's last group: ct moves on.
         self.tok_end.next = self.go.val() & self.tok_last.val();
@@ -1121,7 +1129,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
             WriterState::SPrep => {
                 // Statistics: dropped, capacity, load[0..E).
-                if self.si.q.val() == self.run.e.val() + 2 {
+                if self.si_end.q.val() {
                     self.stats_done.d.next = true;
                     self.wstate.d.next = WriterState::Idle;
                 } else {
@@ -1142,6 +1150,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 if self.shell.wr_fire.val() {
                     if self.w_stats.q.val() {
                         self.si.d.next = self.si.q.val() + 1;
+                        self.si_end.d.next = self.si.q.val() == self.e_p1.q.val();
                         self.wstate.d.next = WriterState::SPrep;
                     } else {
                         self.wstate.d.next = WriterState::DPrep;

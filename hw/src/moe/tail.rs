@@ -113,19 +113,22 @@ pub struct PostLane<const ZB: usize> {
     pub clock: Signal<In, Clock>,
     pub res: Signal<In, Bits<32>>,
     pub bias: Signal<In, Bits<ZB>>,
-    /// Bit offset of the group's first expert in `bias` (`g · lanes · 32`).
+    /// The group's first expert (`g · lanes`).
     pub boff: Signal<In, Bits<16>>,
     pub smult: Signal<In, Bits<32>>,
     pub sshift: Signal<In, Bits<6>>,
     pub z_o: Signal<Out, Bits<32>>,
     pub t_o: Signal<Out, Bits<40>>,
+    /// The lane's expert, and its word's bit offset in `bias`: a multiple of 32
+    /// by construction, so the select is a word mux, not a bit shifter.
     off: Signal<Local, Bits<16>>,
+    off_bit: Signal<Local, Bits<16>>,
     res_r: DFF<Bits<32>>,
     bias_r: DFF<Bits<32>>,
     zr: DFF<Bits<32>>,
     z_dly: SkewLine<32>,
     scale: ScaleRoundPipe,
-    c_j32: Constant<Bits<16>>,
+    c_j: Constant<Bits<16>>,
     c_top: Constant<Bits<16>>,
 }
 
@@ -137,9 +140,9 @@ impl<const ZB: usize> PostLane<ZB> {
         let k = |v: usize| Constant::new((v as u64).to_bits());
         with_defaults!(Self {
             z_dly: SkewLine::new(ScaleRoundPipe::LATENCY),
-            c_j32: k(32 * j),
-            c_top: k(ZB - 32),
-            .. clock, res, bias, boff, smult, sshift, z_o, t_o, off, res_r, bias_r, zr, scale
+            c_j: k(j),
+            c_top: k(ZB / 32 - 1),
+            .. clock, res, bias, boff, smult, sshift, z_o, t_o, off, off_bit, res_r, bias_r, zr, scale
         })
     }
 }
@@ -150,12 +153,13 @@ impl<const ZB: usize> Logic for PostLane<ZB> {
         dff_setup!(self, clock, res_r, bias_r, zr);
         self.scale.clock.next = self.clock.val();
         self.z_dly.clock.next = self.clock.val();
-        self.off.next = self.boff.val() + self.c_j32.val();
+        self.off.next = self.boff.val() + self.c_j.val();
+        self.off_bit.next = self.off.val() << 5;
         self.res_r.d.next = self.res.val();
         // Experts past the bus's slots only exist in a partial last group: never read past it.
         self.bias_r.d.next = 0.into();
         if self.off.val() <= self.c_top.val() {
-            self.bias_r.d.next = self.bias.val().get_bits::<32>(self.off.val().index());
+            self.bias_r.d.next = self.bias.val().get_bits::<32>(self.off_bit.val().index());
         }
         self.zr.d.next = self.res_r.q.val() + self.bias_r.q.val();
         self.scale.x.next = signed_cast(self.zr.q.val());
