@@ -93,10 +93,14 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// `baddr`, `b_occ`) fan out from one flip-flop and the slot.
     b_want: DFF<Bit>,
     b_issue: Signal<Local, Bit>,
-    /// The A panel is in (`AWait` ends), and `bj1` is past N (the column block
-    /// being issued is the last).
+    /// The A panel is in (`AWait` ends).
     aw_go: Signal<Local, Bit>,
-    bj1_end: Signal<Local, Bit>,
+    /// `bj1` is past N (the column block being issued is the last), kept as
+    /// `bj1` moves from N − cols and N ≤ cols (`nb_one`), latched at start, so
+    /// `b_want` reads a flag, not a 32-bit compare.
+    bj1_end: DFF<Bit>,
+    n_mc: DFF<Bits<32>>,
+    nb_one: DFF<Bit>,
     b_recv: Signal<Local, Bit>,
     // Read-data receiver.
     recv_cnt: DFF<Bits<16>>,
@@ -334,7 +338,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             _cols: c,
             .. vitis, now, run, row_mul, row_beats, phase, i0,
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_occ,
-            b_want, b_issue, aw_go, bj1_end, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
+            b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
             w_beat, w_mask, w_strb, bias_row, w_bias, ldc_min, refuse, bias_in, array_clear
@@ -348,7 +352,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats,
-            b_beats, bj1, bj_done, in_bs, b_want,
+            b_beats, bj1, bj_done, in_bs, b_want, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
@@ -457,6 +461,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.bj1.d.next = self.c_cols.val();
                     self.bj_done.d.next = false;
                     self.baddr.d.next = self.now.b.val();
+                    self.nb_one.d.next = self.now.n.val() <= self.c_cols.val();
+                    self.bj1_end.d.next = self.now.n.val() <= self.c_cols.val();
+                    self.n_mc.d.next = self.now.n.val() - self.c_cols.val();
                     self.k_m2.d.next = self.now.k.val() - 2;
                     self.k_one.d.next = self.now.k.val() == 1;
                     self.fj0.d.next = 0.into();
@@ -559,20 +566,21 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // ---------------- B read issue (BStream) ----------------
         self.b_issue.next = self.b_want.q.val() & self.shell.slot_free.val();
         self.shell.ar_req.next = self.b_issue.val();
-        self.bj1_end.next = self.bj1.q.val() >= self.run.n.val();
         if self.b_issue.val() {
             // One single-beat read per k: B[k][j0 .. j0+cols] sits in one beat.
             if self.bk_last.q.val() {
                 self.bk.d.next = 0.into();
                 self.bk_last.d.next = self.k_one.q.val();
-                self.bj_done.d.next = self.bj1_end.val();
+                self.bj_done.d.next = self.bj1_end.q.val();
                 // After the last column block the counters start over for the
                 // next row block, so entering BStream sets none of them.
-                if self.bj1_end.val() {
+                if self.bj1_end.q.val() {
                     self.bj1.d.next = self.c_cols.val();
+                    self.bj1_end.d.next = self.nb_one.q.val();
                     self.baddr.d.next = self.run.b.val();
                 } else {
                     self.bj1.d.next = self.bj1.q.val() + self.c_cols.val();
+                    self.bj1_end.d.next = self.bj1.q.val() >= self.n_mc.q.val();
                     self.baddr.d.next = self.run.b.val() + (bit_cast::<64, 32>(self.bj1.q.val()) & !self.c_pmask.val());
                 }
             } else {
@@ -590,7 +598,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // `in_bs`, and set when the drain clears it), and the room.
         self.b_want.d.next = ((self.in_bs.q.val()
             & !self.bj_done.q.val()
-            & !(self.b_issue.val() & self.bk_last.q.val() & self.bj1_end.val()))
+            & !(self.b_issue.val() & self.bk_last.q.val() & self.bj1_end.q.val()))
             | self.aw_go.val())
             & (self.b_occ.q.val() < self.c_rspare.val());
 

@@ -224,6 +224,9 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// Expert e's load as the statistics writer reads it.
     s_load: Signal<Local, Bits<32>>,
     dropped: DFF<Bits<32>>,
+    /// This token's dropped choices, added to `dropped` a cycle later: the
+    /// count after the capacity compares was the unit's critical path.
+    drop_n: DFF<Bits<32>>,
     o_valid: DFF<Bit>,
     o_rec: DFF<Bits<RB>>,
     o_tok: DFF<Bits<32>>,
@@ -436,7 +439,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             cap, ct, cg, cc, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
-            x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, o_valid, o_rec,
+            x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
             o_tok, tokens_out, out_done, wstate, w_beats, w_ids, w_slots, w_left, route_ptr, d_shift, w_tok, w_addr, w_word,
             w_stats, rb, si, si_end, e_p1, stats_done, xmask, lane_off
         }))
@@ -454,7 +457,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
-            x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, o_valid, o_rec, o_tok, tokens_out, out_done,
+            x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
             wstate, w_beats, w_ids, w_slots, w_left, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask
         );
         // ---------------- Shell ----------------
@@ -1012,8 +1015,9 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.loads[e].clock.next = self.vitis.ap_clk.val();
             self.loads[e].d.next = self.loads[e].q.val() + self.hits[e].val();
         }
+        self.dropped.d.next = self.dropped.q.val() + self.drop_n.q.val();
         for last in (self._kmax - 1)..self._kmax {
-            self.dropped.d.next = self.dropped.q.val() + self.drop_chain[last].val();
+            self.drop_n.d.next = self.drop_chain[last].val();
             self.o_rec.d.next = self.rec_chain[last].val();
         }
         // Each run's statistics start from zero. This comes after the accumulation
@@ -1024,6 +1028,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 self.loads[e].d.next = 0.into();
             }
             self.dropped.d.next = 0.into();
+            self.drop_n.d.next = 0.into();
         }
         self.ofifo.clock.next = self.vitis.ap_clk.val();
         self.ofifo.reset.next = !self.vitis.ap_rst_n.val();
