@@ -24,7 +24,10 @@ pub struct RamPort<const D: usize> {
 }
 
 /// Simple dual-port RAM, synchronous read (one cycle), no read-during-write
-/// to the same address (the units never do it). Maps to BRAM/URAM.
+/// to the same address (the units never do it). Maps to BRAM/URAM; the
+/// memory is marked `no_rw_check` so that synthesis adds no collision
+/// bypass (a register and a mux after the RAM's output, which kept the flow
+/// from folding the next register into the block RAM's output register).
 #[derive(LogicBlock)]
 pub struct SyncRam<const D: usize> {
     pub clock: Signal<In, Clock>,
@@ -60,7 +63,7 @@ impl<const D: usize> Logic for SyncRam<D> {
     fn hdl(&self) -> Verilog {
         Verilog::Custom(format!(
             "\
-reg [{msb}:0] mem[0:{last}];
+(* no_rw_check *) reg [{msb}:0] mem[0:{last}];
 always @(posedge clock) begin
    if (port$we) mem[port$waddr] <= port$wdata;
    rdata <= mem[port$raddr];
@@ -515,8 +518,10 @@ fn from_i64<const N: usize>(v: i64) -> Signed<N> {
 /// give 0, the sum wraps in `N` bits) with `s` the `sh` of the last cycle
 /// (at most 62): the online-softmax rescale and accumulate, `l` and `o` in one
 /// loop. The rounding is a carry into the add, `(x >>> s) + a + c` with `c`
-/// the rounding bit, computed as `({x >>> s, c} + {a, c}) >> 1`: one carry
-/// chain, where a rounding add, then a shift, then the add were three.
+/// the rounding bit, a carry select: `(x >>> s) + a` and `(x >>> s) + a + 1`
+/// are two carry chains beside the rounding bit's AND-OR trees, and `c` picks
+/// one (as one chain with `c` as its carry-in, the trees came first: the
+/// attention unit's critical path, docs/timing.md).
 ///
 /// Each instance registers its own copy of the shift and of its rounding
 /// decode, kept apart by `(* keep *)` (yosys merges equal flip-flops): one
@@ -567,8 +572,9 @@ wire signed [63:0] xe = {{{{{pad}{{x[{msb}]}}}}, x}};
 wire [5:0] s = (&sr) ? 6'd62 : sr;
 wire signed [63:0] fl = xe >>> s;
 wire c = (|(xe & hr)) && (!xe[63] || (|(xe & lr)));
-wire [{n}:0] sum = {{fl[{msb}:0], c}} + {{a, c}};
-always @(*) y = sum[{n}:1];",
+wire [{msb}:0] s0 = fl[{msb}:0] + a;
+wire [{n}:0] s1 = {{fl[{msb}:0], 1'b1}} + {{a, 1'b1}};
+always @(*) y = c ? s1[{n}:1] : s0;",
             pad = 64 - N,
             msb = N - 1,
             n = N,

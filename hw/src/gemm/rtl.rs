@@ -437,43 +437,47 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.shell.span_beats.next = self.b_beats.q.val();
                     self.shell.span_rows.next = 1.into();
                 }
+                // The run's counters, loaded from the arguments as written in every
+                // idle cycle, not only the start's (nothing reads them while idle):
+                // their enables decode the phase alone, where `start` fanned out to
+                // a thousand flip-flops (docs/timing.md).
+                self.row_beats.d.next = self.a_beats.q.val();
+                self.bias_beats.d.next = self.b_beats.q.val();
+                self.i0.d.next = 0.into();
+                self.m_left.d.next = self.now.m.val();
+                self.rows_valid.d.next = self.first_rows.q.val();
+                self.recv_cnt.d.next = 0.into();
+                self.recv_row.d.next = 0.into();
+                self.since_last.d.next = self.c_gap.val();
+                self.gap_ok.d.next = true;
+                self.promised.d.next = 0.into();
+                self.o_occ.d.next = 0.into();
+                self.b_occ.d.next = 0.into();
+                self.b_cnt.d.next = 0.into();
+                self.b_any.d.next = false;
+                self.fk.d.next = 0.into();
+                self.f_last.d.next = self.now.k.val() == 1;
+                // The B stream's counters start here and are left so by each
+                // stream's end (below), so entering BStream sets none of them.
+                self.bk.d.next = 0.into();
+                self.bk_last.d.next = self.now.k.val() == 1;
+                self.bj1.d.next = self.c_cols.val();
+                self.bj_done.d.next = false;
+                self.baddr.d.next = self.now.b.val();
+                self.nb_one.d.next = self.now.n.val() <= self.c_cols.val();
+                self.bj1_end.d.next = self.now.n.val() <= self.c_cols.val();
+                self.n_mc.d.next = self.now.n.val() - self.c_cols.val();
+                self.k_m2.d.next = self.now.k.val() - 2;
+                self.k_one.d.next = self.now.k.val() == 1;
+                self.fj0.d.next = 0.into();
+                self.f_left.d.next = self.now.n.val();
+                self.feed_done.d.next = false;
+                for r in 0..self._rows {
+                    self.a_sel[r].d.next = false;
+                }
+                self.a_sel[0].d.next = true;
                 if self.shell.start.val() {
-                    self.row_beats.d.next = self.a_beats.q.val();
-                    self.bias_beats.d.next = self.b_beats.q.val();
-                    self.i0.d.next = 0.into();
-                    self.m_left.d.next = self.now.m.val();
-                    self.rows_valid.d.next = self.first_rows.q.val();
-                    self.recv_cnt.d.next = 0.into();
-                    self.recv_row.d.next = 0.into();
-                    self.since_last.d.next = self.c_gap.val();
-                    self.gap_ok.d.next = true;
-                    self.promised.d.next = 0.into();
-                    self.o_occ.d.next = 0.into();
-                    self.b_occ.d.next = 0.into();
-                    self.b_cnt.d.next = 0.into();
-                    self.b_any.d.next = false;
-                    self.fk.d.next = 0.into();
-                    self.f_last.d.next = self.now.k.val() == 1;
-                    // The B stream's counters start here and are left so by each
-                    // stream's end (below), so entering BStream sets none of them.
-                    self.bk.d.next = 0.into();
-                    self.bk_last.d.next = self.now.k.val() == 1;
-                    self.bj1.d.next = self.c_cols.val();
-                    self.bj_done.d.next = false;
-                    self.baddr.d.next = self.now.b.val();
-                    self.nb_one.d.next = self.now.n.val() <= self.c_cols.val();
-                    self.bj1_end.d.next = self.now.n.val() <= self.c_cols.val();
-                    self.n_mc.d.next = self.now.n.val() - self.c_cols.val();
-                    self.k_m2.d.next = self.now.k.val() - 2;
-                    self.k_one.d.next = self.now.k.val() == 1;
-                    self.fj0.d.next = 0.into();
-                    self.f_left.d.next = self.now.n.val();
-                    self.feed_done.d.next = false;
                     self.in_a.d.next = true;
-                    for r in 0..self._rows {
-                        self.a_sel[r].d.next = false;
-                    }
-                    self.a_sel[0].d.next = true;
                     self.shell.span_load.next = true;
                     self.phase.d.next = Phase::AReq;
                     if self.now.use_bias.val() {

@@ -289,6 +289,9 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     c_gz: Vec<Constant<Bits<16>>>,
     c_gt: Vec<Constant<Bits<16>>>,
     c_i: Vec<Constant<Bits<32>>>,
+    /// Choice i is taken (`i < K`), registered every cycle from the run's K:
+    /// the normalizer's and the choices' gates read a flag, not a compare.
+    k_act: Vec<DFF<Bit>>,
     c_e: Vec<Constant<Bits<8>>>,
     /// Statistics word of expert e's load (after dropped and capacity).
     c_se: Vec<Constant<Bits<32>>>,
@@ -423,6 +426,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_gz: (0..g).map(|i| k((32 * i * l) as u64)).collect(),
             c_gt: (0..g).map(|i| k((40 * i * l) as u64)).collect(),
             c_i: (0..cfg.k_max).map(|i| k(i as u64)).collect(),
+            k_act: (0..cfg.k_max).map(|_| DFF::default()).collect(),
             c_e: (0..cfg.e_max).map(|e| k(e as u64)).collect(),
             c_se: (0..cfg.e_max).map(|e| k(e as u64 + 2)).collect(),
             c_meta_tok: k(META_TOK as u64),
@@ -927,6 +931,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.qd_v.din.next = bit_cast::<1, 1>(self.r_valid.val().into());
         self.q_meta.next = self.qd_meta.dout.val();
         self.q_valid.next = self.qd_v.dout.val().any();
+        for i in 0..self._kmax {
+            self.k_act[i].clock.next = self.vitis.ap_clk.val();
+            self.k_act[i].d.next = self.c_i[i].val() < self.run.k.val();
+        }
         // Normalizer: all E exponentials, or the k chosen ones.
         for i in 0..self._kmax {
             self.ps[i].next = self.q_meta.val().get_bits::<32>(64 + i * 16) & 0xFFFF;
@@ -934,7 +942,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.sk[0].next = self.ps[0].val();
         for i in 1..self._kmax {
             self.sk[i].next = self.sk[i - 1].val();
-            if self.c_i[i].val() < self.run.k.val() {
+            if self.k_act[i].q.val() {
                 self.sk[i].next = self.sk[i - 1].val() + self.ps[i].val();
             }
         }
@@ -982,7 +990,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.choices[i].w.next = self.wq[i].w.val();
             self.choices[i].sel.next = self.sels[i].val();
             self.choices[i].cap.next = self.cap.q.val();
-            self.choices[i].active.next = self.cd_v.dout.val().any() & (self.c_i[i].val() < self.run.k.val());
+            self.choices[i].active.next = self.cd_v.dout.val().any() & self.k_act[i].q.val();
         }
         self.o_valid.d.next = self.cd_v.dout.val().any();
         self.o_tok.d.next = self.cd_meta.dout.val().get_bits::<32>(64);
