@@ -518,19 +518,16 @@ fn from_i64<const N: usize>(v: i64) -> Signed<N> {
 /// give 0, the sum wraps in `N` bits) with `s` the `sh` of the last cycle
 /// (at most 62): the online-softmax rescale and accumulate, `l` and `o` in one
 /// loop. The rounding is a carry into the add, `(x >>> s) + a + c` with `c`
-/// the rounding bit, a carry select: `(x >>> s) + a` and `(x >>> s) + a + 1`
-/// are two carry chains beside the rounding bit's AND-OR trees, and `c` picks
-/// one (as one chain with `c` as its carry-in, the trees came first: the
-/// attention unit's critical path, docs/timing.md).
+/// the rounding bit, computed as `({x >>> s, c} + {a, c}) >> 1`: one carry
+/// chain, where a rounding add, then a shift, then the add were three.
 ///
-/// Each instance registers its own copy of the shift and of its rounding
-/// decode, kept apart by `(* keep *)` (yosys merges equal flip-flops): one
-/// shared register drove every instance's shifter and rounding bit, and its
-/// fan-out across the lane was the attention unit's critical path
-/// (docs/timing.md). The decode comes from the parent, decoded once for all
-/// its instances (in each it cost 6 000 LUT4 in a d = 16 lane): `hot` marks
-/// bit s − 1 (none when s = 0), `lo` the bits below it, for the `sh` given
-/// with them. The model takes them as given.
+/// Each instance registers its own copy of the shift, kept apart by
+/// `(* keep *)` (yosys merges equal flip-flops): one shared register drove
+/// every instance's shifter and rounding decode, and its fan-out across the
+/// lane was most of the attention unit's critical path (docs/timing.md). The
+/// rounding decode of the same shift comes from the parent's registers,
+/// decoded once for all its instances: `hot` marks bit s − 1 (none when
+/// s = 0), `lo` the bits below it. The model takes them as given.
 #[derive(LogicBlock, Default)]
 pub struct RoundShiftAdd<const N: usize> {
     pub clock: Signal<In, Clock>,
@@ -561,20 +558,13 @@ impl<const N: usize> Logic for RoundShiftAdd<N> {
         Verilog::Custom(format!(
             "\
 reg [5:0] sr;
-reg [63:0] hr;
-reg [63:0] lr;
-(* keep *) always @(posedge clock) begin
-   sr <= sh;
-   hr <= hot;
-   lr <= lo;
-end
+(* keep *) always @(posedge clock) sr <= sh;
 wire signed [63:0] xe = {{{{{pad}{{x[{msb}]}}}}, x}};
 wire [5:0] s = (&sr) ? 6'd62 : sr;
 wire signed [63:0] fl = xe >>> s;
-wire c = (|(xe & hr)) && (!xe[63] || (|(xe & lr)));
-wire [{msb}:0] s0 = fl[{msb}:0] + a;
-wire [{n}:0] s1 = {{fl[{msb}:0], 1'b1}} + {{a, 1'b1}};
-always @(*) y = c ? s1[{n}:1] : s0;",
+wire c = (|(xe & hot)) && (!xe[63] || (|(xe & lo)));
+wire [{n}:0] sum = {{fl[{msb}:0], c}} + {{a, c}};
+always @(*) y = sum[{n}:1];",
             pad = 64 - N,
             msb = N - 1,
             n = N,

@@ -100,10 +100,10 @@ pub struct Lane<const W: usize> {
     p4: DFF<Bits<16>>,
     upd4: DFF<Bit>,
     /// The rounding decode of δ for the `RoundShiftAdd`s (bit δ − 1, and the
-    /// bits below it), of S3c's δ, registered once for the lane in S3c
-    /// beside `d3c`; each instance keeps its own copy for S4b, as of δ.
-    hot3c: DFF<Bits<64>>,
-    lo3c: DFF<Bits<64>>,
+    /// bits below it), registered in S4a once for the lane: decoded in every
+    /// instance, 17 of them in a d = 16 lane, it cost 6 000 LUT4s.
+    hot4: DFF<Bits<64>>,
+    lo4: DFF<Bits<64>>,
     c_ones: Constant<Bits<64>>,
     first4: DFF<Bit>,
     l: DFF<Signed<48>>,
@@ -157,7 +157,7 @@ impl<const W: usize> Lane<W> {
             _dm2: d - 2,
             .. clock, q_we, q_row, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, div_start,
             div_busy, ser_v, omult, oshift, row32, row8, qrow, flags0, scale, mask0, e, m, t3, mn3,
-            mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, p4, upd4, hot3c, lo3c, first4, l, l_rs,
+            mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, p4, upd4, hot4, lo4, first4, l, l_rs,
             div_cnt, dl, rem, quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o, r32, r8
         })
     }
@@ -167,8 +167,8 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, qrow, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, p4, upd4, hot3c, lo3c,
-            first4, l, div_cnt, dl, rem, quo, r32, r8
+            self, clock, qrow, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, p4, upd4, hot4, lo4, first4,
+            l, div_cnt, dl, rem, quo, r32, r8
         );
         for x in 0..self._d {
             self.o[x].clock.next = self.clock.val();
@@ -244,15 +244,15 @@ impl<const W: usize> Logic for Lane<W> {
 
         // S3c: p = 2^u (`exp2`'s second stage).
         self.d3c.d.next = self.d3.q.val();
-        // δ ≤ 62 here (S3b clamps it), as the shifters take it.
-        self.hot3c.d.next = (bits::<64>(1) << self.d3.q.val()) >> 1;
-        self.lo3c.d.next = !(self.c_ones.val() << self.d3.q.val()) >> 1;
         self.upd3c.d.next = self.upd3.q.val();
         self.first3c.d.next = self.first3.q.val();
 
         // S4a: p · v[x] registered, with the V row the top presents now.
         self.p4.d.next = self.exp2.p.val();
         self.upd4.d.next = self.upd3c.q.val();
+        // δ ≤ 62 here (S3b clamps it), as the shifters take it.
+        self.hot4.d.next = (bits::<64>(1) << self.d3c.q.val()) >> 1;
+        self.lo4.d.next = !(self.c_ones.val() << self.d3c.q.val()) >> 1;
         self.first4.d.next = self.first3c.q.val();
         for x in 0..self._d {
             self.pv[x].d.next = signed_cast(self.exp2.p.val())
@@ -260,12 +260,12 @@ impl<const W: usize> Logic for Lane<W> {
         }
 
         // S4b: l = rnd(l / 2^δ) + p, o[x] = rnd(o[x] / 2^δ) + p·v[x].
-        // δ and its decode enter the `RoundShiftAdd`s in S4a; each registers its own copy.
+        // δ enters the `RoundShiftAdd`s in S4a; each registers its own copy.
         self.l_rs.clock.next = self.clock.val();
         self.l_rs.x.next = self.l.q.val();
         self.l_rs.sh.next = self.d3c.q.val();
-        self.l_rs.hot.next = self.hot3c.q.val();
-        self.l_rs.lo.next = self.lo3c.q.val();
+        self.l_rs.hot.next = self.hot4.q.val();
+        self.l_rs.lo.next = self.lo4.q.val();
         self.l_rs.a.next = signed_bit_cast::<48, 16>(signed_cast(self.p4.q.val()));
         if self.upd4.q.val() {
             self.l.d.next = self.l_rs.y.val();
@@ -277,8 +277,8 @@ impl<const W: usize> Logic for Lane<W> {
             self.o_rs[x].x.next = self.o[x].q.val();
             self.o_rs[x].clock.next = self.clock.val();
             self.o_rs[x].sh.next = self.d3c.q.val();
-            self.o_rs[x].hot.next = self.hot3c.q.val();
-            self.o_rs[x].lo.next = self.lo3c.q.val();
+            self.o_rs[x].hot.next = self.hot4.q.val();
+            self.o_rs[x].lo.next = self.lo4.q.val();
             self.o_rs[x].a.next = signed_bit_cast::<48, 32>(self.pv[x].q.val());
             if self.upd4.q.val() {
                 self.o[x].d.next = self.o_rs[x].y.val();

@@ -222,10 +222,14 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The smallest C pitch that holds a row: N·4 bytes, or N with FLAGS.requant.
     ldc_min: DFF<Bits<64>>,
     /// The arguments as written are refused (docs/gemm.md): registered from
-    /// them every cycle, two stages with `ldc_min`. The control slave takes at
-    /// least three cycles per AXI4-Lite write, so the argument registers are
-    /// steady for three cycles before the write of `ap_start` can start a run.
+    /// them every cycle, two stages (the sizes' and the pitches' checks, and
+    /// `ldc_min`, then their OR with the C pitch's compare). The control slave
+    /// takes at least three cycles per AXI4-Lite write, so the argument
+    /// registers are steady for three cycles before the write of `ap_start`
+    /// can start a run.
     refuse: DFF<Bit>,
+    bad_size: DFF<Bit>,
+    bad_pitch: DFF<Bit>,
     /// Every beat of the bias vector is in (read a cycle after it happens).
     bias_in: DFF<Bit>,
     c_pmask: Constant<Bits<64>>,
@@ -341,7 +345,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
-            w_beat, w_mask, w_strb, bias_row, w_bias, ldc_min, refuse, bias_in, array_clear
+            w_beat, w_mask, w_strb, bias_row, w_bias, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         }))
     }
 }
@@ -356,7 +360,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
-            f_left, ldc_min, refuse, bias_in, array_clear
+            f_left, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         );
         for r in 0..self._rows {
             self.a_sel[r].clock.next = self.vitis.ap_clk.val();
@@ -407,16 +411,19 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // Refuse what the buffers cannot hold and what the map rules out
         // (docs/gemm.md); the host checks first, this keeps a bad register
         // write from corrupting anything.
-        self.refuse.d.next = (self.now.m.val() == 0)
+        self.bad_size.d.next = (self.now.m.val() == 0)
             | (self.now.n.val() == 0)
             | (self.now.k.val() == 0)
             | (self.now.k.val() > self.c_kmax.val())
             | (self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val()))
-            | self.now.bad_shift.val()
-            | ((bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val()) & self.c_pmask.val())
-                != 0)
+            | self.now.bad_shift.val();
+        self.bad_pitch.d.next = ((bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val())
+            & self.c_pmask.val())
+            != 0)
             | (self.now.lda.val() < self.now.k.val())
-            | (self.now.ldb.val() < self.now.n.val())
+            | (self.now.ldb.val() < self.now.n.val());
+        self.refuse.d.next = self.bad_size.q.val()
+            | self.bad_pitch.q.val()
             | (bit_cast::<64, 32>(self.now.ldc.val()) < self.ldc_min.q.val());
         self.bias_in.d.next = self.recv_cnt.q.val() == self.bias_beats.q.val();
         // ---------------- Phase machine and read requests ----------------
