@@ -1,11 +1,15 @@
 //! One output lane of the fused epilogue: bias add, ReLU, requantize.
-use crate::blocks::RequantPipe;
+use crate::blocks::{RequantPipe, SkewLine};
 use rust_hdl::prelude::*;
 
 /// Lane `c` of the epilogue. The writer enables the add, then reads the int32
 /// result a cycle later and the int8 one [`RequantPipe::LATENCY`] cycles
-/// later; the unit packs the lanes into beats (`Pack`).
-#[derive(LogicBlock, Default)]
+/// later; the unit packs the lanes into beats (`Pack`). ReLU is applied to
+/// the registered sum on the way out (`clip`, and delayed beside the
+/// requantizer: requantizing 0 gives 0), not as a clear of the sum's register
+/// decided by its sign: sign, then the clear of 32 flip-flops after the add's
+/// carry chain was the GEMM unit's critical path (docs/timing.md).
+#[derive(LogicBlock)]
 pub struct EpilogueLane {
     pub clock: Signal<In, Clock>,
     pub acc: Signal<In, Bits<32>>,
@@ -18,15 +22,27 @@ pub struct EpilogueLane {
     pub out32: Signal<Out, Bits<32>>,
     pub out8: Signal<Out, Bits<8>>,
     value: DFF<Bits<32>>,
+    clip: DFF<Bit>,
+    clip_dly: SkewLine<1>,
     sum: Signal<Local, Signed<32>>,
     rq: RequantPipe,
+}
+
+impl Default for EpilogueLane {
+    fn default() -> Self {
+        with_defaults!(Self {
+            clip_dly: SkewLine::new(RequantPipe::LATENCY),
+            .. clock, acc, bias, use_bias, relu, en_add, mult, shift, out32, out8, value, clip, sum, rq
+        })
+    }
 }
 
 impl Logic for EpilogueLane {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, value);
+        dff_setup!(self, clock, value, clip);
         self.rq.clock.next = self.clock.val();
+        self.clip_dly.clock.next = self.clock.val();
         // Two's-complement wrapping add, as the numerics contract says.
         self.sum.next = signed_cast(self.acc.val());
         if self.use_bias.val() {
@@ -34,14 +50,19 @@ impl Logic for EpilogueLane {
         }
         if self.en_add.val() {
             self.value.d.next = unsigned_cast(self.sum.val());
-            if self.relu.val() & self.sum.val().get_bit(31) {
-                self.value.d.next = 0.into();
-            }
+            self.clip.d.next = self.relu.val() & self.sum.val().get_bit(31);
         }
         self.rq.x.next = self.value.q.val();
         self.rq.mult.next = self.mult.val();
         self.rq.shift.next = self.shift.val();
+        self.clip_dly.din.next = bit_cast::<1, 1>(self.clip.q.val().into());
         self.out32.next = self.value.q.val();
+        if self.clip.q.val() {
+            self.out32.next = 0.into();
+        }
         self.out8.next = self.rq.y.val();
+        if self.clip_dly.dout.val().any() {
+            self.out8.next = 0.into();
+        }
     }
 }

@@ -71,7 +71,14 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     emask: DFF<Bits<EL>>,
 
     phase: DFF<Phase>,
-    bad_args: Signal<Local, Bit>,
+    /// The arguments as written are refused (docs/moe.md): registered from
+    /// them every cycle in two stages (the sizes' checks and the scale's and
+    /// pitches', then their OR), as the GEMM's `refuse`: the control slave
+    /// takes at least three cycles per AXI4-Lite write, so they are current
+    /// when a write of `ap_start` starts a run.
+    bad_args: DFF<Bit>,
+    bad_size: DFF<Bit>,
+    bad_form: DFF<Bit>,
     groups_of: Signal<Local, Bits<16>>,
     // Read-data receiver.
     recv_cnt: DFF<Bits<16>>,
@@ -444,7 +451,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _rounds: nr,
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
-            .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, groups_of, recv_cnt,
+            .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, groups_of, recv_cnt,
             recv_rows, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
             cap, ct, cg, cc, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
@@ -463,7 +470,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, recv_cnt, row_end, beats_m2, one_beat,
+            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, recv_cnt, row_end, beats_m2, one_beat,
             recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
@@ -504,7 +511,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // corrupting anything. SMULT is a positive int32 with |t| < 2^38 for
         // every |logit| ≤ 2^31: SMULT < 2^(7+SSHIFT). DPITCH is checked once
         // the capacity is known (CapCheck), still before any traffic.
-        self.bad_args.next = (self.now.t.val() == 0)
+        self.bad_size.d.next = (self.now.t.val() == 0)
             | (self.now.t.val() > self.c_tlim.val())
             | (self.now.h.val() == 0)
             | (self.now.h.val() > self.c_hmax.val())
@@ -513,14 +520,15 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             | (self.now.k.val() == 0)
             | (self.now.k.val() > self.c_kmax.val())
             | (self.now.k.val() > self.now.e.val())
-            | (self.now.capacity.val() & (self.now.cf.val() == 0))
-            | self.now.bad_shift.val()
+            | (self.now.capacity.val() & (self.now.cf.val() == 0));
+        self.bad_form.d.next = self.now.bad_shift.val()
             | (self.now.smult.val() == 0)
             | self.now.smult.val().get_bit(31)
             | (((self.now.smult.val() >> 7) >> bit_cast::<32, 6>(self.now.sshift.val())) != 0)
             | (((self.now.ldx.val() | self.now.ldw.val() | self.now.dpitch.val()) & self.c_pmask32.val()) != 0)
             | (self.now.ldx.val() < self.now.h.val())
             | (self.now.ldw.val() < self.now.h.val());
+        self.bad_args.d.next = self.bad_size.q.val() | self.bad_form.q.val();
 
         // ---------------- Phase machine and read requests ----------------
         self.cap_mul.clock.next = self.vitis.ap_clk.val();
@@ -571,7 +579,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.tb_addr.d.next = self.now.dispatch.val();
                     self.route_ptr.d.next = self.now.route.val();
                     self.phase.d.next = Phase::CapPrep;
-                    if self.bad_args.val() {
+                    if self.bad_args.q.val() {
                         self.shell.fail.next = true;
                         self.phase.d.next = Phase::Done;
                     }
