@@ -663,6 +663,73 @@ always @(posedge clock)
     }
 }
 
+/// A bus carried beside a pipeline of one or two stages: `q` is `d` delayed
+/// by the stages, `s` the bus as the last stage sees it (`d` itself, or `d`
+/// registered once with `cut`). 0 at start. The same registers as a `DFF`
+/// per stage with a selected `s`, but rust-hdl wrote the selection as two
+/// assignments, which simulators execute over the whole bus every cycle
+/// (Verilator: a zeroed temporary and copies); here the bus is copied only
+/// from register to register.
+#[derive(LogicBlock)]
+pub struct Carry<const N: usize> {
+    pub clock: Signal<In, Clock>,
+    pub d: Signal<In, Bits<N>>,
+    pub s: Signal<Out, Bits<N>>,
+    pub q: Signal<Out, Bits<N>>,
+    _cut: Option<Bits<N>>,
+}
+
+impl<const N: usize> Carry<N> {
+    pub fn new(cut: bool) -> Self {
+        with_defaults!(Self {
+            _cut: cut.then(Bits::default),
+            .. clock, d, s, q
+        })
+    }
+}
+
+impl<const N: usize> Logic for Carry<N> {
+    fn update(&mut self) {
+        match &mut self._cut {
+            Some(s1) => {
+                if self.clock.pos_edge() {
+                    self.q.next = *s1;
+                    *s1 = self.d.val();
+                }
+                self.s.next = *s1;
+            }
+            None => {
+                if self.clock.pos_edge() {
+                    self.q.next = self.d.val();
+                }
+                self.s.next = self.d.val();
+            }
+        }
+    }
+    fn connect(&mut self) {
+        self.s.connect();
+        self.q.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let body = if self._cut.is_some() {
+            format!(
+                "\
+reg [{msb}:0] s1 = {N}'d0;
+initial q = {N}'d0;
+always @(posedge clock) begin
+   s1 <= d;
+   q <= s1;
+end
+always @(*) s = s1;",
+                msb = N - 1
+            )
+        } else {
+            format!("initial q = {N}'d0;\nalways @(posedge clock) q <= d;\nalways @(*) s = d;")
+        };
+        Verilog::Custom(body)
+    }
+}
+
 /// A row of `C`-bit elements filled two at a time from the top: on an edge
 /// with `en` set, `q <= (q >> 2C) | lo << top | hi << (top + C)`, with
 /// `top = C·(n − 2)` for a row of n elements (0 at start). After n/2 enabled
