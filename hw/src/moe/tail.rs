@@ -293,7 +293,14 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
 impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, ZB, AB> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, maskr, metar, validr, mask1, valid1);
+        // Every register below is assigned once, unconditionally: without
+        // dff_setup's hold (`d = q`) each is written once per cycle, where a hold
+        // and an assignment made simulators zero and copy the 256-bit metadata.
+        self.maskr.clock.next = self.clock.val();
+        self.metar.clock.next = self.clock.val();
+        self.validr.clock.next = self.clock.val();
+        self.mask1.clock.next = self.clock.val();
+        self.valid1.clock.next = self.clock.val();
         self.tree.clock.next = self.clock.val();
         self.tree.z.next = self.z.val();
         self.tree.mask.next = self.mask.val();
@@ -356,7 +363,13 @@ pub struct DivStage {
 impl Logic for DivStage {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, remr, qr, lr, metar, validr);
+        // `lr`, `metar` and `validr` are assigned once, unconditionally, without a
+        // hold (`d = q`): the hold and the assignment made simulators zero and copy
+        // the 256-bit metadata in each of the 27 stages.
+        dff_setup!(self, clock, remr, qr);
+        self.lr.clock.next = self.clock.val();
+        self.metar.clock.next = self.clock.val();
+        self.validr.clock.next = self.clock.val();
         self.r2.next = self.rem.val() << 1;
         self.remr.d.next = self.r2.val();
         self.qr.d.next = self.q.val() << 1;
