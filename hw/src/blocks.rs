@@ -1348,6 +1348,69 @@ mod tests {
         }
     }
 
+    /// The row blocks' models: what the units' launches (Verilator, Icarus)
+    /// check of their Verilog, for the rust-hdl engine.
+    #[test]
+    fn row_blocks_hold_shift_and_delay() {
+        let tick = |c: &mut Signal<In, Clock>, v: bool| c.next = Clock::from(v);
+        let mut r = ShrReg::<32>::default();
+        r.connect_all();
+        (r.d.next, r.sh.next, r.en.next) = (0xaabb_ccddu64.to_bits(), 8u64.to_bits(), false);
+        clock(&mut r, |r, c| tick(&mut r.clock, c), 1);
+        assert_eq!(r.q.val().to_u64(), 0);
+        r.en.next = true;
+        clock(&mut r, |r, c| tick(&mut r.clock, c), 1);
+        assert_eq!(r.q.val().to_u64(), 0xaa_bbcc);
+
+        let mut row = PairShiftRow::<8, 64>::new(4);
+        row.connect_all();
+        row.en.next = true;
+        for (lo, hi) in [(1u64, 2u64), (3, 4)] {
+            (row.lo.next, row.hi.next) = (lo.to_bits(), hi.to_bits());
+            clock(&mut row, |r, c| tick(&mut r.clock, c), 1);
+        }
+        row.en.next = false;
+        clock(&mut row, |r, c| tick(&mut r.clock, c), 2);
+        assert_eq!(row.q.val().to_u64(), 0x0403_0201);
+
+        let mut dly = RowDelay::<16>::new(3);
+        dly.connect_all();
+        dly.sh.next = 4u64.to_bits();
+        for i in 1..=6u64 {
+            dly.din.next = (i << 4).to_bits();
+            clock(&mut dly, |d, c| tick(&mut d.clock, c), 1);
+            // After edge i, the row of edge i − 2.
+            assert_eq!(dly.dout.val().to_u64(), i.saturating_sub(2), "edge {i}");
+        }
+
+        let mut pick = RowPick::<32, 8>::new(2, 8);
+        pick.connect_all();
+        (pick.rows[0].next, pick.rows[1].next) = (0x1111_1111u64.to_bits(), 0x2222_2222u64.to_bits());
+        (pick.rows8[0].next, pick.rows8[1].next) = (0x33u64.to_bits(), 0x44u64.to_bits());
+        let mut step = |p: &mut RowPick<32, 8>, load: bool, shift: bool, sel: u64, out8: bool| {
+            (p.load.next, p.shift.next, p.sel.next, p.out8.next) = (load, shift, sel.to_bits(), out8);
+            clock(p, |p, c| tick(&mut p.clock, c), 1);
+            p.q.val().to_u64()
+        };
+        assert_eq!(step(&mut pick, true, false, 1, false), 0x2222_2222);
+        assert_eq!(step(&mut pick, false, true, 1, false), 0x22_2222);
+        assert_eq!(step(&mut pick, true, false, 5, false), 0x22_2222, "no row 5: holds");
+        assert_eq!(step(&mut pick, true, false, 0, true), 0x33);
+        assert_eq!(step(&mut pick, true, false, 5, true), 0, "no int8 row 5: 0");
+
+        for cut in [false, true] {
+            let mut bus = Carry::<8>::new(cut);
+            bus.connect_all();
+            let lat = 1 + usize::from(cut);
+            for i in 1..=4u64 {
+                bus.d.next = i.to_bits();
+                clock(&mut bus, |b, c| tick(&mut b.clock, c), 1);
+                assert_eq!(bus.q.val().to_u64(), (i + 1).saturating_sub(lat as u64), "cut {cut}, edge {i}");
+                assert_eq!(bus.s.val().to_u64(), i, "cut {cut}, edge {i}");
+            }
+        }
+    }
+
     #[test]
     fn pack_places_lane_i_at_bit_i_times_l() {
         let mut p = Pack::<8, 32>::new(3);
