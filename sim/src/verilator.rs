@@ -731,7 +731,7 @@ fn compile(
         // Verilator compiles the model with -Os by default (OPT_FAST): the
         // wide-word helpers (VL_SHIFTL_WWI, VL_ZERO_W) then stay calls.
         .args(["OPT_FAST=-O3", "OPT_GLOBAL=-O2"]);
-    let mut failed = None;
+    let mut failed = false;
     for (i, cmd) in [&mut verilate, &mut make].into_iter().enumerate() {
         let out = log.try_clone().map_err(|e| io("opening the log", e))?;
         let err = log.try_clone().map_err(|e| io("opening the log", e))?;
@@ -741,7 +741,7 @@ fn compile(
             Err(e) => return Err(io(if i == 0 { "running verilator" } else { "running make" }, e)),
         };
         if !status.success() {
-            failed = Some(());
+            failed = true;
             break;
         }
         if i == 0 && !trace {
@@ -751,7 +751,7 @@ fn compile(
             }
         }
     }
-    if failed.is_some() || !out_so.exists() {
+    if failed || !out_so.exists() {
         // Keep the log beside the cache entry; the scratch directory goes.
         let kept = stem.with_extension("log");
         let log = if fs::rename(&log_path, &kept).is_ok() { kept } else { log_path };
