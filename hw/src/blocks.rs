@@ -1387,7 +1387,7 @@ mod tests {
         pick.connect_all();
         (pick.rows[0].next, pick.rows[1].next) = (0x1111_1111u64.to_bits(), 0x2222_2222u64.to_bits());
         (pick.rows8[0].next, pick.rows8[1].next) = (0x33u64.to_bits(), 0x44u64.to_bits());
-        let mut step = |p: &mut RowPick<32, 8>, load: bool, shift: bool, sel: u64, out8: bool| {
+        let step = |p: &mut RowPick<32, 8>, load: bool, shift: bool, sel: u64, out8: bool| {
             (p.load.next, p.shift.next, p.sel.next, p.out8.next) = (load, shift, sel.to_bits(), out8);
             clock(p, |p, c| tick(&mut p.clock, c), 1);
             p.q.val().to_u64()

@@ -608,7 +608,7 @@ impl VerilatorModel {
             if !cached {
                 let outputs: Vec<String> =
                     ports(data_bits).into_iter().filter(|p| p.dir == Dir::Out).map(|p| p.name).collect();
-                compile(&stem, &so, verilog, top, &shim, &outputs, trace, x_random)?;
+                compile(&stem, verilog, top, &shim, &outputs, trace, x_random)?;
             }
         }
         let lib = Arc::new(Library::load(&so, trace)?);
@@ -690,10 +690,9 @@ fn cache_key(parts: &[&str]) -> String {
     h.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Builds the shared object `so` in a scratch directory and renames it into place.
+/// Builds the shared object `<stem>.so` in a scratch directory and renames it into place.
 fn compile(
     stem: &Path,
-    so: &Path,
     verilog: &str,
     top: &str,
     shim: &str,
@@ -758,7 +757,7 @@ fn compile(
         let _ = fs::remove_dir_all(&dir);
         return Err(SimError::Build { top: top.to_string(), tail: log_tail(&log, 30), log });
     }
-    fs::rename(&out_so, so).map_err(|e| io("moving the library into the cache", e))?;
+    fs::rename(&out_so, stem.with_extension("so")).map_err(|e| io("moving the library into the cache", e))?;
     let _ = fs::remove_dir_all(&dir);
     Ok(())
 }
