@@ -504,6 +504,287 @@ impl<const L: usize, const W: usize> Logic for Pack<L, W> {
     }
 }
 
+/// A register loaded with `d >> sh` on the edges where `en` is set (0 at
+/// start): a row picked out of a wider beat. A `DFF` whose `d` is `q` unless
+/// enabled, fed by the shift, is the same hardware, but rust-hdl writes the
+/// shift and the hold in the parent's combinational block and simulators
+/// execute both every cycle: for a wide row Verilator shifts, zeroes a
+/// temporary and copies the row three times a cycle. Here the row is shifted
+/// and copied on enabled edges only.
+#[derive(LogicBlock, Default)]
+pub struct ShrReg<const N: usize> {
+    pub clock: Signal<In, Clock>,
+    pub en: Signal<In, Bit>,
+    pub d: Signal<In, Bits<N>>,
+    pub sh: Signal<In, Bits<16>>,
+    pub q: Signal<Out, Bits<N>>,
+}
+
+impl<const N: usize> Logic for ShrReg<N> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() && self.en.val() {
+            self.q.next = self.d.val() >> self.sh.val();
+        }
+    }
+    fn connect(&mut self) {
+        self.q.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(format!("initial q = {N}'d0;\nalways @(posedge clock) if (en) q <= d >> sh;"))
+    }
+}
+
+/// [`SkewLine`] for wide rows, `din >> sh` delayed `depth ≥ 2` edges: `dout`
+/// holds, after edge t, the `din >> sh` of edge t − depth + 1 (0 before).
+/// A ring of `depth − 1` rows (distributed RAM: one write, one read a
+/// cycle) and the output register, where a `SkewLine` shifts `depth`
+/// registers every cycle, which simulators copy row by row.
+#[derive(LogicBlock)]
+pub struct RowDelay<const N: usize> {
+    pub clock: Signal<In, Clock>,
+    pub din: Signal<In, Bits<N>>,
+    pub sh: Signal<In, Bits<16>>,
+    pub dout: Signal<Out, Bits<N>>,
+    /// The model: the rows written, oldest first.
+    _line: std::collections::VecDeque<Bits<N>>,
+}
+
+impl<const N: usize> RowDelay<N> {
+    pub fn new(depth: usize) -> Self {
+        assert!((2..=256).contains(&depth));
+        with_defaults!(Self {
+            _line: std::iter::repeat_n(Bits::default(), depth - 1).collect(),
+            .. clock, din, sh, dout
+        })
+    }
+}
+
+impl<const N: usize> Logic for RowDelay<N> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            if let Some(oldest) = self._line.pop_front() {
+                self.dout.next = oldest;
+            }
+            self._line.push_back(self.din.val() >> self.sh.val());
+        }
+    }
+    fn connect(&mut self) {
+        self.dout.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let slots = self._line.len();
+        let pb = usize::BITS as usize - (slots - 1).max(1).leading_zeros() as usize;
+        Verilog::Custom(format!(
+            "\
+reg [{msb}:0] mem[0:{last}];
+reg [{pmsb}:0] ptr = 0;
+integer i;
+initial begin
+   dout = {N}'d0;
+   for (i = 0; i < {slots}; i = i + 1) mem[i] = {N}'d0;
+end
+always @(posedge clock) begin
+   dout <= mem[ptr];
+   mem[ptr] <= din >> sh;
+   ptr <= (ptr == {pb}'d{last}) ? {pb}'d0 : ptr + {pb}'d1;
+end",
+            msb = N - 1,
+            last = slots - 1,
+            pmsb = pb - 1,
+        ))
+    }
+}
+
+/// The row being written out: on a `load` edge, row `sel` of `rows` (or, with
+/// `out8`, of `rows8` widened with zeros; no row with `sel` past the rows:
+/// `rows` holds, `rows8` gives 0); on a `shift` edge (never with `load`),
+/// itself shifted down by `step` bits. 0 at start. As a `DFF` with these as
+/// its `d`, simulators selected and copied the wide rows every cycle.
+#[derive(LogicBlock)]
+pub struct RowPick<const R: usize, const R8: usize> {
+    pub clock: Signal<In, Clock>,
+    pub load: Signal<In, Bit>,
+    pub shift: Signal<In, Bit>,
+    pub sel: Signal<In, Bits<32>>,
+    pub out8: Signal<In, Bit>,
+    pub rows: Vec<Signal<In, Bits<R>>>,
+    pub rows8: Vec<Signal<In, Bits<R8>>>,
+    pub q: Signal<Out, Bits<R>>,
+    _step: u64,
+}
+
+impl<const R: usize, const R8: usize> RowPick<R, R8> {
+    pub fn new(n: usize, step: usize) -> Self {
+        assert!(n >= 1 && R8 <= R && step < R);
+        Self {
+            clock: Default::default(),
+            load: Default::default(),
+            shift: Default::default(),
+            sel: Default::default(),
+            out8: Default::default(),
+            rows: crate::many(n),
+            rows8: crate::many(n),
+            q: Default::default(),
+            _step: step as u64,
+        }
+    }
+}
+
+impl<const R: usize, const R8: usize> Logic for RowPick<R, R8> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            if self.load.val() {
+                let i = self.sel.val().index();
+                if self.out8.val() {
+                    self.q.next = self.rows8.get(i).map_or(Bits::default(), |r| bit_cast::<R, R8>(r.val()));
+                } else if let Some(r) = self.rows.get(i) {
+                    self.q.next = r.val();
+                }
+            } else if self.shift.val() {
+                self.q.next = self.q.val() >> self._step;
+            }
+        }
+    }
+    fn connect(&mut self) {
+        self.q.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let wide8 = |i: usize| if R8 < R { format!("{{{}'d0, rows8${i}}}", R - R8) } else { format!("rows8${i}") };
+        let arms: String =
+            (0..self.rows.len()).map(|i| format!("      32'd{i}: q <= out8 ? {} : rows${i};\n", wide8(i))).collect();
+        Verilog::Custom(format!(
+            "\
+initial q = {R}'d0;
+always @(posedge clock)
+   if (load)
+      case (sel)
+{arms}      default: if (out8) q <= {R}'d0;
+      endcase
+   else if (shift) q <= q >> {step};",
+            step = self._step,
+        ))
+    }
+}
+
+/// A bus carried beside a pipeline of one or two stages: `q` is `d` delayed
+/// by the stages, `s` the bus as the last stage sees it (`d` itself, or `d`
+/// registered once with `cut`). 0 at start. The same registers as a `DFF`
+/// per stage with a selected `s`, but rust-hdl wrote the selection as two
+/// assignments, which simulators execute over the whole bus every cycle
+/// (Verilator: a zeroed temporary and copies); here the bus is copied only
+/// from register to register.
+#[derive(LogicBlock)]
+pub struct Carry<const N: usize> {
+    pub clock: Signal<In, Clock>,
+    pub d: Signal<In, Bits<N>>,
+    pub s: Signal<Out, Bits<N>>,
+    pub q: Signal<Out, Bits<N>>,
+    _cut: Option<Bits<N>>,
+}
+
+impl<const N: usize> Carry<N> {
+    pub fn new(cut: bool) -> Self {
+        with_defaults!(Self {
+            _cut: cut.then(Bits::default),
+            .. clock, d, s, q
+        })
+    }
+}
+
+impl<const N: usize> Logic for Carry<N> {
+    fn update(&mut self) {
+        match &mut self._cut {
+            Some(s1) => {
+                if self.clock.pos_edge() {
+                    self.q.next = *s1;
+                    *s1 = self.d.val();
+                }
+                self.s.next = *s1;
+            }
+            None => {
+                if self.clock.pos_edge() {
+                    self.q.next = self.d.val();
+                }
+                self.s.next = self.d.val();
+            }
+        }
+    }
+    fn connect(&mut self) {
+        self.s.connect();
+        self.q.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let body = if self._cut.is_some() {
+            format!(
+                "\
+reg [{msb}:0] s1 = {N}'d0;
+initial q = {N}'d0;
+always @(posedge clock) begin
+   s1 <= d;
+   q <= s1;
+end
+always @(*) s = s1;",
+                msb = N - 1
+            )
+        } else {
+            format!("initial q = {N}'d0;\nalways @(posedge clock) q <= d;\nalways @(*) s = d;")
+        };
+        Verilog::Custom(body)
+    }
+}
+
+/// A row of `C`-bit elements filled two at a time from the top: on an edge
+/// with `en` set, `q <= (q >> 2C) | lo << top | hi << (top + C)`, with
+/// `top = C·(n − 2)` for a row of n elements (0 at start). After n/2 enabled
+/// edges the row holds the n pairs in order, the first at the bottom. As a
+/// [`ShrReg`], it is written on enabled edges only.
+#[derive(LogicBlock)]
+pub struct PairShiftRow<const C: usize, const N: usize> {
+    pub clock: Signal<In, Clock>,
+    pub en: Signal<In, Bit>,
+    pub lo: Signal<In, Bits<C>>,
+    pub hi: Signal<In, Bits<C>>,
+    pub q: Signal<Out, Bits<N>>,
+    _top: usize,
+}
+
+impl<const C: usize, const N: usize> PairShiftRow<C, N> {
+    /// A row of `n ≥ 2` elements (`n·C ≤ N`); the bits above them stay 0.
+    pub fn new(n: usize) -> Self {
+        assert!(n >= 2 && n * C <= N, "{n} elements of {C} bits do not fit {N} bits");
+        with_defaults!(Self {
+            _top: C * (n - 2),
+            .. clock, en, lo, hi, q
+        })
+    }
+}
+
+impl<const C: usize, const N: usize> Logic for PairShiftRow<C, N> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() && self.en.val() {
+            let top = self._top as u64;
+            self.q.next = (self.q.val() >> (2 * C) as u64)
+                | (bit_cast::<N, C>(self.lo.val()) << top)
+                | (bit_cast::<N, C>(self.hi.val()) << (top + C as u64));
+        }
+    }
+    fn connect(&mut self) {
+        self.q.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(format!(
+            "\
+initial q = {N}'d0;
+always @(posedge clock) if (en)
+   q <= (q >> {c2}) | ({{{pad}'d0, lo}} << {top}) | ({{{pad}'d0, hi}} << {top_hi});",
+            c2 = 2 * C,
+            pad = N - C,
+            top = self._top,
+            top_hi = self._top + C,
+        ))
+    }
+}
+
 fn to_i64<const N: usize>(b: Signed<N>) -> i64 {
     let raw = unsigned_cast(b).get_bits::<64>(0).to_u64();
     // sign-extend from N bits
@@ -1067,6 +1348,69 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             x
+        }
+    }
+
+    /// The row blocks' models: what the units' launches (Verilator, Icarus)
+    /// check of their Verilog, for the rust-hdl engine.
+    #[test]
+    fn row_blocks_hold_shift_and_delay() {
+        let tick = |c: &mut Signal<In, Clock>, v: bool| c.next = Clock::from(v);
+        let mut r = ShrReg::<32>::default();
+        r.connect_all();
+        (r.d.next, r.sh.next, r.en.next) = (0xaabb_ccddu64.to_bits(), 8u64.to_bits(), false);
+        clock(&mut r, |r, c| tick(&mut r.clock, c), 1);
+        assert_eq!(r.q.val().to_u64(), 0);
+        r.en.next = true;
+        clock(&mut r, |r, c| tick(&mut r.clock, c), 1);
+        assert_eq!(r.q.val().to_u64(), 0xaa_bbcc);
+
+        let mut row = PairShiftRow::<8, 64>::new(4);
+        row.connect_all();
+        row.en.next = true;
+        for (lo, hi) in [(1u64, 2u64), (3, 4)] {
+            (row.lo.next, row.hi.next) = (lo.to_bits(), hi.to_bits());
+            clock(&mut row, |r, c| tick(&mut r.clock, c), 1);
+        }
+        row.en.next = false;
+        clock(&mut row, |r, c| tick(&mut r.clock, c), 2);
+        assert_eq!(row.q.val().to_u64(), 0x0403_0201);
+
+        let mut dly = RowDelay::<16>::new(3);
+        dly.connect_all();
+        dly.sh.next = 4u64.to_bits();
+        for i in 1..=6u64 {
+            dly.din.next = (i << 4).to_bits();
+            clock(&mut dly, |d, c| tick(&mut d.clock, c), 1);
+            // After edge i, the row of edge i − 2.
+            assert_eq!(dly.dout.val().to_u64(), i.saturating_sub(2), "edge {i}");
+        }
+
+        let mut pick = RowPick::<32, 8>::new(2, 8);
+        pick.connect_all();
+        (pick.rows[0].next, pick.rows[1].next) = (0x1111_1111u64.to_bits(), 0x2222_2222u64.to_bits());
+        (pick.rows8[0].next, pick.rows8[1].next) = (0x33u64.to_bits(), 0x44u64.to_bits());
+        let step = |p: &mut RowPick<32, 8>, load: bool, shift: bool, sel: u64, out8: bool| {
+            (p.load.next, p.shift.next, p.sel.next, p.out8.next) = (load, shift, sel.to_bits(), out8);
+            clock(p, |p, c| tick(&mut p.clock, c), 1);
+            p.q.val().to_u64()
+        };
+        assert_eq!(step(&mut pick, true, false, 1, false), 0x2222_2222);
+        assert_eq!(step(&mut pick, false, true, 1, false), 0x22_2222);
+        assert_eq!(step(&mut pick, true, false, 5, false), 0x22_2222, "no row 5: holds");
+        assert_eq!(step(&mut pick, true, false, 0, true), 0x33);
+        assert_eq!(step(&mut pick, true, false, 5, true), 0, "no int8 row 5: 0");
+
+        for cut in [false, true] {
+            let mut bus = Carry::<8>::new(cut);
+            bus.connect_all();
+            let lat = 1 + usize::from(cut);
+            for i in 1..=4u64 {
+                bus.d.next = i.to_bits();
+                clock(&mut bus, |b, c| tick(&mut b.clock, c), 1);
+                assert_eq!(bus.q.val().to_u64(), (i + 1).saturating_sub(lat as u64), "cut {cut}, edge {i}");
+                assert_eq!(bus.s.val().to_u64(), i, "cut {cut}, edge {i}");
+            }
         }
     }
 

@@ -21,7 +21,9 @@
 //! pair's Q16 values enter `r32` [`MulRound16Pipe::LATENCY`] cycles later and
 //! its int8 values enter `r8` another [`RequantPipe::LATENCY`] cycles later
 //! ([`SER_LAT`] in all), steered by `ser_v` delayed alongside.
-use crate::blocks::{DotI8Pipe, Exp2Pipe, MulRound16Pipe, RequantPipe, RoundShiftAdd, ScaleRoundPipe, SkewLine};
+use crate::blocks::{
+    DotI8Pipe, Exp2Pipe, MulRound16Pipe, PairShiftRow, RequantPipe, RoundShiftAdd, ScaleRoundPipe, ShrReg, SkewLine,
+};
 use rust_hdl::prelude::*;
 
 /// Widest output row: 128 Q16 values.
@@ -46,7 +48,9 @@ pub const SER_LAT: usize = MulRound16Pipe::LATENCY + RequantPipe::LATENCY;
 pub struct Lane<const W: usize> {
     pub clock: Signal<In, Clock>,
     pub q_we: Signal<In, Bit>,
+    /// The beat holding the query row, at bit `q_sh`.
     pub q_row: Signal<In, Bits<W>>,
+    pub q_sh: Signal<In, Bits<32>>,
     /// Index of this lane's query within its head (for the causal mask).
     pub q_idx: Signal<In, Bits<32>>,
     pub causal: Signal<In, Bit>,
@@ -69,7 +73,8 @@ pub struct Lane<const W: usize> {
     pub row32: Signal<Out, Bits<ROW32_BITS>>,
     /// The int8 output row.
     pub row8: Signal<Out, Bits<ROW8_BITS>>,
-    qrow: DFF<Bits<W>>,
+    /// The query row: `q_row >> q_sh` on `q_we` edges.
+    qrow: ShrReg<W>,
     qk: DotI8Pipe<W>,
     /// The step's flags when `qk` has its s.
     f1: SkewLine<3>,
@@ -125,12 +130,10 @@ pub struct Lane<const W: usize> {
     /// `ser_v` when `mulr` has the pair's Q16 values, and when `rq` has its int8 values.
     sh32: SkewLine<1>,
     sh8: SkewLine<1>,
-    r32: DFF<Bits<ROW32_BITS>>,
-    r8: DFF<Bits<ROW8_BITS>>,
-    c_top32: Constant<Bits<16>>,
-    c_top8: Constant<Bits<16>>,
-    c_top32o: Constant<Bits<16>>,
-    c_top8o: Constant<Bits<16>>,
+    /// The output rows, filled a pair per cycle from the top (written on
+    /// those cycles only: as `DFF`s, simulators copied them every cycle).
+    r32: PairShiftRow<32, ROW32_BITS>,
+    r8: PairShiftRow<8, ROW8_BITS>,
     _d: usize,
     _dm2: usize,
 }
@@ -148,17 +151,15 @@ impl<const W: usize> Lane<W> {
             sh32: SkewLine::new(MulRound16Pipe::LATENCY),
             sh8: SkewLine::new(RequantPipe::LATENCY),
             f2: SkewLine::new(ScaleRoundPipe::LATENCY),
-            c_top32: Constant::new(((32 * (d - 2)) as u64).to_bits()),
-            c_top8: Constant::new(((8 * (d - 2)) as u64).to_bits()),
-            c_top32o: Constant::new(((32 * (d - 1)) as u64).to_bits()),
-            c_top8o: Constant::new(((8 * (d - 1)) as u64).to_bits()),
+            r32: PairShiftRow::new(d),
+            r8: PairShiftRow::new(d),
             c_ones: Constant::new(u64::MAX.to_bits()),
             _d: d,
             _dm2: d - 2,
-            .. clock, q_we, q_row, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, div_start,
+            .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, div_start,
             div_busy, ser_v, omult, oshift, row32, row8, qrow, flags0, scale, mask0, e, m, t3, mn3,
             mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, p4, upd4, hot4, lo4, first4, l, l_rs,
-            div_cnt, dl, rem, quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o, r32, r8
+            div_cnt, dl, rem, quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
     }
 }
@@ -167,8 +168,8 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, qrow, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, p4, upd4, hot4, lo4, first4,
-            l, div_cnt, dl, rem, quo, r32, r8
+            self, clock, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, p4, upd4, hot4, lo4, first4, l,
+            div_cnt, dl, rem, quo
         );
         for x in 0..self._d {
             self.o[x].clock.next = self.clock.val();
@@ -187,9 +188,10 @@ impl<const W: usize> Logic for Lane<W> {
         self.rq_o.clock.next = self.clock.val();
         self.sh32.clock.next = self.clock.val();
         self.sh8.clock.next = self.clock.val();
-        if self.q_we.val() {
-            self.qrow.d.next = self.q_row.val();
-        }
+        self.qrow.clock.next = self.clock.val();
+        self.qrow.en.next = self.q_we.val();
+        self.qrow.d.next = self.q_row.val();
+        self.qrow.sh.next = bit_cast::<16, 32>(self.q_sh.val());
 
         // S1: s = q · k over d int8 pairs, by a pipelined adder tree.
         self.qk.a.next = self.qrow.q.val();
@@ -334,16 +336,14 @@ impl<const W: usize> Logic for Lane<W> {
         self.rq_o.mult.next = self.omult.val();
         self.rq.shift.next = self.oshift.val();
         self.rq_o.shift.next = self.oshift.val();
-        if self.sh32.dout.val().any() {
-            self.r32.d.next = (self.r32.q.val() >> 64)
-                | (bit_cast::<ROW32_BITS, 32>(self.mulr.y.val()) << self.c_top32.val())
-                | (bit_cast::<ROW32_BITS, 32>(self.mulr_o.y.val()) << self.c_top32o.val());
-        }
-        if self.sh8.dout.val().any() {
-            self.r8.d.next = (self.r8.q.val() >> 16)
-                | (bit_cast::<ROW8_BITS, 8>(self.rq.y.val()) << self.c_top8.val())
-                | (bit_cast::<ROW8_BITS, 8>(self.rq_o.y.val()) << self.c_top8o.val());
-        }
+        self.r32.clock.next = self.clock.val();
+        self.r32.en.next = self.sh32.dout.val().any();
+        self.r32.lo.next = self.mulr.y.val();
+        self.r32.hi.next = self.mulr_o.y.val();
+        self.r8.clock.next = self.clock.val();
+        self.r8.en.next = self.sh8.dout.val().any();
+        self.r8.lo.next = self.rq.y.val();
+        self.r8.hi.next = self.rq_o.y.val();
         self.row32.next = self.r32.q.val();
         self.row8.next = self.r8.q.val();
     }

@@ -8,7 +8,7 @@
 use super::lane::{done_at, v_at, Lane, ROW32_BITS, ROW8_BITS, SER_LAT};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
-use crate::blocks::{Fifo, MulU32Pipe, SkewLine};
+use crate::blocks::{Fifo, MulU32Pipe, RowDelay, RowPick, ShrReg};
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -105,9 +105,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     st_valid: DFF<Bit>,
     st_first: DFF<Bit>,
     st_j: DFF<Bits<32>>,
-    k_row: DFF<Bits<W>>,
+    /// The step's K row, picked out of the FIFO's head beat every cycle.
+    k_row: ShrReg<W>,
     /// V rows, delayed to the lanes' S4a (a step's V row in cycle c + `v_at(d)`).
-    v_dly: SkewLine<W>,
+    v_dly: RowDelay<W>,
     last_pipe: DFF<Bits<LAST_PIPE>>,
     // Finalize and write (block parameters handed over at the block's last step).
     fin: DFF<Fin>,
@@ -129,13 +130,11 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// head, its data (shifted down a beat per beat sent), beats, base address,
     /// offset within a beat and byte strobe.
     w_rb: DFF<Bits<32>>,
-    wrow: DFF<Bits<ROW32_BITS>>,
+    wrow: RowPick<ROW32_BITS, ROW8_BITS>,
     w_bpr: DFF<Bits<16>>,
     w_rowaddr: DFF<Bits<64>>,
     w_off: DFF<Bits<16>>,
     w_strb_r: DFF<Bits<S>>,
-    /// Lane `wi`'s int8 row, in `WRow`.
-    row8: Signal<Local, Bits<ROW8_BITS>>,
     row_bytes_log: Signal<Local, Bits<16>>,
     row_byte: Signal<Local, Bits<32>>,
     beats_per_row: Signal<Local, Bits<16>>,
@@ -155,7 +154,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_lane_off: Vec<Constant<Bits<32>>>,
     c_lane_idx: Vec<Constant<Bits<32>>>,
     c_lp_mask: Constant<Bits<LAST_PIPE>>,
-    c_wbits: Constant<Bits<16>>,
     c_mul_wait: Constant<Bits<4>>,
     c_ones64: Constant<Bits<64>>,
     _lanes: usize,
@@ -220,10 +218,10 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             lanes: (0..l).map(|_| Lane::new(cfg.head_dim)).collect(),
             kst: KvStream::new(cfg.read_fifo_depth, cfg.port_bytes()),
             vst: KvStream::new(cfg.read_fifo_depth, cfg.port_bytes()),
-            v_dly: SkewLine::new(v_at(cfg.head_dim) + 1),
+            v_dly: RowDelay::new(v_at(cfg.head_dim) + 1),
             c_lp_mask: Constant::new(k((1u64 << (done_at(cfg.head_dim) + 1)) - 1)),
             _lp: done_at(cfg.head_dim) + 1,
-            c_wbits: Constant::new(k(W as u64)),
+            wrow: RowPick::new(l, W),
             c_mul_wait: Constant::new(k(MulU32Pipe::LATENCY as u64 - 1)),
             c_ones64: Constant::new(Bits::<64>::mask()),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
@@ -247,7 +245,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib,
             go, st_valid, st_first, st_j, k_row, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
-            wb, w_addr, w_beat, w_strb, w_rb, wrow, w_bpr, w_rowaddr, w_off, w_strb_r, row8, row_bytes_log,
+            wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
             row_byte, beats_per_row
         }))
     }
@@ -261,9 +259,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp, qend, qspan,
             phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, k_addr, v_addr, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
-            kv_turn, kv_last, recv_v, j, rib, st_valid, st_first, st_j, k_row, last_pipe, fin,
+            kv_turn, kv_last, recv_v, j, rib, st_valid, st_first, st_j, last_pipe, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb,
-            w_rb, wrow, w_bpr, w_rowaddr, w_off, w_strb_r
+            w_rb, w_bpr, w_rowaddr, w_off, w_strb_r
         );
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
@@ -339,7 +337,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             & (self.last_pipe.q.val() == 0)
             & (!self.is_last.q.val() | (self.fin.q.val() == Fin::Idle));
         // ---------------- Output rows ----------------
-        self.row8.next = 0.into();
+        self.wrow.clock.next = self.vitis.ap_clk.val();
+        self.wrow.load.next = false;
+        self.wrow.shift.next = false;
+        self.wrow.sel.next = self.wi.q.val();
+        self.wrow.out8.next = self.run.out8.val();
         // Bytes per output row: d·4 (Q16) or d (int8), as a power of two.
         self.row_bytes_log.next = self.c_logd.val() + 2;
         if self.run.out8.val() {
@@ -633,18 +635,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Fin::WRow => {
                 // Row `f_q0 + wi` of the block's head: its byte offset and its lane's
-                // output, selected here (an OR of rows gated by lane made simulators
+                // output, selected in `wrow` (an OR of rows gated by lane made simulators
                 // copy every lane's row every cycle).
                 self.w_rb.d.next = self.row_byte.val();
-                for i in 0..self._lanes {
-                    if self.wi.q.val().index() == i {
-                        self.wrow.d.next = self.lanes[i].row32.val();
-                        self.row8.next = self.lanes[i].row8.val();
-                    }
-                }
-                if self.run.out8.val() {
-                    self.wrow.d.next = bit_cast::<ROW32_BITS, ROW8_BITS>(self.row8.val());
-                }
+                self.wrow.load.next = true;
                 self.w_bpr.d.next = self.beats_per_row.val();
                 self.fin.d.next = Fin::WRow2;
             }
@@ -671,7 +665,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             Fin::WSend => {
                 if self.shell.wr_fire.val() {
                     self.fin.d.next = Fin::WPrep;
-                    self.wrow.d.next = self.wrow.q.val() >> self.c_wbits.val();
+                    self.wrow.shift.next = true;
                     if self.wb.q.val() + 1 < self.w_bpr.q.val() {
                         self.wb.d.next = self.wb.q.val() + 1;
                     } else {
@@ -711,9 +705,13 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.st_valid.d.next = self.go.val();
         self.st_first.d.next = self.j.q.val() == 0;
         self.st_j.d.next = self.j.q.val();
-        self.k_row.d.next = self.kst.dout.val() >> (self.rib.q.val() << self.c_logd8.val());
+        self.k_row.clock.next = self.vitis.ap_clk.val();
+        self.k_row.en.next = true;
+        self.k_row.d.next = self.kst.dout.val();
+        self.k_row.sh.next = self.rib.q.val() << self.c_logd8.val();
         self.v_dly.clock.next = self.vitis.ap_clk.val();
-        self.v_dly.din.next = self.vst.dout.val() >> (self.rib.q.val() << self.c_logd8.val());
+        self.v_dly.din.next = self.vst.dout.val();
+        self.v_dly.sh.next = self.rib.q.val() << self.c_logd8.val();
         if self.go.val() {
             self.j.d.next = self.j.q.val() + 1;
             self.rib.d.next = self.rib.q.val() + 1;
@@ -735,8 +733,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 & ((((self.qrow_base.q.val() + self.c_lane_off[i].val()) >> self.c_logp.val())
                     - (self.qrow_base.q.val() >> self.c_logp.val()))
                     == self.qb.q.val());
-            self.lanes[i].q_row.next = self.vitis.m_axi_gmem.rdata.val()
-                >> (((self.qrow_base.q.val() + self.c_lane_off[i].val()) & self.c_pmask32.val()) << 3);
+            self.lanes[i].q_row.next = self.vitis.m_axi_gmem.rdata.val();
+            self.lanes[i].q_sh.next = ((self.qrow_base.q.val() + self.c_lane_off[i].val()) & self.c_pmask32.val()) << 3;
             self.lanes[i].q_idx.next = self.q0.q.val() + self.c_lane_idx[i].val();
             self.lanes[i].causal.next = self.run.causal.val();
             self.lanes[i].st_valid.next = self.st_valid.q.val();
@@ -752,6 +750,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].ser_v.next = self.ser_v.q.val();
             self.lanes[i].omult.next = self.run.omult.val();
             self.lanes[i].oshift.next = self.run.oshift.val();
+            self.wrow.rows[i].next = self.lanes[i].row32.val();
+            self.wrow.rows8[i].next = self.lanes[i].row8.val();
         }
 
         self.shell.wr_send.next = self.fin.q.val() == Fin::WSend;

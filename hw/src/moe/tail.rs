@@ -10,7 +10,7 @@
 //! log2-domain values, `PB = 16·EL` of Q1.14 exponentials. They are const
 //! parameters because rust-hdl's widths are types; sizing them for the largest
 //! unit made every unit pay for 256 experts in synthesis and simulation.
-use crate::blocks::{ArgMaxPipe, DotI8Pipe, Exp2Pipe, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
+use crate::blocks::{ArgMaxPipe, Carry, DotI8Pipe, Exp2Pipe, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
 use rust_hdl::prelude::*;
 
 /// Per-token metadata through the tail: ids (8×8 bits @0), chosen exponentials
@@ -238,21 +238,18 @@ pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     pub mask_o: Signal<Out, Bits<EL>>,
     pub meta_o: Signal<Out, Bits<MB>>,
     pub valid_o: Signal<Out, Bit>,
-    zr: DFF<Bits<ZB>>,
-    auxr: DFF<Bits<AB>>,
+    /// The wide buses the round passes on unchanged (z, aux) and the
+    /// metadata, beside the tree's stages; their `s` as the last stage sees them.
+    zc: Carry<ZB>,
+    auxc: Carry<AB>,
+    metac: Carry<MB>,
     maskr: DFF<Bits<EL>>,
     metar: DFF<Bits<MB>>,
     validr: DFF<Bit>,
-    /// The token's buses beside the tree's cut, and as the second stage sees them.
-    z1: DFF<Bits<ZB>>,
-    aux1: DFF<Bits<AB>>,
+    /// The token's narrow buses beside the tree's cut, and as the second stage sees them.
     mask1: DFF<Bits<EL>>,
-    meta1: DFF<Bits<MB>>,
     valid1: DFF<Bit>,
-    zs: Signal<Local, Bits<ZB>>,
-    auxs: Signal<Local, Bits<AB>>,
     masks: Signal<Local, Bits<EL>>,
-    metas: Signal<Local, Bits<MB>>,
     valids: Signal<Local, Bit>,
     tree: ArgMaxPipe<ZB, EL>,
     sel: Signal<Local, Bits<8>>,
@@ -283,13 +280,16 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
         let k = |v: usize| Constant::new((v as u64).to_bits());
         with_defaults!(Self {
             tree: ArgMaxPipe::new(e_max, cl),
+            zc: Carry::new(cl > 0),
+            auxc: Carry::new(cl > 0),
+            metac: Carry::new(cl > 0),
             c_sel_sh: k(8 * round),
             c_p_sh: k(META_P + 16 * round),
             c_first: Constant::new(round == 0),
             c_one: k(1 << crate::numerics::EXP2_ONE_BITS),
             _has_cut: usize::from(cl > 0),
-            .. clock, z, aux, mask, meta, valid, z_o, aux_o, mask_o, meta_o, valid_o, zr, auxr, maskr, metar, validr,
-            z1, aux1, mask1, meta1, valid1, zs, auxs, masks, metas, valids, sel, psel
+            .. clock, z, aux, mask, meta, valid, z_o, aux_o, mask_o, meta_o, valid_o, maskr, metar, validr,
+            mask1, valid1, masks, valids, sel, psel
         })
     }
 }
@@ -297,42 +297,44 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
 impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, ZB, AB> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, zr, auxr, maskr, metar, validr, z1, aux1, mask1, meta1, valid1);
+        // Every register below is assigned once, unconditionally: without
+        // dff_setup's hold (`d = q`) each is written once per cycle, where a hold
+        // and an assignment made simulators zero and copy the 256-bit metadata.
+        self.maskr.clock.next = self.clock.val();
+        self.metar.clock.next = self.clock.val();
+        self.validr.clock.next = self.clock.val();
+        self.mask1.clock.next = self.clock.val();
+        self.valid1.clock.next = self.clock.val();
         self.tree.clock.next = self.clock.val();
         self.tree.z.next = self.z.val();
         self.tree.mask.next = self.mask.val();
-        // The buses as the stage after the cut sees them.
-        self.z1.d.next = self.z.val();
-        self.aux1.d.next = self.aux.val();
+        self.zc.clock.next = self.clock.val();
+        self.zc.d.next = self.z.val();
+        self.auxc.clock.next = self.clock.val();
+        self.auxc.d.next = self.aux.val();
+        self.metac.clock.next = self.clock.val();
+        self.metac.d.next = self.meta.val();
+        // The narrow buses as the stage after the cut sees them.
         self.mask1.d.next = self.mask.val();
-        self.meta1.d.next = self.meta.val();
         self.valid1.d.next = self.valid.val();
-        self.zs.next = self.z.val();
-        self.auxs.next = self.aux.val();
         self.masks.next = self.mask.val();
-        self.metas.next = self.meta.val();
         self.valids.next = self.valid.val();
         for _c in 0..self._has_cut {
-            self.zs.next = self.z1.q.val();
-            self.auxs.next = self.aux1.q.val();
             self.masks.next = self.mask1.q.val();
-            self.metas.next = self.meta1.q.val();
             self.valids.next = self.valid1.q.val();
         }
         self.sel.next = self.tree.sel.val();
-        self.psel.next = self.auxs.val().get_bits::<16>(self.sel.val().index() * 16);
+        self.psel.next = self.auxc.s.val().get_bits::<16>(self.sel.val().index() * 16);
         if self.c_first.val() {
             self.psel.next = self.c_one.val();
         }
-        self.zr.d.next = self.zs.val();
-        self.auxr.d.next = self.auxs.val();
         self.maskr.d.next = self.masks.val() & !(bits::<EL>(1) << self.sel.val());
-        self.metar.d.next = self.metas.val()
+        self.metar.d.next = self.metac.s.val()
             | (bit_cast::<MB, 8>(self.sel.val()) << self.c_sel_sh.val())
             | (bit_cast::<MB, 16>(self.psel.val()) << self.c_p_sh.val());
         self.validr.d.next = self.valids.val();
-        self.z_o.next = self.zr.q.val();
-        self.aux_o.next = self.auxr.q.val();
+        self.z_o.next = self.zc.q.val();
+        self.aux_o.next = self.auxc.q.val();
         self.mask_o.next = self.maskr.q.val();
         self.meta_o.next = self.metar.q.val();
         self.valid_o.next = self.validr.q.val();
@@ -365,7 +367,13 @@ pub struct DivStage {
 impl Logic for DivStage {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, remr, qr, lr, metar, validr);
+        // `lr`, `metar` and `validr` are assigned once, unconditionally, without a
+        // hold (`d = q`): the hold and the assignment made simulators zero and copy
+        // the 256-bit metadata in each of the 27 stages.
+        dff_setup!(self, clock, remr, qr);
+        self.lr.clock.next = self.clock.val();
+        self.metar.clock.next = self.clock.val();
+        self.validr.clock.next = self.clock.val();
         self.r2.next = self.rem.val() << 1;
         self.remr.d.next = self.r2.val();
         self.qr.d.next = self.q.val() << 1;
@@ -400,43 +408,66 @@ pub struct Choice {
     pub active: Signal<In, Bit>,
     pub drop: Signal<Out, Bit>,
     pub rec: Signal<Out, Bits<RB>>,
-    slot: Signal<Local, Bits<32>>,
-    full: Signal<Local, Bit>,
-    c_id_sh: Constant<Bits<16>>,
-    c_w_sh: Constant<Bits<16>>,
-    c_s_sh: Constant<Bits<16>>,
-    c_neg1: Constant<Bits<32>>,
+    /// Bit offsets of the choice's id, weight and slot in the record.
+    _at: [usize; 3],
 }
 
 impl Choice {
     pub fn new(i: usize) -> Self {
         use super::config::{REC_IDS, REC_SLOTS, REC_WEIGHTS};
-        let k = |v: usize| Constant::new((v as u64).to_bits());
+        let at = [8 * (REC_IDS + i), 8 * (REC_WEIGHTS + 2 * i), 8 * (REC_SLOTS + 4 * i)];
+        assert!(at[0] + 8 <= at[1] && at[1] + 16 <= at[2] && at[2] + 32 <= RB);
         with_defaults!(Self {
-            c_id_sh: k(8 * (REC_IDS + i)),
-            c_w_sh: k(8 * (REC_WEIGHTS + 2 * i)),
-            c_s_sh: k(8 * (REC_SLOTS + 4 * i)),
-            c_neg1: Constant::new(u32::MAX.to_bits()),
-            .. w, sel, ld, cap, active, drop, rec, slot, full
+            _at: at,
+            .. w, sel, ld, cap, active, drop, rec
         })
     }
 }
 
 impl Logic for Choice {
-    #[hdl_gen]
     fn update(&mut self) {
-        self.full.next = self.ld.val() >= self.cap.val();
-        self.slot.next = self.ld.val();
-        if self.full.val() {
-            self.slot.next = self.c_neg1.val();
+        let full = self.ld.val() >= self.cap.val();
+        let slot = if full { u32::MAX.to_bits() } else { self.ld.val() };
+        let active = self.active.val();
+        self.drop.next = active & full;
+        self.rec.next = if active {
+            let [id, w, s] = self._at.map(|b| b as u64);
+            (bit_cast::<RB, 8>(self.sel.val()) << id)
+                | (bit_cast::<RB, 16>(self.w.val()) << w)
+                | (bit_cast::<RB, 32>(slot) << s)
+        } else {
+            0.into()
+        };
+    }
+    fn connect(&mut self) {
+        self.drop.connect();
+        self.rec.connect();
+    }
+    /// The record as one concatenation of the fields and zeros: placed by
+    /// shifts and OR-ed, simulators executed three shifts and two ORs of the
+    /// whole record every cycle.
+    fn hdl(&self) -> Verilog {
+        let [id, w, s] = self._at;
+        let mut parts = Vec::new();
+        let mut pos = 0;
+        for (at, bits, field) in [(id, 8, "sel"), (w, 16, "w"), (s, 32, "slot")] {
+            if at > pos {
+                parts.push(format!("{}'d0", at - pos));
+            }
+            parts.push(field.to_string());
+            pos = at + bits;
         }
-        self.drop.next = false;
-        self.rec.next = 0.into();
-        if self.active.val() {
-            self.drop.next = self.full.val();
-            self.rec.next = (bit_cast::<RB, 8>(self.sel.val()) << self.c_id_sh.val())
-                | (bit_cast::<RB, 16>(self.w.val()) << self.c_w_sh.val())
-                | (bit_cast::<RB, 32>(self.slot.val()) << self.c_s_sh.val());
+        if pos < RB {
+            parts.push(format!("{}'d0", RB - pos));
         }
+        parts.reverse();
+        Verilog::Custom(format!(
+            "\
+wire full = ld >= cap;
+wire [31:0] slot = full ? 32'hffffffff : ld;
+always @(*) drop = active & full;
+always @(*) rec = active ? {{{}}} : {RB}'d0;",
+            parts.join(", ")
+        ))
     }
 }
