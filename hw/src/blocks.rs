@@ -6,6 +6,7 @@
 //! 32×32-bit multiply (rust-hdl only has 16×16) and arithmetic right shifts.
 //! Each has a Rust `update` with the same cycle behaviour, so rust-hdl's
 //! simulator runs the same design.
+use crate::dff_setup;
 use rust_hdl::prelude::*;
 
 fn to_u64<const N: usize>(b: Bits<N>) -> u64 {
@@ -71,6 +72,39 @@ end",
             msb = D - 1,
             last = self._mem.len() - 1
         ))
+    }
+}
+
+/// Whether a FIFO holds anything, as a flip-flop kept beside it from its push
+/// and pop (and a count of its entries): a gate that reads `any` reads a
+/// register, not the FIFO's pointer compare. `clear` empties it.
+#[derive(LogicBlock, Default)]
+pub struct Occupancy {
+    pub clock: Signal<In, Clock>,
+    pub clear: Signal<In, Bit>,
+    pub push: Signal<In, Bit>,
+    pub pop: Signal<In, Bit>,
+    pub any: Signal<Out, Bit>,
+    count: DFF<Bits<16>>,
+    flag: DFF<Bit>,
+}
+
+impl Logic for Occupancy {
+    #[hdl_gen]
+    fn update(&mut self) {
+        dff_setup!(self, clock, count, flag);
+        if self.push.val() & !self.pop.val() {
+            self.count.d.next = self.count.q.val() + 1;
+        }
+        if !self.push.val() & self.pop.val() {
+            self.count.d.next = self.count.q.val() - 1;
+        }
+        self.flag.d.next = self.push.val() | (self.count.q.val() > 1) | ((self.count.q.val() == 1) & !self.pop.val());
+        if self.clear.val() {
+            self.count.d.next = 0.into();
+            self.flag.d.next = false;
+        }
+        self.any.next = self.flag.q.val();
     }
 }
 

@@ -16,7 +16,7 @@ use super::array::{ColFeed, PeRow, RowFeed};
 use super::epilogue::EpilogueLane;
 use super::regs::{Args, TABLE};
 use super::GemmConfig;
-use crate::blocks::{Fifo, MulU32Pipe, Pack, RequantPipe, SyncRam};
+use crate::blocks::{Fifo, MulU32Pipe, Occupancy, Pack, RequantPipe, SyncRam};
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -148,11 +148,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The phase streams B (`BStream` or `BDrain`), as a flag set and cleared
     /// with the phase, so the feeder's gate decodes no state.
     in_b: DFF<Bit>,
-    /// Entries in the B FIFO, and whether there are any: a flag kept from the
-    /// count and this cycle's push and pop, so the gate reads a register
-    /// instead of comparing the FIFO's pointers.
-    b_cnt: DFF<Bits<16>>,
-    b_any: DFF<Bit>,
+    /// Whether the B FIFO holds a beat, as a flag: the feeder's gate reads it.
+    b_has: Occupancy,
     /// This tile is the last column block (`fj0 + cols ≥ N`, i.e. `f_left ≤
     /// cols`), from `f_left` a cycle after it changes: tiles end at least
     /// `c_gap ≥ 2` cycles apart.
@@ -184,12 +181,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     cap_d: DFF<Bits<W>>,
     /// The output row's index and `j0`, as `ometa` holds them.
     cap_m: DFF<Bits<64>>,
-    /// Rows in the output FIFO, and whether there are any: a flag kept from the
-    /// count and this cycle's push and pop (as `b_any` for the B FIFO), so the
-    /// writer's pop, which enables its row registers, reads a register instead
-    /// of comparing the FIFO's pointers.
-    o_cnt: DFF<Bits<16>>,
-    o_any: DFF<Bit>,
+    /// Whether the output FIFO holds a row, as a flag: the writer's pop enables
+    /// its row registers.
+    o_has: Occupancy,
     // Writer.
     wstate: DFF<WriterState>,
     w_data: DFF<Bits<W>>,
@@ -343,7 +337,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             .. vitis, now, run, row_mul, row_beats, phase, i0,
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_occ,
             b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
-            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
+            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
             w_beat, w_mask, w_strb, bias_row, w_bias, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         }))
@@ -358,7 +352,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats,
             b_beats, bj1, bj_done, in_bs, b_want, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
-            since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, o_cnt, o_any, b_cnt, b_any, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
+            since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         );
@@ -460,8 +454,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.promised.d.next = 0.into();
                 self.o_occ.d.next = 0.into();
                 self.b_occ.d.next = 0.into();
-                self.b_cnt.d.next = 0.into();
-                self.b_any.d.next = false;
                 self.fk.d.next = 0.into();
                 self.f_last.d.next = self.now.k.val() == 1;
                 // The B stream's counters start here and are left so by each
@@ -645,17 +637,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.room.d.next = self.o_occ.q.val() <= self.c_room.val();
         self.f_go.next = self.in_b.q.val()
             & !self.feed_done.q.val()
-            & self.b_any.q.val()
+            & self.b_has.any.val()
             & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val()));
         self.bfifo.pop.next = self.f_go.val();
-        if self.b_recv.val() & !self.f_go.val() {
-            self.b_cnt.d.next = self.b_cnt.q.val() + 1;
-        }
-        if !self.b_recv.val() & self.f_go.val() {
-            self.b_cnt.d.next = self.b_cnt.q.val() - 1;
-        }
-        self.b_any.d.next =
-            self.b_recv.val() | (self.b_cnt.q.val() > 1) | ((self.b_cnt.q.val() == 1) & !self.f_go.val());
+        self.b_has.clock.next = self.vitis.ap_clk.val();
+        self.b_has.clear.next = !self.vitis.ap_rst_n.val() | (self.phase.q.val() == Phase::Idle);
+        self.b_has.push.next = self.b_recv.val();
+        self.b_has.pop.next = self.f_go.val();
         self.f_fin.d.next = self.f_left.q.val() <= self.c_cols.val();
         if self.b_issue.val() & !self.f_go.val() {
             self.b_occ.d.next = self.b_occ.q.val() + 1;
@@ -808,7 +796,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.w_bias.d.next = self.bias_row.val();
         match self.wstate.q.val() {
             WriterState::Idle => {
-                if self.o_any.q.val() {
+                if self.o_has.any.val() {
                     self.ofifo.pop.next = true;
                     self.ometa.pop.next = true;
                     self.w_data.d.next = self.ofifo.dout.val();
@@ -874,14 +862,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
 
-        if self.ofifo.push.val() & !self.ofifo.pop.val() {
-            self.o_cnt.d.next = self.o_cnt.q.val() + 1;
-        }
-        if !self.ofifo.push.val() & self.ofifo.pop.val() {
-            self.o_cnt.d.next = self.o_cnt.q.val() - 1;
-        }
-        self.o_any.d.next =
-            self.ofifo.push.val() | (self.o_cnt.q.val() > 1) | ((self.o_cnt.q.val() == 1) & !self.ofifo.pop.val());
+        self.o_has.clock.next = self.vitis.ap_clk.val();
+        self.o_has.clear.next = !self.vitis.ap_rst_n.val();
+        self.o_has.push.next = self.ofifo.push.val();
+        self.o_has.pop.next = self.ofifo.pop.val();
         self.o_up.next = 0.into();
         if self.f_go.val() & self.f_last.q.val() {
             self.o_up.next = bit_cast::<16, 32>(self.c_rows.val());
@@ -903,14 +887,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.in_b.d.next = false;
             self.in_bs.d.next = false;
             self.b_want.d.next = false;
-            self.b_cnt.d.next = 0.into();
-            self.b_any.d.next = false;
             self.f_last.d.next = false;
             self.gap_ok.d.next = false;
             self.room.d.next = false;
             self.cap_v.d.next = false;
-            self.o_cnt.d.next = 0.into();
-            self.o_any.d.next = false;
             self.wstate.d.next = WriterState::Idle;
         }
     }

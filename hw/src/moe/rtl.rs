@@ -12,7 +12,7 @@
 use super::config::{MoeConfig, EXPERT_SLOTS, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
 use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_TOK, POST_LATENCY, RB};
-use crate::blocks::{AddTree16Pipe, Fifo, MulRoundSat16Pipe, MulU32Pipe, Pack, SkewLine, SyncRam};
+use crate::blocks::{AddTree16Pipe, Fifo, MulRoundSat16Pipe, MulU32Pipe, Occupancy, Pack, SkewLine, SyncRam};
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -48,12 +48,9 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// The choices' weights, computed in the cycles after the reciprocal.
     wq: Vec<MulRoundSat16Pipe>,
     ofifo: Fifo<OB>,
-    /// Entries in `ofifo`, and whether there are any: a flag kept from the
-    /// count and this cycle's push and pop, so the writer's pop (which enables
-    /// its 600-bit record registers) reads a register, not the FIFO's
-    /// pointer compare.
-    o_cnt: DFF<Bits<16>>,
-    o_any: DFF<Bit>,
+    /// Whether `ofifo` holds a record, as a flag: the writer's pop enables its
+    /// 600-bit record registers.
+    o_occ: Occupancy,
     /// T·k, then CF·(T·k), for the capacity ([`MulU32Pipe`]: registered, off the critical path).
     cap_mul: MulU32Pipe,
     /// Expert e's dispatch row address `DISPATCH + e·DPITCH` at word e, written
@@ -457,7 +454,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
-            o_tok, tokens_out, out_done, o_cnt, o_any, wstate, w_beats, w_ids, w_slots, w_left, route_ptr, d_shift, w_tok, w_addr, w_word,
+            o_tok, tokens_out, out_done, o_occ, wstate, w_beats, w_ids, w_slots, w_left, route_ptr, d_shift, w_tok, w_addr, w_word,
             w_stats, rb, si, si_end, e_p1, stats_done, xmask, lane_off
         }))
     }
@@ -474,7 +471,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
-            x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done, o_cnt, o_any,
+            x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
             wstate, w_beats, w_ids, w_slots, w_left, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask
         );
         // ---------------- Shell ----------------
@@ -689,7 +686,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             Phase::Run => {
-                if self.out_done.q.val() & !self.o_any.q.val() & (self.wstate.q.val() == WriterState::Idle) {
+                if self.out_done.q.val() & !self.o_occ.any.val() & (self.wstate.q.val() == WriterState::Idle) {
                     self.si.d.next = 0.into();
                     self.si_end.d.next = false;
                     self.stats_done.d.next = false;
@@ -1112,7 +1109,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.shell.wr_last.next = true;
         match self.wstate.q.val() {
             WriterState::Idle => {
-                if self.o_any.q.val() & self.in_run.q.val() {
+                if self.o_occ.any.val() & self.in_run.q.val() {
                     self.ofifo.pop.next = true;
                     self.w_beats.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
                     self.w_ids.d.next = self.ofifo.dout.val().get_bits::<64>(0);
@@ -1190,14 +1187,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
 
         // After the writer, which drives the pop.
-        if self.ofifo.push.val() & !self.ofifo.pop.val() {
-            self.o_cnt.d.next = self.o_cnt.q.val() + 1;
-        }
-        if !self.ofifo.push.val() & self.ofifo.pop.val() {
-            self.o_cnt.d.next = self.o_cnt.q.val() - 1;
-        }
-        self.o_any.d.next =
-            self.ofifo.push.val() | (self.o_cnt.q.val() > 1) | ((self.o_cnt.q.val() == 1) & !self.ofifo.pop.val());
+        self.o_occ.clock.next = self.vitis.ap_clk.val();
+        self.o_occ.clear.next = !self.vitis.ap_rst_n.val();
+        self.o_occ.push.next = self.ofifo.push.val();
+        self.o_occ.pop.next = self.ofifo.pop.val();
         if self.go.val() & self.at_tok.q.val() & !self.ofifo.pop.val() {
             self.pending.d.next = self.pending.q.val() + 1;
         }
@@ -1208,8 +1201,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.wstate.d.next = WriterState::Idle;
-            self.o_cnt.d.next = 0.into();
-            self.o_any.d.next = false;
             self.a_valid.d.next = false;
             self.s1_valid.d.next = false;
             self.s2_valid.d.next = false;
