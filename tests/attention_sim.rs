@@ -120,6 +120,50 @@ fn one_dominant_key() {
     assert_eq!(run(&small(), MemoryConfig::default(), &p, &q, &k, &v).0, want);
 }
 
+/// A hundred keys that each raise the running maximum, then a long tail of
+/// keys level with it: each rising step takes a lane two cycles, so with keys
+/// arriving every cycle the lanes' backlogs fill past their depth unless
+/// `room` stops the steps (`lane::room_below`); the tail's keys all weigh the
+/// same, so a step lost or repeated there changes the output. Bit for bit
+/// against the golden model, with and without backpressure on memory.
+#[test]
+fn rising_keys_fill_the_backlog() {
+    use ferrite::hw::attention::lane::backlog_depth;
+    use ferrite::hw::numerics::{round_shift, EXP2_FRAC_BITS};
+    let (sq, skv, rising) = (6, 255, 100);
+    let mut p = problem(16, 1, 1, sq, skv, false, false);
+    p.params = AttentionParams::from_scales(16, 1.0 / 8.0, 1.0 / 8.0, 1.0 / 32.0, None).unwrap();
+    let q = vec![127i8; sq * 16];
+    let k: Vec<i8> = (0..skv * 16).map(|i| (27 + (i / 16).min(rising)) as i8).collect();
+    let v: Vec<i8> = (0..skv * 16).map(|i| (i as i32 * 29 % 255 - 127) as i8).collect();
+    let e = |j: usize| {
+        let s: i64 = (0..16).map(|x| 127 * k[j * 16 + x] as i64).sum();
+        round_shift(s * p.params.score.multiplier as i64, p.params.score.shift) >> EXP2_FRAC_BITS
+    };
+    assert!((1..=rising).all(|j| e(j) > e(j - 1)) && (rising..skv).all(|j| e(j) == e(rising)));
+    assert!(rising > 2 * backlog_depth(16), "{rising} rises do not overfill a backlog of {}", backlog_depth(16));
+    if !ferrite::sim::verilator_or_skip() {
+        return;
+    }
+    let want = attention(&p, &q, &k, &v).unwrap();
+    // A 512-bit port at a short read latency streams a key (its K and V rows)
+    // every cycle; the 128-bit one of `small` every other cycle, which lanes
+    // taking two cycles a step keep up with.
+    let cfg = AttentionConfig { port_bits: 512, ..small() };
+    for (seed, stall) in [(0, 0.0), (7, 0.2)] {
+        let mem = MemoryConfig {
+            read_latency: 1,
+            ready_stall_prob: stall,
+            valid_stall_prob: stall,
+            seed,
+            ..MemoryConfig::default()
+        };
+        let (got, cycles) = run(&cfg, mem, &p, &q, &k, &v);
+        println!("{rising} rising keys of {skv}, stall {stall}: {cycles} cycles");
+        assert_eq!(got, want, "stall {stall}");
+    }
+}
+
 /// Cycles and multiplier utilization of the default unit (d = 64, 8 lanes,
 /// 1024-bit port) at N = 1024: `cargo test --release --test attention_sim -- --ignored --nocapture`.
 #[test]

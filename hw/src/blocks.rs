@@ -829,57 +829,86 @@ fn from_i64<const N: usize>(v: i64) -> Signed<N> {
     signed_cast(((v as u64) & (u64::MAX >> (64 - N))).to_bits())
 }
 
-/// `round(x / 2^s) + a` (rounding half away from zero, shifts past the width
-/// give 0, the sum wraps in `N` bits) with `s` the `sh` of the last cycle
-/// (at most 62): the online-softmax rescale and accumulate, `l` and `o` in one
-/// loop. The rounding is a carry into the add, `(x >>> s) + a + c` with `c`
-/// the rounding bit, computed as `({x >>> s, c} + {a, c}) >> 1`: one carry
-/// chain, where a rounding add, then a shift, then the add were three.
+/// One online-softmax accumulator (`l`, or one `o[x]`): `acc ← round(acc / 2^s) + a`
+/// (rounding half away from zero, the sum wrapping in `N` bits), or `acc ← a`
+/// on a block's first step, with the rescale taken out of the loop. A step
+/// whose running maximum rose (s > 0) takes two cycles: in the cycle of
+/// `hold` the instance registers `acc >>> s` and the rounding bit c, and the
+/// next cycle adds them, `({fl, c} + {a, c}) >> 1`; other steps add `a` to
+/// `acc` in one cycle. So the loop is a select and one carry chain, and the
+/// shifter and the rounding decode are one registered stage each: in one
+/// cycle (`acc` → shift → rounding bit → add → `acc`) they were the attention
+/// unit's critical path (docs/timing.md).
 ///
-/// Each instance registers its own copy of the shift, kept apart by
-/// `(* keep *)` (yosys merges equal flip-flops): one shared register drove
-/// every instance's shifter and rounding decode, and its fan-out across the
-/// lane was most of the attention unit's critical path (docs/timing.md). The
-/// rounding decode of the same shift comes from the parent's registers,
-/// decoded once for all its instances: `hot` marks bit s − 1 (none when
-/// s = 0), `lo` the bits below it. The model takes them as given.
+/// `s` is `sh` as of the last `load` (the parent's step entering the stage
+/// before this one), copied into each instance under `(* keep *)` (yosys
+/// merges equal flip-flops, and one shared register's fan-out across the lane
+/// was a path of its own), as is `hold` one cycle later. `hot` marks bit s − 1
+/// of the same s (none when s = 0) and `lo` the bits below it, decoded once
+/// by the parent for all its instances; the model takes them as given.
 #[derive(LogicBlock, Default)]
-pub struct RoundShiftAdd<const N: usize> {
+pub struct RescaleAcc<const N: usize> {
     pub clock: Signal<In, Clock>,
+    pub load: Signal<In, Bit>,
     pub sh: Signal<In, Bits<6>>,
     pub hot: Signal<In, Bits<64>>,
     pub lo: Signal<In, Bits<64>>,
-    pub x: Signal<In, Signed<N>>,
+    pub hold: Signal<In, Bit>,
+    pub upd: Signal<In, Bit>,
+    pub first: Signal<In, Bit>,
     pub a: Signal<In, Signed<N>>,
     pub y: Signal<Out, Signed<N>>,
-    /// The registered shift, in the model.
+    /// The model's registers: shift, `hold` a cycle late, accumulator, rounded shift.
     _s: u32,
+    _post: bool,
+    _acc: i64,
+    _rs: i64,
 }
 
-impl<const N: usize> Logic for RoundShiftAdd<N> {
+impl<const N: usize> Logic for RescaleAcc<N> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            self._s = to_u64(self.sh.val()) as u32;
+            let wrap = |v: i64| (v << (64 - N)) >> (64 - N);
+            let acc = self._acc;
+            let a = to_i64(self.a.val());
+            if self.upd.val() {
+                let base = if self._post { self._rs } else { acc };
+                self._acc = if self.first.val() { a } else { wrap(base.wrapping_add(a)) };
+            }
+            self._rs = crate::numerics::round_shift(acc, self._s.min(62));
+            self._post = self.hold.val();
+            if self.load.val() {
+                self._s = to_u64(self.sh.val()) as u32;
+            }
         }
-        let q = crate::numerics::round_shift(to_i64(self.x.val()), self._s.min(62));
-        self.y.next = from_i64(q.wrapping_add(to_i64(self.a.val())));
+        self.y.next = from_i64(self._acc);
     }
     fn connect(&mut self) {
         self.y.connect();
     }
     fn hdl(&self) -> Verilog {
-        // c: the bit below the cut (`hot`), and for negative x also any bit
-        // under it (`lo`): AND-OR trees, no subtract or compare in the loop.
+        // c: the bit below the cut (`hot`), and for negative acc also any bit
+        // under it (`lo`): AND-OR trees into a register.
         Verilog::Custom(format!(
             "\
 reg [5:0] sr;
-(* keep *) always @(posedge clock) sr <= sh;
-wire signed [63:0] xe = {{{{{pad}{{x[{msb}]}}}}, x}};
-wire [5:0] s = (&sr) ? 6'd62 : sr;
-wire signed [63:0] fl = xe >>> s;
-wire c = (|(xe & hot)) && (!xe[63] || (|(xe & lo)));
-wire [{n}:0] sum = {{fl[{msb}:0], c}} + {{a, c}};
-always @(*) y = sum[{n}:1];",
+(* keep *) always @(posedge clock) if (load) sr <= sh;
+reg post;
+(* keep *) always @(posedge clock) post <= hold;
+reg signed [{msb}:0] acc;
+reg signed [{msb}:0] fl;
+reg c;
+wire signed [63:0] xe = {{{{{pad}{{acc[{msb}]}}}}, acc}};
+wire signed [63:0] xs = xe >>> sr;
+always @(posedge clock) begin
+   fl <= xs[{msb}:0];
+   c <= (|(xe & hot)) && (!xe[63] || (|(xe & lo)));
+end
+wire ci = post & c;
+wire [{msb}:0] base = post ? fl : acc;
+wire [{n}:0] sum = {{base, ci}} + {{a, ci}};
+always @(posedge clock) if (upd) acc <= first ? a : sum[{n}:1];
+always @(*) y = acc;",
             pad = 64 - N,
             msb = N - 1,
             n = N,

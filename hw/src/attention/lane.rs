@@ -6,11 +6,18 @@
 //! (end of c+D) has s = q·k (a pipelined adder tree); S2 (end of c+D+L) has
 //! t = round(s·Ms/2^Ss); S3a (end of c+D+L+1) updates m; S3b (end of
 //! c+D+L+2) latches δ and, from u = t − 256·m, the first stage of 2^u
-//! ([`Exp2Pipe`]: table value, shift); S3c (end of c+D+L+3) latches p = 2^u;
-//! S4a (end of c+[`v_at`]) latches p·v with the V row the top presents in cycle
-//! c+`v_at`; S4b (end of c+D+L+5) updates l and o, which hold the step from
-//! cycle c+[`done_at`]. Each stage holds at most one wide carry chain: m, l
-//! and o are loops, so each has a cycle of its own.
+//! ([`Exp2Pipe`]: table value, shift); S3c (end of c+D+L+3) latches p = 2^u.
+//! In cycle c+[`v_at`] an unmasked step (p, δ and the V row the top presents
+//! then) enters the lane's backlog, a FIFO; S4 drains it at one step a
+//! cycle: X registers the head, Y latches p·v, Z updates l and o
+//! ([`RescaleAcc`]). A step whose maximum rose (δ > 0) holds X and Y for one
+//! more cycle, in which Z registers the rescaled l and o before adding, so
+//! the l/o loop is one carry chain; the backlog absorbs those cycles (the
+//! lane runs up to that many cycles behind the steps, `idle` says when it has
+//! caught up), and `room` tells the top to stop issuing while it is too full
+//! to take every step already in flight. Without a backlog, l and o hold a
+//! step from cycle c+`v_at`+4. Each stage holds at most one wide carry chain:
+//! m, l and o are loops, so each has a cycle of its own.
 //!
 //! The finalizer works on a snapshot: `div_start` copies l into the divider's
 //! divisor `dl` and o into the serializer's shift register `os`, so the next
@@ -22,7 +29,7 @@
 //! its int8 values enter `r8` another [`RequantPipe::LATENCY`] cycles later
 //! ([`SER_LAT`] in all), steered by `ser_v` delayed alongside.
 use crate::blocks::{
-    DotI8Pipe, Exp2Pipe, MulRound16Pipe, PairShiftRow, RequantPipe, RoundShiftAdd, ScaleRoundPipe, ShrReg, SkewLine,
+    DotI8Pipe, Exp2Pipe, Fifo, MulRound16Pipe, PairShiftRow, RequantPipe, RescaleAcc, ScaleRoundPipe, ShrReg, SkewLine,
 };
 use rust_hdl::prelude::*;
 
@@ -32,17 +39,30 @@ pub const ROW32_BITS: usize = 4096;
 pub const ROW8_BITS: usize = 1024;
 /// Adder levels a stage of the q·k tree: one, so S1's stages hold one short carry chain each.
 const QK_LEVELS_PER_STAGE: usize = 1;
-/// The cycle after a step's issue in which S4a reads its V row (see the module doc).
+/// The cycle after a step's issue in which it enters the backlog with its V row (see the module doc).
 pub const fn v_at(d: usize) -> usize {
     DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE) - 1 + ScaleRoundPipe::LATENCY + 4
 }
-/// The first cycle after a step's issue in which l and o hold it.
-pub const fn done_at(d: usize) -> usize {
-    v_at(d) + 2
+/// Entries of the backlog: room for every step in flight when `room` falls
+/// (`v_at` + 5 of them, see [`room_below`]) and 8 more.
+pub const fn backlog_depth(d: usize) -> usize {
+    (v_at(d) + 13).next_power_of_two()
+}
+/// `room` holds while the backlog has fewer entries than this. The top reads
+/// it through two registers (the lane's and its AND over lanes), so a step it
+/// issues on `room` enters the backlog up to `v_at` + 4 cycles after the
+/// count was taken, each of those cycles pushing at most one step.
+pub const fn room_below(d: usize) -> usize {
+    backlog_depth(d) - v_at(d) - 5
 }
 /// Cycles from a pair's `ser_v` cycle to the cycle in which it enters `r8`
 /// (the last of a row's pairs is in `r8` after cycle `d/2 − 1 + SER_LAT` of `ser_v`'s run).
 pub const SER_LAT: usize = MulRound16Pipe::LATENCY + RequantPipe::LATENCY;
+/// Fields of a backlog entry's `meta` word above p (bits 0..16): δ (6 bits),
+/// the block's first step, δ ≠ 0.
+const META_D: usize = 16;
+const META_FIRST: usize = 22;
+const META_RISE: usize = 23;
 
 #[derive(LogicBlock)]
 pub struct Lane<const W: usize> {
@@ -62,6 +82,14 @@ pub struct Lane<const W: usize> {
     pub v_row: Signal<In, Bits<W>>,
     pub smult: Signal<In, Bits<32>>,
     pub sshift: Signal<In, Bits<6>>,
+    /// Empty the backlog and S4 (held by the top after `ap_rst_n` until no
+    /// step of an aborted run is left in S1–S3).
+    pub reset: Signal<In, Bit>,
+    /// The backlog and S4 hold no step: l and o hold every step issued
+    /// before the last `v_at` + 1 cycles.
+    pub idle: Signal<Out, Bit>,
+    /// The backlog can take every step the top may have in flight (registered).
+    pub room: Signal<Out, Bit>,
     /// Snapshot l and o (they hold the block's last step) and start the divider.
     pub div_start: Signal<In, Bit>,
     pub div_busy: Signal<Out, Bit>,
@@ -102,20 +130,41 @@ pub struct Lane<const W: usize> {
     d3c: DFF<Bits<6>>,
     upd3c: DFF<Bit>,
     first3c: DFF<Bit>,
-    p4: DFF<Bits<16>>,
-    upd4: DFF<Bit>,
-    /// The rounding decode of δ for the `RoundShiftAdd`s (bit δ − 1, and the
-    /// bits below it), registered in S4a once for the lane: decoded in every
+    /// The backlog: each unmasked step's V row, and its p, δ, first flag and
+    /// δ ≠ 0 (`meta`, see `META_*`).
+    v_fifo: Fifo<W>,
+    meta_fifo: Fifo<32>,
+    meta_in: Signal<Local, Bits<32>>,
+    c_room: Constant<Bits<16>>,
+    c_meta_d: Constant<Bits<8>>,
+    c_meta_first: Constant<Bits<8>>,
+    c_meta_rise: Constant<Bits<8>>,
+    room_r: DFF<Bit>,
+    /// S4 moves this cycle (not `hold`): X takes the backlog's head, Y X's step.
+    adv: Signal<Local, Bit>,
+    /// X: the backlog's head step.
+    xval: DFF<Bit>,
+    xv: DFF<Bits<W>>,
+    xp: DFF<Bits<16>>,
+    xd: DFF<Bits<6>>,
+    xfirst: DFF<Bit>,
+    xrise: DFF<Bit>,
+    /// Y: p·v[x], p and the rounding decode of δ for the accumulators (bit
+    /// δ − 1, and the bits below it), once for the lane: decoded in every
     /// instance, 17 of them in a d = 16 lane, it cost 6 000 LUT4s.
-    hot4: DFF<Bits<64>>,
-    lo4: DFF<Bits<64>>,
+    yval: DFF<Bit>,
+    yp: DFF<Bits<16>>,
+    yfirst: DFF<Bit>,
+    hot: DFF<Bits<64>>,
+    lo: DFF<Bits<64>>,
     c_ones: Constant<Bits<64>>,
-    first4: DFF<Bit>,
-    l: DFF<Signed<48>>,
-    l_rs: RoundShiftAdd<48>,
-    o: Vec<DFF<Signed<48>>>,
-    o_rs: Vec<RoundShiftAdd<48>>,
     pv: Vec<DFF<Signed<32>>>,
+    /// Y's step rose (δ > 0) and is being rescaled this cycle: X and Y hold,
+    /// Z adds it next cycle.
+    hold: DFF<Bit>,
+    /// Z: l and o[x].
+    l_acc: RescaleAcc<48>,
+    o_acc: Vec<RescaleAcc<48>>,
     div_cnt: DFF<Bits<6>>,
     dl: DFF<Bits<40>>,
     rem: DFF<Bits<40>>,
@@ -144,9 +193,10 @@ impl<const W: usize> Lane<W> {
         with_defaults!(Self {
             qk: DotI8Pipe::new(d, QK_LEVELS_PER_STAGE),
             f1: SkewLine::new(DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE)),
-            o: crate::many(d),
-            o_rs: crate::many(d),
+            o_acc: crate::many(d),
             pv: crate::many(d),
+            v_fifo: Fifo::new(backlog_depth(d)),
+            meta_fifo: Fifo::new(backlog_depth(d)),
             os: crate::many(d),
             sh32: SkewLine::new(MulRound16Pipe::LATENCY),
             sh8: SkewLine::new(RequantPipe::LATENCY),
@@ -156,10 +206,15 @@ impl<const W: usize> Lane<W> {
             c_ones: Constant::new(u64::MAX.to_bits()),
             _d: d,
             _dm2: d - 2,
-            .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, div_start,
-            div_busy, ser_v, omult, oshift, row32, row8, qrow, flags0, scale, mask0, e, m, t3, mn3,
-            mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, p4, upd4, hot4, lo4, first4, l, l_rs,
-            div_cnt, dl, rem, quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
+            c_room: Constant::new((room_below(d) as u64).to_bits()),
+            c_meta_d: Constant::new((META_D as u64).to_bits()),
+            c_meta_first: Constant::new((META_FIRST as u64).to_bits()),
+            c_meta_rise: Constant::new((META_RISE as u64).to_bits()),
+            .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
+            idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, flags0, scale, mask0, e, m, t3,
+            mn3, mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, meta_in,
+            room_r, adv, xval, xv, xp, xd, xfirst, xrise, yval, yp, yfirst, hot, lo, hold, l_acc, div_cnt, dl, rem,
+            quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
     }
 }
@@ -168,13 +223,12 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, p4, upd4, hot4, lo4, first4, l,
-            div_cnt, dl, rem, quo
+            self, clock, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xv, xp, xd, xfirst,
+            xrise, yval, yp, yfirst, hot, lo, hold, div_cnt, dl, rem, quo
         );
         for x in 0..self._d {
-            self.o[x].clock.next = self.clock.val();
-            self.o[x].d.next = self.o[x].q.val();
             self.pv[x].clock.next = self.clock.val();
+            self.pv[x].d.next = self.pv[x].q.val();
             self.os[x].clock.next = self.clock.val();
             self.os[x].d.next = self.os[x].q.val();
         }
@@ -249,45 +303,76 @@ impl<const W: usize> Logic for Lane<W> {
         self.upd3c.d.next = self.upd3.q.val();
         self.first3c.d.next = self.first3.q.val();
 
-        // S4a: p · v[x] registered, with the V row the top presents now.
-        self.p4.d.next = self.exp2.p.val();
-        self.upd4.d.next = self.upd3c.q.val();
-        // δ ≤ 62 here (S3b clamps it), as the shifters take it.
-        self.hot4.d.next = (bits::<64>(1) << self.d3c.q.val()) >> 1;
-        self.lo4.d.next = !(self.c_ones.val() << self.d3c.q.val()) >> 1;
-        self.first4.d.next = self.first3c.q.val();
-        for x in 0..self._d {
-            self.pv[x].d.next = signed_cast(self.exp2.p.val())
-                * signed_bit_cast::<16, 8>(signed_cast(self.v_row.val().get_bits::<8>(x * 8)));
+        // Into the backlog: the step with the V row the top presents now.
+        self.v_fifo.clock.next = self.clock.val();
+        self.meta_fifo.clock.next = self.clock.val();
+        self.v_fifo.reset.next = self.reset.val();
+        self.meta_fifo.reset.next = self.reset.val();
+        self.v_fifo.push.next = self.upd3c.q.val();
+        self.meta_fifo.push.next = self.upd3c.q.val();
+        self.v_fifo.din.next = self.v_row.val();
+        self.meta_in.next = bit_cast::<32, 16>(self.exp2.p.val())
+            | (bit_cast::<32, 6>(self.d3c.q.val()) << self.c_meta_d.val())
+            | (bit_cast::<32, 1>(self.first3c.q.val().into()) << self.c_meta_first.val())
+            | (bit_cast::<32, 1>(self.d3c.q.val().any().into()) << self.c_meta_rise.val());
+        self.meta_fifo.din.next = self.meta_in.val();
+        self.room_r.d.next = self.meta_fifo.count.val() < self.c_room.val();
+        self.room.next = self.room_r.q.val();
+        self.idle.next = self.meta_fifo.empty.val() & !self.xval.q.val() & !self.yval.q.val();
+
+        // X: the head step, unless Y's step is being rescaled.
+        self.adv.next = !self.hold.q.val();
+        self.v_fifo.pop.next = self.adv.val();
+        self.meta_fifo.pop.next = self.adv.val();
+        if self.adv.val() {
+            self.xval.d.next = !self.meta_fifo.empty.val();
+            self.xv.d.next = self.v_fifo.dout.val();
+            self.xp.d.next = self.meta_fifo.dout.val().get_bits::<16>(0);
+            self.xd.d.next = self.meta_fifo.dout.val().get_bits::<6>(self.c_meta_d.val().index());
+            self.xfirst.d.next = self.meta_fifo.dout.val().get_bit(self.c_meta_first.val().index());
+            self.xrise.d.next = self.meta_fifo.dout.val().get_bit(self.c_meta_rise.val().index());
         }
 
-        // S4b: l = rnd(l / 2^δ) + p, o[x] = rnd(o[x] / 2^δ) + p·v[x].
-        // δ enters the `RoundShiftAdd`s in S4a; each registers its own copy.
-        self.l_rs.clock.next = self.clock.val();
-        self.l_rs.x.next = self.l.q.val();
-        self.l_rs.sh.next = self.d3c.q.val();
-        self.l_rs.hot.next = self.hot4.q.val();
-        self.l_rs.lo.next = self.lo4.q.val();
-        self.l_rs.a.next = signed_bit_cast::<48, 16>(signed_cast(self.p4.q.val()));
-        if self.upd4.q.val() {
-            self.l.d.next = self.l_rs.y.val();
-            if self.first4.q.val() {
-                self.l.d.next = signed_bit_cast::<48, 16>(signed_cast(self.p4.q.val()));
+        // Y: p · v[x], and δ's rounding decode (δ ≤ 62: S3b clamps it).
+        if self.adv.val() {
+            self.yval.d.next = self.xval.q.val();
+            self.yp.d.next = self.xp.q.val();
+            self.yfirst.d.next = self.xfirst.q.val();
+            self.hot.d.next = (bits::<64>(1) << self.xd.q.val()) >> 1;
+            self.lo.d.next = !(self.c_ones.val() << self.xd.q.val()) >> 1;
+            for x in 0..self._d {
+                self.pv[x].d.next = signed_cast(self.xp.q.val())
+                    * signed_bit_cast::<16, 8>(signed_cast(self.xv.q.val().get_bits::<8>(x * 8)));
             }
         }
+        self.hold.d.next = self.adv.val() & self.xval.q.val() & self.xrise.q.val();
+        if self.reset.val() {
+            self.xval.d.next = false;
+            self.yval.d.next = false;
+            self.hold.d.next = false;
+        }
+
+        // Z: l = rnd(l / 2^δ) + p, o[x] = rnd(o[x] / 2^δ) + p·v[x] (l = p,
+        // o[x] = p·v[x] on a block's first step); Y's step, once rescaled.
+        self.l_acc.clock.next = self.clock.val();
+        self.l_acc.load.next = self.adv.val();
+        self.l_acc.sh.next = self.xd.q.val();
+        self.l_acc.hot.next = self.hot.q.val();
+        self.l_acc.lo.next = self.lo.q.val();
+        self.l_acc.hold.next = self.hold.q.val();
+        self.l_acc.upd.next = self.yval.q.val() & !self.hold.q.val();
+        self.l_acc.first.next = self.yfirst.q.val();
+        self.l_acc.a.next = signed_bit_cast::<48, 16>(signed_cast(self.yp.q.val()));
         for x in 0..self._d {
-            self.o_rs[x].x.next = self.o[x].q.val();
-            self.o_rs[x].clock.next = self.clock.val();
-            self.o_rs[x].sh.next = self.d3c.q.val();
-            self.o_rs[x].hot.next = self.hot4.q.val();
-            self.o_rs[x].lo.next = self.lo4.q.val();
-            self.o_rs[x].a.next = signed_bit_cast::<48, 32>(self.pv[x].q.val());
-            if self.upd4.q.val() {
-                self.o[x].d.next = self.o_rs[x].y.val();
-                if self.first4.q.val() {
-                    self.o[x].d.next = signed_bit_cast::<48, 32>(self.pv[x].q.val());
-                }
-            }
+            self.o_acc[x].clock.next = self.clock.val();
+            self.o_acc[x].load.next = self.adv.val();
+            self.o_acc[x].sh.next = self.xd.q.val();
+            self.o_acc[x].hot.next = self.hot.q.val();
+            self.o_acc[x].lo.next = self.lo.q.val();
+            self.o_acc[x].hold.next = self.hold.q.val();
+            self.o_acc[x].upd.next = self.yval.q.val() & !self.hold.q.val();
+            self.o_acc[x].first.next = self.yfirst.q.val();
+            self.o_acc[x].a.next = signed_bit_cast::<48, 32>(self.pv[x].q.val());
         }
 
         // Finalize: r = floor(2^32 / l) by 33 restoring steps on the snapshot `dl`;
@@ -300,7 +385,7 @@ impl<const W: usize> Logic for Lane<W> {
         self.rem_sub.next = bit_cast::<41, 40>(self.rem_sh.val()) - bit_cast::<41, 40>(self.dl.q.val());
         if self.div_start.val() {
             self.div_cnt.d.next = 33.into();
-            self.dl.d.next = bit_cast::<40, 48>(unsigned_cast(self.l.q.val()));
+            self.dl.d.next = bit_cast::<40, 48>(unsigned_cast(self.l_acc.y.val()));
             self.rem.d.next = 0.into();
             self.quo.d.next = 0.into();
         } else if self.div_cnt.q.val() != 0 {
@@ -316,7 +401,7 @@ impl<const W: usize> Logic for Lane<W> {
         // per `ser_v` cycle; its head pair → Q16 (`mulr`) → int8 (`rq`).
         for x in 0..self._d {
             if self.div_start.val() {
-                self.os[x].d.next = self.o[x].q.val();
+                self.os[x].d.next = self.o_acc[x].y.val();
             }
         }
         for x in 0..self._dm2 {

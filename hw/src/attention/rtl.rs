@@ -5,7 +5,7 @@
 //! and of V at the same offsets, one key per step broadcast to every lane),
 //! then divide, serialize and write each lane's output row. On-chip state is
 //! the lanes' q/m/l/o registers and two FIFOs: nothing grows with N.
-use super::lane::{done_at, v_at, Lane, ROW32_BITS, ROW8_BITS, SER_LAT};
+use super::lane::{v_at, Lane, ROW32_BITS, ROW8_BITS, SER_LAT};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
 use crate::blocks::{Fifo, MulU32Pipe, RowDelay, RowPick, ShrReg};
@@ -17,8 +17,8 @@ use rust_hdl::prelude::*;
 /// Beats per K (and per V) burst.
 const CHUNK: u64 = 8;
 /// Width of `last_pipe`: a block's last step, one bit per cycle since its
-/// issue; bit `lane::done_at(d)` is set once the lanes' l and o hold it, when
-/// the finalizer may read them (bits above stay clear).
+/// issue; bit `lane::v_at(d) + 2` is set once it is in the lanes' backlogs
+/// and their registered `idle` counts it (bits above stay clear).
 const LAST_PIPE: usize = 32;
 
 #[derive(LogicBlock)]
@@ -110,6 +110,19 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// V rows, delayed to the lanes' S4a (a step's V row in cycle c + `v_at(d)`).
     v_dly: RowDelay<W>,
     last_pipe: DFF<Bits<LAST_PIPE>>,
+    /// The block's last step is in the backlogs: the finalizer starts once
+    /// every lane has caught up (`all_idle`, registered from the lanes).
+    drain: DFF<Bit>,
+    all_idle: DFF<Bit>,
+    /// Every lane's backlog has room for the steps in flight (registered).
+    all_room: DFF<Bit>,
+    /// The finalizer snapshots the lanes' l and o (their `div_start`).
+    snap: Signal<Local, Bit>,
+    /// Cycles after `ap_rst_n` in which steps of an aborted run may still
+    /// leave S3: the lanes' backlogs are held empty (`lane_rst`) meanwhile.
+    flush: DFF<Bits<8>>,
+    lane_rst: DFF<Bit>,
+    c_flush: Constant<Bits<8>>,
     // Finalize and write (block parameters handed over at the block's last step).
     fin: DFF<Fin>,
     p_q0: DFF<Bits<32>>,
@@ -157,7 +170,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_mul_wait: Constant<Bits<4>>,
     c_ones64: Constant<Bits<64>>,
     _lanes: usize,
-    /// `done_at(d) + 1`: `last_pipe`'s bits in use.
+    /// `v_at(d) + 3`: `last_pipe`'s bits in use.
     _lp: usize,
 }
 
@@ -219,8 +232,9 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             kst: KvStream::new(cfg.read_fifo_depth, cfg.port_bytes()),
             vst: KvStream::new(cfg.read_fifo_depth, cfg.port_bytes()),
             v_dly: RowDelay::new(v_at(cfg.head_dim) + 1),
-            c_lp_mask: Constant::new(k((1u64 << (done_at(cfg.head_dim) + 1)) - 1)),
-            _lp: done_at(cfg.head_dim) + 1,
+            c_lp_mask: Constant::new(k((1u64 << (v_at(cfg.head_dim) + 3)) - 1)),
+            _lp: v_at(cfg.head_dim) + 3,
+            c_flush: Constant::new(k(v_at(cfg.head_dim) as u64 + 2)),
             wrow: RowPick::new(l, W),
             c_mul_wait: Constant::new(k(MulU32Pipe::LATENCY as u64 - 1)),
             c_ones64: Constant::new(Bits::<64>::mask()),
@@ -244,7 +258,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_rx, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib,
-            go, st_valid, st_first, st_j, k_row, last_pipe, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
+            go, st_valid, st_first, st_j, k_row, last_pipe, drain, all_idle, all_room, snap, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
             row_byte, beats_per_row
         }))
@@ -259,7 +273,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp, qend, qspan,
             phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, k_addr, v_addr, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
-            kv_turn, kv_last, recv_v, j, rib, st_valid, st_first, st_j, last_pipe, fin,
+            kv_turn, kv_last, recv_v, j, rib, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
+            lane_rst, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb,
             w_rb, w_bpr, w_rowaddr, w_off, w_strb_r
         );
@@ -329,12 +344,15 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.vst.issue.next = 0.into();
 
         // Steps wait until the previous block's last step has reached the
-        // finalizer, which snapshots l and o then (the lanes' `div_start`); a
-        // block's last step also waits for the previous block's rows to be written.
+        // finalizer, which snapshots l and o then (the lanes' `div_start`), and
+        // while a lane's backlog is too full; a block's last step also waits
+        // for the previous block's rows to be written.
         self.go.next = (self.phase.q.val() == Phase::Stream)
             & !self.kst.empty.val()
             & !self.vst.empty.val()
             & (self.last_pipe.q.val() == 0)
+            & !self.drain.q.val()
+            & self.all_room.q.val()
             & (!self.is_last.q.val() | (self.fin.q.val() == Fin::Idle));
         // ---------------- Output rows ----------------
         self.wrow.clock.next = self.vitis.ap_clk.val();
@@ -590,7 +608,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 }
             }
             Phase::Finish => {
-                if (self.fin.q.val() == Fin::Idle) & (self.last_pipe.q.val() == 0) & self.shell.writes_done.val() {
+                if (self.fin.q.val() == Fin::Idle)
+                    & (self.last_pipe.q.val() == 0)
+                    & !self.drain.q.val()
+                    & self.shell.writes_done.val()
+                {
                     self.phase.d.next = Phase::Done;
                 }
             }
@@ -605,13 +627,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // ---------------- Finalizer: divide, serialize, write the block's rows ----------------
         match self.fin.q.val() {
             Fin::Idle => {
-                for top in (self._lp - 1)..self._lp {
-                    if self.last_pipe.q.val().get_bit(top) {
-                        self.f_q0.d.next = self.p_q0.q.val();
-                        self.f_lv.d.next = self.p_lv.q.val();
-                        self.f_oh.d.next = self.p_oh.q.val();
-                        self.fin.d.next = Fin::Div;
-                    }
+                if self.snap.val() {
+                    self.f_q0.d.next = self.p_q0.q.val();
+                    self.f_lv.d.next = self.p_lv.q.val();
+                    self.f_oh.d.next = self.p_oh.q.val();
+                    self.fin.d.next = Fin::Div;
                 }
             }
             Fin::Div => {
@@ -725,6 +745,30 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.last_pipe.d.next = ((self.last_pipe.q.val() << 1)
             | bit_cast::<LAST_PIPE, 1>((self.go.val() & self.is_last.q.val()).into()))
             & self.c_lp_mask.val();
+        // The finalizer is idle here: a block's last step waits for it.
+        self.snap.next = self.drain.q.val() & self.all_idle.q.val() & (self.fin.q.val() == Fin::Idle);
+        for top in (self._lp - 1)..self._lp {
+            if self.last_pipe.q.val().get_bit(top) {
+                self.drain.d.next = true;
+            }
+        }
+        if self.snap.val() {
+            self.drain.d.next = false;
+        }
+        self.all_idle.d.next = true;
+        self.all_room.d.next = true;
+        for i in 0..self._lanes {
+            if !self.lanes[i].idle.val() {
+                self.all_idle.d.next = false;
+            }
+            if !self.lanes[i].room.val() {
+                self.all_room.d.next = false;
+            }
+        }
+        if self.flush.q.val() != 0 {
+            self.flush.d.next = self.flush.q.val() - 1;
+        }
+        self.lane_rst.d.next = self.flush.q.val() != 0;
 
         // ---------------- Lanes ----------------
         for i in 0..self._lanes {
@@ -744,9 +788,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].v_row.next = self.v_dly.dout.val();
             self.lanes[i].smult.next = self.run.smult.val();
             self.lanes[i].sshift.next = self.run.sshift.val();
-            for top in (self._lp - 1)..self._lp {
-                self.lanes[i].div_start.next = (self.fin.q.val() == Fin::Idle) & self.last_pipe.q.val().get_bit(top);
-            }
+            self.lanes[i].reset.next = self.lane_rst.q.val();
+            self.lanes[i].div_start.next = self.snap.val();
             self.lanes[i].ser_v.next = self.ser_v.q.val();
             self.lanes[i].omult.next = self.run.omult.val();
             self.lanes[i].oshift.next = self.run.oshift.val();
@@ -765,6 +808,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.phase.d.next = Phase::Idle;
             self.fin.d.next = Fin::Idle;
             self.last_pipe.d.next = 0.into();
+            self.drain.d.next = false;
+            self.flush.d.next = self.c_flush.val();
+            self.lane_rst.d.next = true;
             self.ser_v.d.next = false;
         }
     }
