@@ -53,6 +53,15 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     qsp: DFF<Bits<32>>,
     qend: DFF<Bits<32>>,
     qspan: DFF<Bits<32>>,
+    /// The block is its head's last (`SEQ_Q − q0 ≤ lanes`), the head is the
+    /// entry's last (`hb = HPB − 1`) and the run's (`h = HEADS − 1`): flags
+    /// for `Next`, from registers of `HPB − 1` and `HEADS − 1`, so that its
+    /// enables of h, hb and b follow no add or compare.
+    q_last: DFF<Bit>,
+    hb_last: DFF<Bit>,
+    h_last: DFF<Bit>,
+    hpb_m1: DFF<Bits<32>>,
+    heads_m1: DFF<Bits<32>>,
 
     phase: DFF<Phase>,
     h: DFF<Bits<32>>,
@@ -254,7 +263,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp,
-            qend, qspan, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
+            qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
             kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_rx, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib,
@@ -271,6 +280,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp, qend, qspan,
+            q_last, hb_last, h_last, hpb_m1, heads_m1,
             phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, k_addr, v_addr, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
@@ -288,6 +298,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.shell.done.next = self.phase.q.val() == Phase::Done;
         self.shell.fail.next = false;
 
+        self.hpb_m1.d.next = self.run.hpb.val() - 1;
+        self.heads_m1.d.next = self.run.heads.val() - 1;
         self.mul_q.clock.next = self.vitis.ap_clk.val();
         self.mul_kv.clock.next = self.vitis.ap_clk.val();
         self.mul_o.clock.next = self.vitis.ap_clk.val();
@@ -504,10 +516,13 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             // The block's query count `min(lanes, SEQ_Q − q0)`, its end and Q span, a carry chain per cycle.
             Phase::BlockPre1 => {
                 self.qleft.d.next = self.run.seq_q.val() - self.q0.q.val();
+                self.hb_last.d.next = self.hb.q.val() == self.hpb_m1.q.val();
+                self.h_last.d.next = self.h.q.val() == self.heads_m1.q.val();
                 self.qsp.d.next = (self.qs.val() & self.c_pmask32.val()) + self.c_pmask32.val();
                 self.phase.d.next = Phase::BlockPre2;
             }
             Phase::BlockPre2 => {
+                self.q_last.d.next = self.qleft.q.val() <= self.c_lanes.val();
                 self.lv_r.d.next = self.c_lanes.val();
                 if self.qleft.q.val() < self.c_lanes.val() {
                     self.lv_r.d.next = self.qleft.q.val();
@@ -593,16 +608,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 // prefetch overlap this block's finalization.
                 self.q0.d.next = self.q0.q.val() + self.c_lanes.val();
                 self.phase.d.next = Phase::BlockPre1;
-                if self.q0.q.val() + self.c_lanes.val() >= self.run.seq_q.val() {
+                if self.q_last.q.val() {
                     self.h.d.next = self.h.q.val() + 1;
                     self.hb.d.next = self.hb.q.val() + 1;
-                    if self.hb.q.val() + 1 == self.run.hpb.val() {
+                    if self.hb_last.q.val() {
                         self.hb.d.next = 0.into();
                         self.b.d.next = self.b.q.val() + 1;
                     }
                     self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
-                    if self.h.q.val() + 1 == self.run.heads.val() {
+                    if self.h_last.q.val() {
                         self.phase.d.next = Phase::Finish;
                     }
                 }
