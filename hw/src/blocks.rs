@@ -630,10 +630,12 @@ end",
 }
 
 /// The row being written out: on a `load` edge, row `sel` of `rows` (or, with
-/// `out8`, of `rows8` widened with zeros; no row with `sel` past the rows:
-/// `rows` holds, `rows8` gives 0); on a `shift` edge (never with `load`),
-/// itself shifted down by `step` bits. 0 at start. As a `DFF` with these as
-/// its `d`, simulators selected and copied the wide rows every cycle.
+/// `out8`, of `rows8` widened with zeros); on a `shift` edge (never with
+/// `load`), itself shifted down by `step` bits. 0 at start. Only the bits of
+/// `sel` that index the rows are decoded (none for one row), so `sel` must be
+/// below their count; past it in those bits, `rows` holds and `rows8` gives 0.
+/// As a `DFF` with these as its `d`, simulators selected and copied the wide
+/// rows every cycle.
 #[derive(LogicBlock)]
 pub struct RowPick<const R: usize, const R8: usize> {
     pub clock: Signal<In, Clock>,
@@ -664,11 +666,16 @@ impl<const R: usize, const R8: usize> RowPick<R, R8> {
     }
 }
 
+/// Bits of a select among `n` rows (at least one).
+fn sel_bits(n: usize) -> usize {
+    (usize::BITS - (n - 1).leading_zeros()).max(1) as usize
+}
+
 impl<const R: usize, const R8: usize> Logic for RowPick<R, R8> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
             if self.load.val() {
-                let i = self.sel.val().index();
+                let i = self.sel.val().index() & ((1 << sel_bits(self.rows.len())) - 1);
                 if self.out8.val() {
                     self.q.next = self.rows8.get(i).map_or(Bits::default(), |r| bit_cast::<R, R8>(r.val()));
                 } else if let Some(r) = self.rows.get(i) {
@@ -684,17 +691,19 @@ impl<const R: usize, const R8: usize> Logic for RowPick<R, R8> {
     }
     fn hdl(&self) -> Verilog {
         let wide8 = |i: usize| if R8 < R { format!("{{{}'d0, rows8${i}}}", R - R8) } else { format!("rows8${i}") };
+        let k = sel_bits(self.rows.len());
         let arms: String =
-            (0..self.rows.len()).map(|i| format!("      32'd{i}: q <= out8 ? {} : rows${i};\n", wide8(i))).collect();
+            (0..self.rows.len()).map(|i| format!("      {k}'d{i}: q <= out8 ? {} : rows${i};\n", wide8(i))).collect();
         Verilog::Custom(format!(
             "\
 initial q = {R}'d0;
 always @(posedge clock)
    if (load)
-      case (sel)
+      case (sel[{kmsb}:0])
 {arms}      default: if (out8) q <= {R}'d0;
       endcase
    else if (shift) q <= q >> {step};",
+            kmsb = k - 1,
             step = self._step,
         ))
     }

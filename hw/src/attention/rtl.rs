@@ -153,6 +153,14 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// offset within a beat and byte strobe.
     w_rb: DFF<Bits<32>>,
     wrow: RowPick<ROW32_BITS, ROW8_BITS>,
+    /// The finalizer is in `WRow` (`w_load`: `wrow` loads) or `WPrep`
+    /// (`w_shift`: `wrow` shifts past the beat taken): flags set with the
+    /// state, so the wide row's enables decode nothing. `wb_last`, `wi_last`:
+    /// the beat is the row's last, the row the block's (registered in `WPrep`).
+    w_load: DFF<Bit>,
+    w_shift: DFF<Bit>,
+    wb_last: DFF<Bit>,
+    wi_last: DFF<Bit>,
     w_bpr: DFF<Bits<16>>,
     w_rowaddr: DFF<Bits<64>>,
     w_off: DFF<Bits<16>>,
@@ -267,7 +275,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_rx, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib,
-            go, st_valid, st_first, st_j, k_row, last_pipe, drain, all_idle, all_room, snap, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
+            go, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
             row_byte, beats_per_row
         }))
@@ -285,7 +293,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
-            p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb,
+            p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
+            wi_last,
             w_rb, w_bpr, w_rowaddr, w_off, w_strb_r
         );
         // ---------------- Shell ----------------
@@ -368,8 +377,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             & (!self.is_last.q.val() | (self.fin.q.val() == Fin::Idle));
         // ---------------- Output rows ----------------
         self.wrow.clock.next = self.vitis.ap_clk.val();
-        self.wrow.load.next = false;
-        self.wrow.shift.next = false;
+        self.wrow.load.next = self.w_load.q.val();
+        self.wrow.shift.next = self.w_shift.q.val();
+        self.w_load.d.next = false;
+        self.w_shift.d.next = false;
         self.wrow.sel.next = self.wi.q.val();
         self.wrow.out8.next = self.run.out8.val();
         // Bytes per output row: d·4 (Q16) or d (int8), as a power of two.
@@ -666,6 +677,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.wi.d.next = 0.into();
                     self.wb.d.next = 0.into();
                     self.fin.d.next = Fin::WRow;
+                    self.w_load.d.next = true;
                 }
             }
             Fin::WRow => {
@@ -673,7 +685,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 // output, selected in `wrow` (an OR of rows gated by lane made simulators
                 // copy every lane's row every cycle).
                 self.w_rb.d.next = self.row_byte.val();
-                self.wrow.load.next = true;
                 self.w_bpr.d.next = self.beats_per_row.val();
                 self.fin.d.next = Fin::WRow2;
             }
@@ -688,6 +699,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                         << bit_cast::<16, 32>(self.w_rb.q.val() & self.c_pmask32.val());
                 }
                 self.fin.d.next = Fin::WPrep;
+                self.w_shift.d.next = true;
             }
             Fin::WPrep => {
                 // Beat `wb` of the row: the bottom of `wrow`, placed at the row's offset in the beat.
@@ -695,20 +707,24 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.w_rowaddr.q.val() + (bit_cast::<64, 16>(self.wb.q.val()) << self.c_logp.val());
                 self.w_beat.d.next = bit_cast::<W, ROW32_BITS>(self.wrow.q.val()) << (self.w_off.q.val() << 3);
                 self.w_strb.d.next = self.w_strb_r.q.val();
+                self.wb_last.d.next = self.wb.q.val() + 1 >= self.w_bpr.q.val();
+                self.wi_last.d.next = self.wi.q.val() + 1 >= self.f_lv.q.val();
                 self.fin.d.next = Fin::WSend;
             }
             Fin::WSend => {
                 if self.shell.wr_fire.val() {
-                    self.fin.d.next = Fin::WPrep;
-                    self.wrow.shift.next = true;
-                    if self.wb.q.val() + 1 < self.w_bpr.q.val() {
+                    if !self.wb_last.q.val() {
                         self.wb.d.next = self.wb.q.val() + 1;
+                        self.fin.d.next = Fin::WPrep;
+                        self.w_shift.d.next = true;
                     } else {
                         self.wb.d.next = 0.into();
                         self.wi.d.next = self.wi.q.val() + 1;
-                        self.fin.d.next = Fin::WRow;
-                        if self.wi.q.val() + 1 >= self.f_lv.q.val() {
+                        if self.wi_last.q.val() {
                             self.fin.d.next = Fin::Idle;
+                        } else {
+                            self.fin.d.next = Fin::WRow;
+                            self.w_load.d.next = true;
                         }
                     }
                 }
@@ -824,6 +840,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.fin.d.next = Fin::Idle;
             self.last_pipe.d.next = 0.into();
             self.drain.d.next = false;
+            self.w_load.d.next = false;
+            self.w_shift.d.next = false;
             self.flush.d.next = self.c_flush.val();
             self.lane_rst.d.next = true;
             self.ser_v.d.next = false;
