@@ -207,6 +207,10 @@ fn bad_attention_inputs_are_clear_errors() {
     assert!(err.to_string().contains("Q has 31 elements"), "{err}");
     let err = ops::attention(&mut dev, &AttentionProblem { seq_kv: 0, ..p.clone() }, &[0; 32], &[], &[]).unwrap_err();
     assert!(err.to_string().contains("≥ 1"), "{err}");
+    // K/V FIFOs shallower than one burst never issued a read (the unit hung).
+    let err = AttentionConfig { read_fifo_depth: 4, ..small() }.validate().unwrap_err();
+    assert!(err.to_string().contains("read_fifo_depth = 4 (supported: powers of two from 8"), "{err}");
+    AttentionConfig { read_fifo_depth: 8, ..small() }.validate().unwrap();
     if ferrite::sim::verilator_or_skip() {
         // A unit built for d = 16 refuses d = 32.
         let mut sim = SimDevice::new(small(), MemoryConfig::default(), Engine::Verilator, None).unwrap();

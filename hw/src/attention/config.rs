@@ -4,6 +4,9 @@ use crate::numerics::{Requant, EXP2_FRAC_BITS, MAX_REQUANT_SHIFT};
 use crate::HwError;
 use serde::{Deserialize, Serialize};
 
+/// Beats of each K and V read burst; the K/V FIFOs hold at least one.
+pub const KV_BURST_BEATS: usize = 8;
+
 /// Unit id in the `HWINFO` register's top byte.
 pub const UNIT_ID: u32 = 2;
 
@@ -19,7 +22,7 @@ pub struct AttentionConfig {
     pub dot_par: usize,
     /// Width of `m_axi_gmem` data in bits.
     pub port_bits: usize,
-    /// Depth of the K/V stream FIFO (outstanding beats).
+    /// Depth of the K/V stream FIFO (outstanding beats; at least [`KV_BURST_BEATS`]).
     pub read_fifo_depth: usize,
     pub clock_mhz: f64,
 }
@@ -46,8 +49,11 @@ impl AttentionConfig {
         if !matches!(self.port_bits, 128 | 256 | 512 | 1024) {
             return bad(format!("port_bits = {} (supported: 128, 256, 512, 1024)", self.port_bits));
         }
-        if !(4..=256).contains(&self.read_fifo_depth) || !self.read_fifo_depth.is_power_of_two() {
-            return bad(format!("read_fifo_depth = {}", self.read_fifo_depth));
+        if !(KV_BURST_BEATS..=256).contains(&self.read_fifo_depth) || !self.read_fifo_depth.is_power_of_two() {
+            return bad(format!(
+                "read_fifo_depth = {} (supported: powers of two from {KV_BURST_BEATS}, one K/V burst, to 256)",
+                self.read_fifo_depth
+            ));
         }
         if self.port_bits / 8 < self.head_dim {
             return bad(format!(

@@ -7,6 +7,7 @@
 //! the lanes' q/m/l/o registers and two FIFOs: nothing grows with N.
 use super::lane::{v_at, Lane, ROW32_BITS, ROW8_BITS, SER_LAT};
 use super::regs::{Args, TABLE};
+use super::config::KV_BURST_BEATS;
 use super::AttentionConfig;
 use crate::blocks::{Fifo, MulU32Pipe, RowDelay, RowPick, ShrReg};
 use crate::dff_setup;
@@ -15,7 +16,7 @@ use crate::HwError;
 use rust_hdl::prelude::*;
 
 /// Beats per K (and per V) burst.
-const CHUNK: u64 = 8;
+const CHUNK: u64 = KV_BURST_BEATS as u64;
 /// Width of `last_pipe`: a block's last step, one bit per cycle since its
 /// issue; bit `lane::v_at(d) + 2` is set once it is in the lanes' backlogs
 /// and their registered `idle` counts it (bits above stay clear).
@@ -851,9 +852,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
 
 /// One of the K and V streams: its FIFO, the beats of the bursts issued for
 /// it that have not arrived yet (`issue` adds a burst's, `push` takes one
-/// off), and, registered from last cycle, its `room` for another burst (FIFO
-/// entries plus beats in flight plus `CHUNK`, at most the FIFO's depth) and
-/// its `page`: the beats from `addr` to the end of its 4 KiB page.
+/// off), and, registered, its `room` for another burst (FIFO entries plus
+/// beats in flight, `occ`, registered two cycles before, plus `CHUNK`, at most
+/// the FIFO's depth: the top issues a K burst at least four cycles after the
+/// last V one, so `occ` counts every burst issued) and its `page`: the beats
+/// from `addr` to the end of its 4 KiB page.
 #[derive(LogicBlock)]
 struct KvStream<const W: usize> {
     pub clock: Signal<In, Clock>,
@@ -869,11 +872,12 @@ struct KvStream<const W: usize> {
     pub page: Signal<Out, Bits<16>>,
     fifo: Fifo<W>,
     inflight: DFF<Bits<16>>,
+    occ: DFF<Bits<16>>,
     room_r: DFF<Bit>,
     page_r: DFF<Bits<16>>,
     c_logp: Constant<Bits<16>>,
-    c_chunk: Constant<Bits<16>>,
-    c_depth: Constant<Bits<16>>,
+    /// The FIFO's depth less `CHUNK`: the most `occ` may be for another burst.
+    c_room_max: Constant<Bits<16>>,
 }
 
 impl<const W: usize> KvStream<W> {
@@ -882,9 +886,8 @@ impl<const W: usize> KvStream<W> {
         with_defaults!(Self {
             fifo: Fifo::new(depth),
             c_logp: k(port_bytes.trailing_zeros() as u64),
-            c_chunk: k(CHUNK),
-            c_depth: k(depth as u64),
-            .. clock, reset, addr, issue, push, din, pop, dout, empty, room, page, inflight, room_r, page_r
+            c_room_max: k(depth as u64 - CHUNK),
+            .. clock, reset, addr, issue, push, din, pop, dout, empty, room, page, inflight, occ, room_r, page_r
         })
     }
 }
@@ -892,7 +895,7 @@ impl<const W: usize> KvStream<W> {
 impl<const W: usize> Logic for KvStream<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, inflight, room_r, page_r);
+        dff_setup!(self, clock, inflight, occ, room_r, page_r);
         self.fifo.clock.next = self.clock.val();
         self.fifo.reset.next = self.reset.val();
         self.fifo.din.next = self.din.val();
@@ -901,7 +904,8 @@ impl<const W: usize> Logic for KvStream<W> {
         self.dout.next = self.fifo.dout.val();
         self.empty.next = self.fifo.empty.val();
         self.inflight.d.next = self.inflight.q.val() + self.issue.val() - bit_cast::<16, 1>(self.push.val().into());
-        self.room_r.d.next = (self.fifo.count.val() + self.inflight.q.val() + self.c_chunk.val()) <= self.c_depth.val();
+        self.occ.d.next = self.fifo.count.val() + self.inflight.q.val();
+        self.room_r.d.next = self.occ.q.val() <= self.c_room_max.val();
         self.page_r.d.next =
             (bits::<16>(4096) - bit_cast::<16, 12>(self.addr.val().get_bits::<12>(0))) >> self.c_logp.val();
         self.room.next = self.room_r.q.val();
