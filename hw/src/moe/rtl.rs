@@ -135,6 +135,10 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// T − 1, and whether token ct is not past it (ct < T), kept as ct moves.
     t_m1: DFF<Bits<32>>,
     more: DFF<Bit>,
+    /// ct is the last token (ct = T − 1), kept as ct moves (from `t_m2` = T − 2),
+    /// so the clear of `more` at the token's end compares nothing.
+    ct_last: DFF<Bit>,
+    t_m2: DFF<Bits<32>>,
     /// x rows received minus tokens finished: the row of token ct is on chip when not zero.
     ahead: DFF<Bits<16>>,
     /// ct + 2, for the x rows' read-ahead (row r loads once token r − 2 is issued).
@@ -450,7 +454,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, groups_of, recv_cnt,
             recv_rows, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
-            cap, ct, cg, cc, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            cap, ct, cg, cc, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
@@ -468,7 +472,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, recv_cnt, row_end, beats_m2, one_beat,
-            recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
@@ -668,6 +672,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.shell.span_rows.next = self.run.t.val();
                     self.shell.span_pitch.next = self.run.ldx.val();
                     self.ct.d.next = 0.into();
+                    self.ct_last.d.next = self.t_m1.q.val() == 0;
                     self.cg.d.next = 0.into();
                     self.cc.d.next = 0.into();
                     self.cgoff.d.next = 0.into();
@@ -805,6 +810,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.cg_last.d.next = self.one_group.q.val();
                     self.cgoff.d.next = 0.into();
                     self.ct.d.next = self.ct.q.val() + 1;
+                    self.ct_last.d.next = self.ct.q.val() == self.t_m2.q.val();
                     self.ct2.d.next = self.ct2.q.val() + 1;
                 }
             }
@@ -1062,7 +1068,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.room.d.next = self.pending.q.val() < self.c_depth_m1.val();
         // The last beat of a token's last group: ct moves on.
         self.tok_end.next = self.go.val() & self.tok_last.val();
-        if self.tok_end.val() & (self.ct.q.val() == self.t_m1.q.val()) {
+        self.t_m2.d.next = self.t_m1.q.val() - 1;
+        if self.tok_end.val() & self.ct_last.q.val() {
             self.more.d.next = false;
         }
         if self.rx.val() & self.in_run.q.val() & self.row_end.q.val() & !self.tok_end.val() {
