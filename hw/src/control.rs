@@ -58,11 +58,9 @@ pub struct Control {
     gie: DFF<Bit>,
     ier: DFF<Bits<2>>,
     isr: DFF<Bits<2>>,
-    m0: Signal<Local, Bits<32>>,
-    m1: Signal<Local, Bits<32>>,
-    m2: Signal<Local, Bits<32>>,
-    m3: Signal<Local, Bits<32>>,
     wmask: Signal<Local, Bits<32>>,
+    /// Byte `b` of a word set: strobe `b`'s part of `wmask`.
+    c_byte: Vec<Constant<Bits<32>>>,
     go: Signal<Local, Bit>,
     ctrl_word: Signal<Local, Bits<32>>,
     status_base: Constant<Bits<16>>,
@@ -78,6 +76,7 @@ impl Control {
             status: crate::many(n_status),
             arg_regs: crate::many(n_args),
             status_base: Constant::new(((0x10 + 4 * n_args) as u64).to_bits()),
+            c_byte: (0..4).map(|b| Constant::new((0xFFu64 << (8 * b)).to_bits())).collect(),
             hit_c: crate::many(4),
             hit_a: crate::many(n_args),
             hit_s: crate::many(n_status),
@@ -88,7 +87,7 @@ impl Control {
             _n_args: n_args,
             _n_status: n_status,
             .. clock, rst_n, s_axi_control, interrupt, start, core_done, core_idle, wstate, rstate, waddr, rdata_r,
-            ap_start, ap_done, auto_restart, gie, ier, isr, rsel, m0, m1, m2, m3, wmask, go, ctrl_word
+            ap_start, ap_done, auto_restart, gie, ier, isr, rsel, wmask, go, ctrl_word
         })
     }
 }
@@ -105,24 +104,13 @@ impl Logic for Control {
             self.arg_regs[i].d.next = self.arg_regs[i].q.val();
             self.args[i].next = self.arg_regs[i].q.val();
         }
-        // Byte-lane mask from WSTRB.
-        self.m0.next = 0.into();
-        self.m1.next = 0.into();
-        self.m2.next = 0.into();
-        self.m3.next = 0.into();
-        if self.s_axi_control.wstrb.val().get_bit(0) {
-            self.m0.next = 0xFF.into();
+        // Byte-lane mask from WSTRB: byte b of the word where strobe b is set.
+        self.wmask.next = 0.into();
+        for b in 0..4 {
+            if self.s_axi_control.wstrb.val().get_bit(b) {
+                self.wmask.next = self.wmask.val() | self.c_byte[b].val();
+            }
         }
-        if self.s_axi_control.wstrb.val().get_bit(1) {
-            self.m1.next = 0xFF00.into();
-        }
-        if self.s_axi_control.wstrb.val().get_bit(2) {
-            self.m2.next = 0xFF_0000.into();
-        }
-        if self.s_axi_control.wstrb.val().get_bit(3) {
-            self.m3.next = bits::<32>(0xFF) << 24;
-        }
-        self.wmask.next = self.m0.val() | self.m1.val() | self.m2.val() | self.m3.val();
 
         // Start handshake: ap_start is consumed when the core is idle.
         self.go.next = self.ap_start.q.val() & self.core_idle.val();

@@ -60,3 +60,15 @@ macro_rules! dff_setup {
         $($self.$dff.d.next = $self.$dff.q.val();)+
     };
 }
+
+/// rust-hdl's `clock!` (sub-blocks on one clock), also for a clock inside an
+/// interface, as [`dff_setup!`]: `use crate::clock;` where used.
+#[macro_export]
+macro_rules! clock {
+    ($self:ident, $port:ident . $clock:ident, $($sub:ident),+ $(,)?) => {
+        $($self.$sub.clock.next = $self.$port.$clock.val();)+
+    };
+    ($self:ident, $clock:ident, $($sub:ident),+ $(,)?) => {
+        $($self.$sub.clock.next = $self.$clock.val();)+
+    };
+}

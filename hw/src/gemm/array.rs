@@ -9,7 +9,27 @@
 //! travels with A; when it reaches a PE, that PE moves its sum to a result
 //! register and starts the next tile without a bubble.
 use crate::blocks::{Pack, RamPort, SkewLine, SyncRam};
+use crate::clock;
 use rust_hdl::prelude::*;
+
+/// An A byte and its k-step's flags (`valid`; `last`, the tile's last k), as
+/// they travel right from a row's feeder through its PEs, a hop a cycle.
+#[derive(LogicInterface, Default)]
+#[join = "AStepIn"]
+pub struct AStepOut {
+    pub a: Signal<Out, Bits<8>>,
+    pub valid: Signal<Out, Bit>,
+    pub last: Signal<Out, Bit>,
+}
+
+/// Where an [`AStepOut`] arrives.
+#[derive(LogicInterface, Default)]
+#[join = "AStepOut"]
+pub struct AStepIn {
+    pub a: Signal<In, Bits<8>>,
+    pub valid: Signal<In, Bit>,
+    pub last: Signal<In, Bit>,
+}
 
 /// One multiply-accumulate cell: int8×int8 → int32. The product is
 /// registered before the accumulate (the multiplier and the 32-bit add in one
@@ -19,13 +39,9 @@ use rust_hdl::prelude::*;
 pub struct Pe {
     pub clock: Signal<In, Clock>,
     pub clear: Signal<In, Bit>,
-    pub a_in: Signal<In, Bits<8>>,
+    pub a_in: AStepIn,
     pub b_in: Signal<In, Bits<8>>,
-    pub valid_in: Signal<In, Bit>,
-    pub last_in: Signal<In, Bit>,
-    pub a_out: Signal<Out, Bits<8>>,
-    pub valid_out: Signal<Out, Bit>,
-    pub last_out: Signal<Out, Bit>,
+    pub a_out: AStepOut,
     /// This PE's registered B, for the next row.
     pub b_out: Signal<Out, Bits<8>>,
     /// This PE's last finished sum.
@@ -47,13 +63,13 @@ impl Logic for Pe {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(self, clock, a_r, b_r, v_r, l_r, prod_r, v_p, l_p, acc, res);
-        self.a_r.d.next = self.a_in.val();
+        self.a_r.d.next = self.a_in.a.val();
         self.b_r.d.next = self.b_in.val();
-        self.v_r.d.next = self.valid_in.val();
-        self.l_r.d.next = self.last_in.val();
-        self.a_out.next = self.a_r.q.val();
-        self.valid_out.next = self.v_r.q.val();
-        self.last_out.next = self.l_r.q.val();
+        self.v_r.d.next = self.a_in.valid.val();
+        self.l_r.d.next = self.a_in.last.val();
+        self.a_out.a.next = self.a_r.q.val();
+        self.a_out.valid.next = self.v_r.q.val();
+        self.a_out.last.next = self.l_r.q.val();
         // rust-hdl multiplies 16×16 → 32: sign-extend the int8 operands.
         self.prod.next = signed_bit_cast::<16, 8>(signed_cast(self.a_r.q.val()))
             * signed_bit_cast::<16, 8>(signed_cast(self.b_r.q.val()));
@@ -84,9 +100,7 @@ impl Logic for Pe {
 pub struct PeRow<const W: usize> {
     pub clock: Signal<In, Clock>,
     pub clear: Signal<In, Bit>,
-    pub a_in: Signal<In, Bits<8>>,
-    pub valid_in: Signal<In, Bit>,
-    pub last_in: Signal<In, Bit>,
+    pub a_in: AStepIn,
     pub b_in: Signal<In, Bits<W>>,
     pub b_out: Signal<Out, Bits<W>>,
     /// High for one cycle when every PE of the row holds its finished sum.
@@ -113,7 +127,7 @@ impl<const W: usize> PeRow<W> {
             rpack: Pack::new(cols),
             row_idx: Constant::new((row as u64).to_bits()),
             _cols: cols,
-            .. clock, clear, a_in, valid_in, last_in, b_in, b_out, cap, res_sel, idx_sel, cap_p, cap_r
+            .. clock, clear, a_in, b_in, b_out, cap, res_sel, idx_sel, cap_p, cap_r
         })
     }
 }
@@ -127,13 +141,13 @@ impl<const W: usize> Logic for PeRow<W> {
             self.pes[c].clear.next = self.clear.val();
             self.pes[c].b_in.next = self.b_in.val().get_bits::<8>(c * 8);
         }
-        self.pes[0].a_in.next = self.a_in.val();
-        self.pes[0].valid_in.next = self.valid_in.val();
-        self.pes[0].last_in.next = self.last_in.val();
+        self.pes[0].a_in.a.next = self.a_in.a.val();
+        self.pes[0].a_in.valid.next = self.a_in.valid.val();
+        self.pes[0].a_in.last.next = self.a_in.last.val();
         for c in 1..self._cols {
-            self.pes[c].a_in.next = self.pes[c - 1].a_out.val();
-            self.pes[c].valid_in.next = self.pes[c - 1].valid_out.val();
-            self.pes[c].last_in.next = self.pes[c - 1].last_out.val();
+            self.pes[c].a_in.a.next = self.pes[c - 1].a_out.a.val();
+            self.pes[c].a_in.valid.next = self.pes[c - 1].a_out.valid.val();
+            self.pes[c].a_in.last.next = self.pes[c - 1].a_out.last.val();
         }
         for c in 0..self._cols {
             self.bpack.lanes[c].next = self.pes[c].b_out.val();
@@ -142,7 +156,7 @@ impl<const W: usize> Logic for PeRow<W> {
         self.b_out.next = self.bpack.out.val();
         for l in (self._cols - 1)..self._cols {
             // The last PE finishes its sum two cycles after it shows `last`.
-            self.cap_p.d.next = self.pes[l].valid_out.val() & self.pes[l].last_out.val();
+            self.cap_p.d.next = self.pes[l].a_out.valid.val() & self.pes[l].a_out.last.val();
             self.cap_r.d.next = self.cap_p.q.val();
             self.res_sel.next = 0.into();
             if self.cap_r.q.val() {
@@ -167,9 +181,7 @@ pub struct RowFeed<const W: usize> {
     pub sel: Signal<In, Bits<8>>,
     pub valid_in: Signal<In, Bit>,
     pub last_in: Signal<In, Bit>,
-    pub a_out: Signal<Out, Bits<8>>,
-    pub valid_out: Signal<Out, Bit>,
-    pub last_out: Signal<Out, Bit>,
+    pub a_out: AStepOut,
     ram: SyncRam<W>,
     line: SkewLine<10>,
 }
@@ -179,7 +191,7 @@ impl<const W: usize> RowFeed<W> {
         with_defaults!(Self {
             ram: SyncRam::new(depth_beats),
             line: SkewLine::new(row + 1),
-            .. clock, ram_port, sel, valid_in, last_in, a_out, valid_out, last_out
+            .. clock, ram_port, sel, valid_in, last_in, a_out
         })
     }
 }
@@ -187,15 +199,14 @@ impl<const W: usize> RowFeed<W> {
 impl<const W: usize> Logic for RowFeed<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        self.ram.clock.next = self.clock.val();
-        self.line.clock.next = self.clock.val();
+        clock!(self, clock, ram, line);
         RamPort::<W>::link(&mut self.ram_port, &mut self.ram.port);
         self.line.din.next = bit_cast::<10, 8>(self.ram.rdata.val().get_bits::<8>(self.sel.val().index() * 8))
             | (bit_cast::<10, 1>(self.valid_in.val().into()) << 8)
             | (bit_cast::<10, 1>(self.last_in.val().into()) << 9);
-        self.a_out.next = self.line.dout.val().get_bits::<8>(0);
-        self.valid_out.next = self.line.dout.val().get_bit(8);
-        self.last_out.next = self.line.dout.val().get_bit(9);
+        self.a_out.a.next = self.line.dout.val().get_bits::<8>(0);
+        self.a_out.valid.next = self.line.dout.val().get_bit(8);
+        self.a_out.last.next = self.line.dout.val().get_bit(9);
     }
 }
 

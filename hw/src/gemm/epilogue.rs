@@ -1,5 +1,6 @@
 //! One output lane of the fused epilogue: bias add, ReLU, requantize.
 use crate::blocks::{RequantPipe, SkewLine};
+use crate::clock;
 use rust_hdl::prelude::*;
 
 /// Lane `c` of the epilogue. The writer enables the add, then reads the int32
@@ -41,8 +42,7 @@ impl Logic for EpilogueLane {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(self, clock, value, clip);
-        self.rq.clock.next = self.clock.val();
-        self.clip_dly.clock.next = self.clock.val();
+        clock!(self, clock, rq, clip_dly);
         // Two's-complement wrapping add, as the numerics contract says.
         self.sum.next = signed_cast(self.acc.val());
         if self.use_bias.val() {

@@ -17,9 +17,9 @@ use super::epilogue::EpilogueLane;
 use super::regs::{Args, TABLE};
 use super::GemmConfig;
 use crate::blocks::{Fifo, MulU32Pipe, Occupancy, Pack, RequantPipe, SyncRam};
-use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
+use crate::{clock, dff_setup};
 use rust_hdl::prelude::*;
 
 /// The GEMM unit's top level. Port names are the Vitis RTL-kernel names
@@ -356,6 +356,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         );
+        clock!(self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has);
         for r in 0..self._rows {
             self.a_sel[r].clock.next = self.vitis.ap_clk.val();
             self.a_sel[r].d.next = self.a_sel[r].q.val();
@@ -608,7 +609,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // ---------------- Read-data receiver ----------------
         // `in_b` is set and cleared with BStream/BDrain: the same function, no phase decode.
         self.b_recv.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_b.q.val();
-        self.bias_ram.clock.next = self.vitis.ap_clk.val();
         self.bias_ram.port.we.next = self.vitis.m_axi_gmem.rvalid.val()
             & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait));
         self.bias_ram.port.waddr.next = self.recv_cnt.q.val();
@@ -628,7 +628,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
             }
         }
-        self.bfifo.clock.next = self.vitis.ap_clk.val();
         self.bfifo.reset.next = !self.vitis.ap_rst_n.val();
         self.bfifo.push.next = self.b_recv.val();
         self.bfifo.din.next = self.vitis.m_axi_gmem.rdata.val();
@@ -640,7 +639,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             & self.b_has.any.val()
             & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val()));
         self.bfifo.pop.next = self.f_go.val();
-        self.b_has.clock.next = self.vitis.ap_clk.val();
         self.b_has.clear.next = !self.vitis.ap_rst_n.val() | (self.phase.q.val() == Phase::Idle);
         self.b_has.push.next = self.b_recv.val();
         self.b_has.pop.next = self.f_go.val();
@@ -661,7 +659,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         // Whether `since_last` reaches the gap next cycle.
         self.gap_ok.d.next = self.since_last.q.val() >= self.c_gap1.val();
-        self.tiles.clock.next = self.vitis.ap_clk.val();
         self.tiles.reset.next = !self.vitis.ap_rst_n.val();
         self.tiles.push.next = self.f_go.val() & self.f_last.q.val();
         self.tiles.din.next = bit_cast::<96, 32>(self.i0.q.val())
@@ -696,9 +693,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.feeds[r].last_in.next = self.s1_last.q.val();
             self.rows[r].clock.next = self.vitis.ap_clk.val();
             self.rows[r].clear.next = self.array_clear.q.val();
-            self.rows[r].a_in.next = self.feeds[r].a_out.val();
-            self.rows[r].valid_in.next = self.feeds[r].valid_out.val();
-            self.rows[r].last_in.next = self.feeds[r].last_out.val();
+            self.rows[r].a_in.a.next = self.feeds[r].a_out.a.val();
+            self.rows[r].a_in.valid.next = self.feeds[r].a_out.valid.val();
+            self.rows[r].a_in.last.next = self.feeds[r].a_out.last.val();
         }
         for c in 0..self._cols {
             // Columns of this tile inside N: the rest of the chunk is zeroed (cols ≤ 64).
@@ -741,9 +738,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.cap_ok.d.next = bit_cast::<16, 32>(self.cap_idx.val()) < self.tiles.dout.val().get_bits::<16>(64);
         self.cap_m.d.next = bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(0) + self.cap_idx.val())
             | (bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(32)) << 32);
-        self.ofifo.clock.next = self.vitis.ap_clk.val();
         self.ofifo.reset.next = !self.vitis.ap_rst_n.val();
-        self.ometa.clock.next = self.vitis.ap_clk.val();
         self.ometa.reset.next = !self.vitis.ap_rst_n.val();
         self.ofifo.push.next = self.cap_v.q.val() & self.cap_ok.q.val();
         self.ometa.push.next = self.cap_v.q.val() & self.cap_ok.q.val();
@@ -761,7 +756,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
 
         // ---------------- Writer: epilogue and one beat per output row ----------------
-        self.row_mul.clock.next = self.vitis.ap_clk.val();
         self.row_mul.a.next = self.w_i.q.val();
         self.row_mul.b.next = self.run.ldc.val();
         self.ofifo.pop.next = false;
@@ -862,7 +856,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
 
-        self.o_has.clock.next = self.vitis.ap_clk.val();
         self.o_has.clear.next = !self.vitis.ap_rst_n.val();
         self.o_has.push.next = self.ofifo.push.val();
         self.o_has.pop.next = self.ofifo.pop.val();

@@ -13,9 +13,9 @@ use super::config::{MoeConfig, EXPERT_SLOTS, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
 use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_TOK, POST_LATENCY, RB};
 use crate::blocks::{AddTree16Pipe, Fifo, MulRoundSat16Pipe, MulU32Pipe, Occupancy, Pack, SkewLine, SyncRam};
-use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
+use crate::{clock, dff_setup};
 use rust_hdl::prelude::*;
 
 /// Stages of the reciprocal: quotient bits 26..0 of `2^40 / L`, `L ≥ 2^14`.
@@ -478,6 +478,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
             wstate, w_beats, w_ids, w_slots, w_left, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask
         );
+        #[rustfmt::skip]
+        clock!(
+            self, vitis.ap_clk, cap_mul, dbase, xbuf, lane_tag, post_tag, r0, xd_z, xd_mask, xd_meta, xd_v, psum, sd,
+            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ
+        );
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
@@ -532,7 +537,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.bad_args.d.next = self.bad_size.q.val() | self.bad_form.q.val();
 
         // ---------------- Phase machine and read requests ----------------
-        self.cap_mul.clock.next = self.vitis.ap_clk.val();
         self.cap_mul.a.next = self.run.t.val();
         self.cap_mul.b.next = self.run.k.val();
         if self.phase.q.val() == Phase::CapMul {
@@ -540,7 +544,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.cap_mul.b.next = self.tk.q.val();
         }
         // The dispatch row table: entry e = DISPATCH + e·DPITCH, one a cycle from ap_start.
-        self.dbase.clock.next = self.vitis.ap_clk.val();
         self.dbase.port.we.next = self.tb_on.q.val();
         self.dbase.port.waddr.next = self.tb_i.q.val();
         self.dbase.port.wdata.next = self.tb_addr.q.val();
@@ -760,7 +763,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.lanes[j].first.next = self.s1_first.q.val();
             self.lanes[j].last.next = self.s1_last.q.val();
         }
-        self.xbuf.clock.next = self.vitis.ap_clk.val();
         self.xbuf.port.we.next = self.rx.val() & self.in_run.q.val();
         self.xbuf.port.waddr.next =
             (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.recv_cnt.q.val();
@@ -821,7 +823,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.s2_lastg.d.next = self.s1_lastg.q.val();
         self.s2_tok.d.next = self.s1_tok.q.val();
         // s3 meets the lanes' logits: the dot products' pipeline lies between.
-        self.lane_tag.clock.next = self.vitis.ap_clk.val();
         self.lane_tag.din.next = bit_cast::<66, 1>(self.s2_valid.q.val().into())
             | (bit_cast::<66, 16>(self.s2_g.q.val()) << 1)
             | (bit_cast::<66, 16>(self.s2_goff.q.val()) << 17)
@@ -832,7 +833,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.s3_goff.d.next = self.lane_tag.dout.val().get_bits::<16>(17);
         self.s3_lastg.d.next = self.lane_tag.dout.val().get_bit(33);
         self.s3_tok.d.next = self.lane_tag.dout.val().get_bits::<32>(34);
-        self.post_tag.clock.next = self.vitis.ap_clk.val();
         self.post_tag.din.next = bit_cast::<49, 16>(self.s3_g.q.val())
             | (bit_cast::<49, 1>(self.s3_lastg.q.val().into()) << 16)
             | (bit_cast::<49, 32>(self.s3_tok.q.val()) << 17);
@@ -882,7 +882,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         // ---------------- Tail: one token per cycle ----------------
         // Round 0 finds the top-1 expert, whose t is the maximum (t is monotone in z).
-        self.r0.clock.next = self.vitis.ap_clk.val();
         self.r0.z.next = self.a_z.q.val();
         self.r0.aux.next = self.a_t.q.val();
         self.r0.mask.next = self.emask.q.val();
@@ -903,10 +902,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.exps[e].tmax.next = self.x1_tmax.q.val();
             self.exps[e].experts.next = bit_cast::<16, 32>(self.run.e.val());
         }
-        self.xd_z.clock.next = self.vitis.ap_clk.val();
-        self.xd_mask.clock.next = self.vitis.ap_clk.val();
-        self.xd_meta.clock.next = self.vitis.ap_clk.val();
-        self.xd_v.clock.next = self.vitis.ap_clk.val();
         self.xd_z.din.next = self.x1_z.q.val();
         self.xd_mask.din.next = self.x1_mask.q.val();
         self.xd_meta.din.next = self.x1_meta.q.val();
@@ -915,9 +910,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.ppack.lanes[e].next = self.exps[e].p.val();
         }
         // Σ_e p: an adder tree, registered every two levels.
-        self.psum.clock.next = self.vitis.ap_clk.val();
         self.psum.x.next = self.ppack.out.val();
-        self.sd.clock.next = self.vitis.ap_clk.val();
         self.sd.din.next = self.psum.s.val();
         for r in 0..self._rounds {
             self.rounds[r].clock.next = self.vitis.ap_clk.val();
@@ -942,8 +935,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.r_meta.next = self.rounds[last].meta_o.val();
             self.r_valid.next = self.rounds[last].valid_o.val();
         }
-        self.qd_meta.clock.next = self.vitis.ap_clk.val();
-        self.qd_v.clock.next = self.vitis.ap_clk.val();
         self.qd_meta.din.next = self.r_meta.val();
         self.qd_v.din.next = bit_cast::<1, 1>(self.r_valid.val().into());
         self.q_meta.next = self.qd_meta.dout.val();
@@ -988,8 +979,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         // Weights (MulRoundSat16Pipe::LATENCY stages after the reciprocal), then
         // slots and load counters of the k choices.
-        self.cd_meta.clock.next = self.vitis.ap_clk.val();
-        self.cd_v.clock.next = self.vitis.ap_clk.val();
         for last in (DIV_STAGES - 1)..DIV_STAGES {
             for i in 0..self._kmax {
                 self.wq[i].clock.next = self.vitis.ap_clk.val();
@@ -1055,7 +1044,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.dropped.d.next = 0.into();
             self.drop_n.d.next = 0.into();
         }
-        self.ofifo.clock.next = self.vitis.ap_clk.val();
         self.ofifo.reset.next = !self.vitis.ap_rst_n.val();
         self.ofifo.push.next = self.o_valid.q.val() & self.flushed.q.val();
         self.ofifo.din.next =
@@ -1194,7 +1182,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
 
         // After the writer, which drives the pop.
-        self.o_occ.clock.next = self.vitis.ap_clk.val();
         self.o_occ.clear.next = !self.vitis.ap_rst_n.val();
         self.o_occ.push.next = self.ofifo.push.val();
         self.o_occ.pop.next = self.ofifo.pop.val();

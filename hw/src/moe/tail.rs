@@ -11,6 +11,7 @@
 //! parameters because rust-hdl's widths are types; sizing them for the largest
 //! unit made every unit pay for 256 experts in synthesis and simulation.
 use crate::blocks::{ArgMaxPipe, Carry, DotI8Pipe, Exp2Pipe, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
+use crate::clock;
 use rust_hdl::prelude::*;
 
 /// Per-token metadata through the tail: ids (8×8 bits @0), chosen exponentials
@@ -75,9 +76,7 @@ impl<const W: usize> Logic for GateLane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(self, clock, acc, res_r);
-        self.ram.clock.next = self.clock.val();
-        self.xw.clock.next = self.clock.val();
-        self.flags.clock.next = self.clock.val();
+        clock!(self, clock, ram, xw, flags);
         RamPort::<W>::link(&mut self.ram_port, &mut self.ram.port);
         self.xw.a.next = self.x.val();
         self.xw.b.next = self.ram.rdata.val();
@@ -151,8 +150,7 @@ impl<const ZB: usize> Logic for PostLane<ZB> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(self, clock, res_r, bias_r, zr);
-        self.scale.clock.next = self.clock.val();
-        self.z_dly.clock.next = self.clock.val();
+        clock!(self, clock, scale, z_dly);
         self.off.next = self.boff.val() + self.c_j.val();
         self.off_bit.next = self.off.val() << 5;
         self.res_r.d.next = self.res.val();
@@ -300,19 +298,11 @@ impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, 
         // Every register below is assigned once, unconditionally: without
         // dff_setup's hold (`d = q`) each is written once per cycle, where a hold
         // and an assignment made simulators zero and copy the 256-bit metadata.
-        self.maskr.clock.next = self.clock.val();
-        self.metar.clock.next = self.clock.val();
-        self.validr.clock.next = self.clock.val();
-        self.mask1.clock.next = self.clock.val();
-        self.valid1.clock.next = self.clock.val();
-        self.tree.clock.next = self.clock.val();
+        clock!(self, clock, maskr, metar, validr, mask1, valid1, tree, zc, auxc, metac);
         self.tree.z.next = self.z.val();
         self.tree.mask.next = self.mask.val();
-        self.zc.clock.next = self.clock.val();
         self.zc.d.next = self.z.val();
-        self.auxc.clock.next = self.clock.val();
         self.auxc.d.next = self.aux.val();
-        self.metac.clock.next = self.clock.val();
         self.metac.d.next = self.meta.val();
         // The narrow buses as the stage after the cut sees them.
         self.mask1.d.next = self.mask.val();
@@ -371,9 +361,7 @@ impl Logic for DivStage {
         // hold (`d = q`): the hold and the assignment made simulators zero and copy
         // the 256-bit metadata in each of the 27 stages.
         dff_setup!(self, clock, remr, qr);
-        self.lr.clock.next = self.clock.val();
-        self.metar.clock.next = self.clock.val();
-        self.validr.clock.next = self.clock.val();
+        clock!(self, clock, lr, metar, validr);
         self.r2.next = self.rem.val() << 1;
         self.remr.d.next = self.r2.val();
         self.qr.d.next = self.q.val() << 1;
