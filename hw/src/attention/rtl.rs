@@ -89,6 +89,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     qrow_base: DFF<Bits<32>>,
     q_total: DFF<Bits<16>>,
     qb: DFF<Bits<32>>,
+    /// Every Q beat of the block is in (`qb = q_total`), kept as `qb` moves
+    /// (from `q_total − 1`), so that the cycle entering `Stream` compares nothing.
+    q_in: DFF<Bit>,
+    q_total_m1: DFF<Bits<16>>,
     q_rx: Signal<Local, Bit>,
     // K/V read requests.
     kv_rem: DFF<Bits<32>>,
@@ -273,7 +277,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             _lanes: l,
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp,
             qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
-            kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_rx, kv_rem,
+            kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_in, q_total_m1, q_rx, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib,
             go, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
@@ -290,7 +294,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         dff_setup!(
             self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
-            phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, k_addr, v_addr, kv_rem,
+            phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, q_in, q_total_m1, k_addr, v_addr, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
@@ -556,6 +560,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.shell.span_load.next = true;
                 self.q_total.d.next = self.shell.span_beats.val();
                 self.qb.d.next = 0.into();
+                self.q_in.d.next = false;
                 self.phase.d.next = Phase::QReq;
             }
             Phase::QReq => {
@@ -564,7 +569,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 }
             }
             Phase::QWait => {
-                if bit_cast::<16, 32>(self.qb.q.val()) == self.q_total.q.val() {
+                if self.q_in.q.val() {
                     self.k_addr.d.next = self.kh.q.val();
                     self.v_addr.d.next = self.vh.q.val();
                     self.kv_age.d.next = 0.into();
@@ -747,8 +752,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         if self.kv_rx.val() & self.vitis.m_axi_gmem.rlast.val() {
             self.recv_v.d.next = !self.recv_v.q.val();
         }
+        // A block's first Q beat comes at least two cycles after `BlockInit`
+        // sets `q_total`, so `q_total_m1` is current for it.
+        self.q_total_m1.d.next = self.q_total.q.val() - 1;
         if self.q_rx.val() {
             self.qb.d.next = self.qb.q.val() + 1;
+            self.q_in.d.next = bit_cast::<16, 32>(self.qb.q.val()) == self.q_total_m1.q.val();
         }
 
         // ---------------- Steps: one key per cycle to every lane ----------------
