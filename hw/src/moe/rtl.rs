@@ -9,7 +9,7 @@
 //! slots and load counters. A writer drains the tail's output FIFO: the token's
 //! route record (one burst), its dispatch entries (single words), and at the
 //! end the statistics.
-use super::config::{MoeConfig, EXPERT_SLOTS, RECORD_BYTES, T_LIMIT};
+use super::config::{MoeConfig, EXPERT_SLOTS, E_LIMIT, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
 use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_TOK, POST_LATENCY, RB};
 use crate::blocks::{AddTree16Pipe, Fifo, MulRoundSat16Pipe, MulU32Pipe, Occupancy, Pack, SkewLine, SyncRam};
@@ -175,7 +175,11 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     post_tag: SkewLine<49>,
     post_v: DFF<Bits<POST_DLY>>,
     s4_valid: DFF<Bit>,
-    s4_g: DFF<Bits<16>>,
+    /// s4's group as a one-hot word (bit 0: the token's first group), decoded
+    /// on the way in: the collector's selects read one bit each, where
+    /// compares of the group index fanned out to every bit of the logit vectors.
+    s4_hot: DFF<Bits<E_LIMIT>>,
+    c_hot1: Constant<Bits<E_LIMIT>>,
     s4_lastg: DFF<Bit>,
     s4_tok: DFF<Bits<32>>,
     /// A lane group's logits and log2-domain values, lane j at slot j.
@@ -183,6 +187,9 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     tpack: Pack<40, TB>,
     mz: Signal<Local, Bits<ZB>>,
     mt: Signal<Local, Bits<TB>>,
+    /// The group's values placed at its slot (zero elsewhere).
+    zplace: Signal<Local, Bits<ZB>>,
+    tplace: Signal<Local, Bits<TB>>,
     coll_z: DFF<Bits<ZB>>,
     coll_t: DFF<Bits<TB>>,
     // Tail.
@@ -437,6 +444,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_ones: Constant::new(Bits::<S>::mask()),
             c_gstart: (0..g).map(|i| k((i * l) as u64)).collect(),
             c_gp1: (0..g).map(|i| k(i as u64 + 1)).collect(),
+            c_hot1: Constant::new(1u64.into()),
             c_gz: (0..g).map(|i| k((32 * i * l) as u64)).collect(),
             c_gt: (0..g).map(|i| k((40 * i * l) as u64)).collect(),
             c_i: (0..cfg.k_max).map(|i| k(i as u64)).collect(),
@@ -456,7 +464,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             recv_rows, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
             cap, ct, cg, cc, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
-            s4_valid, s4_g, s4_lastg, s4_tok, mz, mt, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
+            s4_valid, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
             o_tok, tokens_out, out_done, o_occ, wstate, w_beats, w_ids, w_slots, w_left, route_ptr, d_shift, w_tok, w_addr, w_word,
             w_stats, rb, si, si_end, e_p1, stats_done, xmask, lane_off
@@ -474,7 +482,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, recv_cnt, row_end, beats_m2, one_beat,
             recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
-            s3_lastg, s3_tok, post_v, s4_valid, s4_g, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
+            s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
             wstate, w_beats, w_ids, w_slots, w_left, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask
         );
@@ -840,7 +848,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         for top in (POST_DLY - 1)..POST_DLY {
             self.s4_valid.d.next = self.post_v.q.val().get_bit(top);
         }
-        self.s4_g.d.next = self.post_tag.dout.val().get_bits::<16>(0);
+        self.s4_hot.d.next = self.c_hot1.val() << self.post_tag.dout.val().get_bits::<16>(0);
         self.s4_lastg.d.next = self.post_tag.dout.val().get_bit(16);
         self.s4_tok.d.next = self.post_tag.dout.val().get_bits::<32>(17);
         for j in 0..self._lanes {
@@ -855,18 +863,21 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.zpack.lanes[j].next = self.posts[j].z_o.val();
             self.tpack.lanes[j].next = self.posts[j].t_o.val();
         }
-        // Collect the group into the token's logit vector; group 0 starts a new one.
-        self.mz.next = self.coll_z.q.val();
-        self.mt.next = self.coll_t.q.val();
+        // Collect the group into the token's logit vector; group 0 starts a new
+        // one. The slots are disjoint, so each bit is one AND-OR of its group's flag.
+        self.zplace.next = 0.into();
+        self.tplace.next = 0.into();
         for g in 0..self._groups {
-            if self.s4_g.q.val().index() == g {
-                self.mz.next = self.coll_z.q.val() | (self.zpack.out.val() << self.c_gz[g].val());
-                self.mt.next = self.coll_t.q.val() | (self.tpack.out.val() << self.c_gt[g].val());
+            if self.s4_hot.q.val().get_bit(g) {
+                self.zplace.next = self.zplace.val() | (self.zpack.out.val() << self.c_gz[g].val());
+                self.tplace.next = self.tplace.val() | (self.tpack.out.val() << self.c_gt[g].val());
             }
         }
-        if self.s4_g.q.val() == 0 {
-            self.mz.next = self.zpack.out.val();
-            self.mt.next = self.tpack.out.val();
+        self.mz.next = self.coll_z.q.val() | self.zplace.val();
+        self.mt.next = self.coll_t.q.val() | self.tplace.val();
+        if self.s4_hot.q.val().get_bit(0) {
+            self.mz.next = self.zplace.val();
+            self.mt.next = self.tplace.val();
         }
         self.a_valid.d.next = false;
         if self.s4_valid.q.val() {
