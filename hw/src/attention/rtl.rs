@@ -47,6 +47,14 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// The KVLEN word as read, and whether it is read for the launch check
     /// (`KvCheckTest` next) or for the head (`KvTest`).
     kv_word_r: DFF<Bits<32>>,
+    /// That word is 0, or above SEQ_KV (compared as it is read).
+    kv_zero: DFF<Bit>,
+    kv_over: DFF<Bit>,
+    /// `bh + HPB` and whether it reaches HEADS (the key-count check's end),
+    /// registered every cycle: `bh` changes at least three cycles before the
+    /// next `KvCheckTest` reads them (a KVLEN read lies between).
+    bh_nx: DFF<Bits<33>>,
+    bh_end: DFF<Bit>,
     kv_chk: DFF<Bit>,
     /// A block's queries: `SEQ_Q − q0`, then how many (`lv_r`), its end and its Q span's end.
     qleft: DFF<Bits<32>>,
@@ -275,8 +283,8 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
-            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp,
-            qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
+            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
+            qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
             kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_in, q_total_m1, q_rx, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib,
@@ -292,7 +300,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_chk, qleft, lv_r, qsp, qend, qspan,
+            self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_zero, kv_over, bh_nx, bh_end, kv_chk,
+            qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
             phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, q_in, q_total_m1, k_addr, v_addr, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
@@ -313,6 +322,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.shell.fail.next = false;
 
         self.hpb_m1.d.next = self.run.hpb.val() - 1;
+        self.bh_nx.d.next = bit_cast::<33, 32>(self.bh.q.val()) + bit_cast::<33, 32>(self.run.hpb.val());
+        self.bh_end.d.next = self.bh_nx.q.val() >= bit_cast::<33, 32>(self.run.heads.val());
         self.heads_m1.d.next = self.run.heads.val() - 1;
         self.mul_q.clock.next = self.vitis.ap_clk.val();
         self.mul_kv.clock.next = self.vitis.ap_clk.val();
@@ -464,17 +475,15 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Phase::KvCheckTest => {
                 self.b.d.next = self.b.q.val() + 1;
-                self.bh.d.next = self.bh.q.val() + self.run.hpb.val();
+                self.bh.d.next = self.bh_nx.q.val().get_bits::<32>(0);
                 self.phase.d.next = Phase::KvReq;
-                if (bit_cast::<64, 32>(self.bh.q.val()) + bit_cast::<64, 32>(self.run.hpb.val()))
-                    >= bit_cast::<64, 32>(self.run.heads.val())
-                {
+                if self.bh_end.q.val() {
                     self.b.d.next = 0.into();
                     self.kv_chk.d.next = false;
                     self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
                 }
-                if (self.kv_word_r.q.val() == 0) | (self.kv_word_r.q.val() > self.run.seq_kv.val()) {
+                if self.kv_zero.q.val() | self.kv_over.q.val() {
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
                 }
@@ -509,6 +518,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             Phase::KvWait => {
                 if self.vitis.m_axi_gmem.rvalid.val() {
                     self.kv_word_r.d.next = self.kv_word.val();
+                    self.kv_zero.d.next = self.kv_word.val() == 0;
+                    self.kv_over.d.next = self.kv_word.val() > self.run.seq_kv.val();
                     self.phase.d.next = Phase::KvTest;
                     if self.kv_chk.q.val() {
                         self.phase.d.next = Phase::KvCheckTest;
@@ -519,11 +530,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 // Checked in KvCheckTest; clamped again only in case KVLEN
                 // changed during the run, so the unit still finishes.
                 self.nkv.d.next = self.kv_word_r.q.val();
-                if self.kv_word_r.q.val() > self.run.seq_kv.val() {
+                if self.kv_over.q.val() {
                     self.nkv.d.next = self.run.seq_kv.val();
                     self.shell.fail.next = true;
                 }
-                if self.kv_word_r.q.val() == 0 {
+                if self.kv_zero.q.val() {
                     self.nkv.d.next = 1.into();
                     self.shell.fail.next = true;
                 }
