@@ -264,6 +264,9 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     w_ids: DFF<Bits<64>>,
     w_slots: DFF<Bits<256>>,
     w_left: DFF<Bits<8>>,
+    /// No choice left (`w_left = 0`), kept as `w_left` moves, for the
+    /// dispatch reader's shift and `DPrep`'s exit.
+    w_none: DFF<Bit>,
     /// The next token's route record address: tokens leave the FIFO in order.
     route_ptr: DFF<Bits<64>>,
     d_shift: Signal<Local, Bit>,
@@ -466,7 +469,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
-            o_tok, tokens_out, out_done, o_occ, wstate, w_beats, w_ids, w_slots, w_left, route_ptr, d_shift, w_tok, w_addr, w_word,
+            o_tok, tokens_out, out_done, o_occ, wstate, w_beats, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, w_word,
             w_stats, rb, si, si_end, e_p1, stats_done, xmask, lane_off
         }))
     }
@@ -484,7 +487,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
-            wstate, w_beats, w_ids, w_slots, w_left, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask
+            wstate, w_beats, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask
         );
         #[rustfmt::skip]
         clock!(
@@ -1091,13 +1094,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.ofifo.pop.next = false;
         // The dispatch row of the current choice (w_ids[7:0]) is read a cycle
         // ahead; when DPrep moves on to the next choice it reads that one's.
-        self.d_shift.next = (self.wstate.q.val() == WriterState::DPrep) & (self.w_left.q.val() != 0);
+        self.d_shift.next = (self.wstate.q.val() == WriterState::DPrep) & !self.w_none.q.val();
         self.dbase.port.raddr.next = bit_cast::<16, 8>(self.w_ids.q.val().get_bits::<8>(0));
         if self.d_shift.val() {
             self.dbase.port.raddr.next = bit_cast::<16, 8>(self.w_ids.q.val().get_bits::<8>(8));
             self.w_ids.d.next = self.w_ids.q.val() >> 8;
             self.w_slots.d.next = self.w_slots.q.val() >> 32;
             self.w_left.d.next = self.w_left.q.val() - 1;
+            self.w_none.d.next = self.w_left.q.val() == 1;
         }
         self.lane_off.next = self.w_addr.q.val() & self.c_pmask.val();
         self.s_load.next = 0.into();
@@ -1121,6 +1125,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.w_ids.d.next = self.ofifo.dout.val().get_bits::<64>(0);
                     self.w_slots.d.next = self.ofifo.dout.val().get_bits::<256>(256);
                     self.w_left.d.next = bit_cast::<8, 32>(self.run.k.val());
+                    self.w_none.d.next = false;
                     self.w_tok.d.next = self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index());
                     self.w_addr.d.next = self.route_ptr.q.val();
                     self.route_ptr.d.next = self.route_ptr.q.val() + 64;
@@ -1147,7 +1152,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             WriterState::DPrep => {
                 // Dispatch entry of the current choice: DISPATCH[expert][slot] = token;
                 // its row address was read from `dbase` last cycle (d_shift moves on).
-                if self.w_left.q.val() == 0 {
+                if self.w_none.q.val() {
                     self.wstate.d.next = WriterState::Idle;
                 } else if !self.w_slots.q.val().get_bit(31) {
                     self.w_addr.d.next =
