@@ -4,10 +4,11 @@
 //! into the lanes, stream K and V once (alternating bursts of `CHUNK` beats of K
 //! and of V at the same offsets, one key per step broadcast to every lane),
 //! then divide, serialize and write each lane's output row. On-chip state is
-//! the lanes' q/m/l/o registers and two FIFOs: nothing grows with N.
+//! the lanes' q/m/l/o registers and step backlogs, and two FIFOs: nothing
+//! grows with N.
+use super::config::KV_BURST_BEATS;
 use super::lane::{v_at, Lane, ROW32_BITS, ROW8_BITS, SER_LAT};
 use super::regs::{Args, TABLE};
-use super::config::KV_BURST_BEATS;
 use super::AttentionConfig;
 use crate::blocks::{Fifo, MulU32Pipe, RowDelay, RowPick, ShrReg};
 use crate::dff_setup;
