@@ -64,6 +64,15 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     last_block: DFF<Bit>,
     /// Rows of A in the first block, from M as written.
     first_rows: DFF<Bits<32>>,
+    /// The rows of the next span the shell loads or resumes, one register (no
+    /// select behind `span_rows`; the select of `rows_valid`, `first_rows` and
+    /// `next_rows` into the shell's `ld_rows`/`ld_more` was the GEMM's critical
+    /// path, docs/timing.md): in `Idle`, `Finish` and `Done` the first
+    /// span's (1 for the bias vector), in `BiasReq`/`BiasWait` the A panel's
+    /// first block, from `AReq` to `BDrain` the next block's (`next_rows`,
+    /// steady long before a block's end). Eight
+    /// bits: a block has at most 64 rows, so `ld_more` is an 8-input OR.
+    sp_rows: DFF<Bits<8>>,
     /// The beats of a row of A and of the bias vector, from K and N as written.
     /// Registered every cycle from the arguments, as `refuse` is, so that the
     /// start cycle's span arguments are selects of registers (the add and
@@ -335,7 +344,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             _rows: r,
             _cols: c,
             .. vitis, now, run, row_mul, row_beats, phase, i0,
-            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_occ,
+            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_occ,
             b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
@@ -349,7 +358,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats,
+            self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats,
             b_beats, bj1, bj_done, in_bs, b_want, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
@@ -375,7 +384,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.shell.span_resume.next = false;
         self.shell.span_addr.next = self.run.a.val();
         self.shell.span_beats.next = self.row_beats.q.val();
-        self.shell.span_rows.next = self.rows_valid.q.val();
+        self.shell.span_rows.next = bit_cast::<32, 8>(self.sp_rows.q.val());
+        // The first span's rows (two cycles behind the arguments as written, as
+        // `refuse`) in `Idle` and the phases that lead to it.
+        self.sp_rows.d.next = self.first_rows.q.val().get_bits::<8>(0);
+        if self.now.use_bias.val() {
+            self.sp_rows.d.next = 1.into();
+        }
         self.shell.span_pitch.next = self.run.lda.val();
         self.shell.span_go.next = (self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::AReq);
         // Rows of A in the first block (M as written), and, a stage each from
@@ -431,13 +446,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 // on `start` (it was the select of these muxes).
                 self.shell.span_addr.next = self.now.a.val();
                 self.shell.span_beats.next = self.a_beats.q.val();
-                self.shell.span_rows.next = self.first_rows.q.val();
                 self.shell.span_pitch.next = self.now.lda.val();
                 if self.now.use_bias.val() {
                     // Bias first: ceil(4N / beat) beats into the bias RAM.
                     self.shell.span_addr.next = self.now.bias.val();
                     self.shell.span_beats.next = self.b_beats.q.val();
-                    self.shell.span_rows.next = 1.into();
                 }
                 // The run's counters, loaded from the arguments as written in every
                 // idle cycle, not only the start's (nothing reads them while idle):
@@ -492,11 +505,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::BiasReq => {
+                // BiasWait's span load: the first block of A.
+                self.sp_rows.d.next = self.rows_valid.q.val().get_bits::<8>(0);
                 if self.shell.span_done.val() {
                     self.phase.d.next = Phase::BiasWait;
                 }
             }
             Phase::BiasWait => {
+                self.sp_rows.d.next = self.rows_valid.q.val().get_bits::<8>(0);
                 if self.bias_in.q.val() {
                     // Then the A panel, from the first row.
                     self.recv_cnt.d.next = 0.into();
@@ -506,11 +522,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::AReq => {
+                self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
                 if self.shell.span_done.val() {
                     self.phase.d.next = Phase::AWait;
                 }
             }
             Phase::AWait => {
+                self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
                 if self.aw_go.val() {
                     self.phase.d.next = Phase::BStream;
                     self.in_bs.d.next = true;
@@ -519,9 +537,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::BStream => {
+                self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
                 // The issue below, on `in_bs`.
             }
             Phase::BDrain => {
+                self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
                 if self.feed_done.q.val() {
                     self.i0.d.next = self.i0.q.val() + self.c_rows.val();
                     self.m_left.d.next = self.m_rest.q.val();
@@ -529,7 +549,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.recv_row.d.next = 0.into();
                     // The next block's rows of A follow the last one's.
                     self.shell.span_resume.next = true;
-                    self.shell.span_rows.next = self.next_rows.q.val();
                     self.fk.d.next = 0.into();
                     self.f_last.d.next = self.k_one.q.val();
                     self.fj0.d.next = 0.into();
