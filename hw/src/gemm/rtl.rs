@@ -213,6 +213,17 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     w_mask: DFF<Bits<S>>,
     w_strb: DFF<Bits<S>>,
     bias_row: Signal<Local, Bits<W>>,
+    /// The column offset of the row the writer pops next: the output FIFO's
+    /// head, or the row pushed into it this cycle when it is empty. The bias
+    /// RAM reads it a cycle before the pop (`Idle` pops the row it saw at the
+    /// head or in the push the cycle before), so the bias word is in `w_bias`
+    /// in `Fetch` and the lanes add it into a register of their own (`pre`)
+    /// there; `Bias` only moves that sum into the requantizer's input
+    /// register (the add between the block RAM and the multipliers was the
+    /// GEMM's critical path, docs/timing.md).
+    b_j0: Signal<Local, Bits<32>>,
+    /// The lane select of the word read, registered beside the RAM's read.
+    b_off: DFF<Bits<16>>,
     /// The row's bias lanes, registered so the bias RAM's read (its clock-to-out
     /// is most of a cycle) and the lane add have a cycle each.
     w_bias: DFF<Bits<W>>,
@@ -281,7 +292,7 @@ enum Phase {
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
 enum WriterState {
     Idle,
-    /// The bias RAM's word is read and its lanes registered.
+    /// The lanes add the row's bias word (read before the pop) into `pre`.
     Fetch,
     Bias,
     /// The requantizer pipeline (and the row address multiply) run.
@@ -348,7 +359,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
-            w_beat, w_mask, w_strb, bias_row, w_bias, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         }))
     }
 }
@@ -362,7 +373,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             b_beats, bj1, bj_done, in_bs, b_want, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
-            w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
+            w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         );
         clock!(self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has);
@@ -779,10 +790,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.row_mul.b.next = self.run.ldc.val();
         self.ofifo.pop.next = false;
         self.ometa.pop.next = false;
-        self.bias_ram.port.raddr.next =
-            bit_cast::<16, 32>((self.ometa.dout.val().get_bits::<32>(32) << 2) >> self.c_logp.val());
-        self.bias_row.next = self.bias_ram.rdata.val()
-            >> (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3);
+        self.b_j0.next = self.ometa.dout.val().get_bits::<32>(32);
+        if self.ometa.empty.val() {
+            self.b_j0.next = self.cap_m.q.val().get_bits::<32>(32);
+        }
+        self.bias_ram.port.raddr.next = bit_cast::<16, 32>((self.b_j0.val() << 2) >> self.c_logp.val());
+        self.b_off.d.next = bit_cast::<16, 32>((self.b_j0.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3;
+        self.bias_row.next = self.bias_ram.rdata.val() >> self.b_off.q.val();
         for c in 0..self._cols {
             self.lanes[c].clock.next = self.vitis.ap_clk.val();
             self.lanes[c].acc.next = self.w_data.q.val().get_bits::<32>(c * 32);
@@ -803,9 +817,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.shell.wr_data.next = self.w_beat.q.val();
         self.shell.wr_strb.next = self.w_strb.q.val();
         self.shell.wr_last.next = true;
-        // The bias RAM reads the head's row in `Idle`; its word is registered every
-        // cycle (no enable, so the flow folds this register into the block RAM,
-        // docs/timing.md) and used in `Bias`, which always follows `Fetch`.
+        // The bias RAM reads the next row's word the cycle before `Idle` pops it
+        // (`b_j0`); the word is registered every cycle (no enable, so the flow
+        // folds this register into the block RAM, docs/timing.md) and added by
+        // the lanes in `Fetch`.
         self.w_bias.d.next = self.bias_row.val();
         match self.wstate.q.val() {
             WriterState::Idle => {
