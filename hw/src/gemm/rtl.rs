@@ -560,8 +560,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.recv_row.d.next = 0.into();
                     // The next block's rows of A follow the last one's.
                     self.shell.span_resume.next = true;
-                    self.fk.d.next = 0.into();
-                    self.f_last.d.next = self.k_one.q.val();
+                    // `fk` and `f_last` are 0 and `k_one` already: the tile that set
+                    // `feed_done` cleared them, and no k-step ran since (no phase
+                    // decode on the feeder's k-step registers, docs/timing.md).
                     self.fj0.d.next = 0.into();
                     self.f_left.d.next = self.run.n.val();
                     self.feed_done.d.next = false;
