@@ -479,8 +479,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.promised.d.next = 0.into();
                 self.o_occ.d.next = 0.into();
                 self.b_occ.d.next = 0.into();
-                self.fk.d.next = 0.into();
-                self.f_last.d.next = self.now.k.val() == 1;
                 // The B stream's counters start here and are left so by each
                 // stream's end (below), so entering BStream sets none of them.
                 self.bk.d.next = 0.into();
@@ -561,8 +559,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     // The next block's rows of A follow the last one's.
                     self.shell.span_resume.next = true;
                     // `fk` and `f_last` are 0 and `k_one` already: the tile that set
-                    // `feed_done` cleared them, and no k-step ran since (no phase
-                    // decode on the feeder's k-step registers, docs/timing.md).
+                    // `feed_done` cleared them, and no k-step ran since.
                     self.fj0.d.next = 0.into();
                     self.f_left.d.next = self.run.n.val();
                     self.feed_done.d.next = false;
@@ -695,6 +692,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.tiles.din.next = bit_cast::<96, 32>(self.i0.q.val())
             | (bit_cast::<96, 32>(self.fj0.q.val()) << 32)
             | (bit_cast::<96, 32>(self.rows_valid.q.val()) << 64);
+        // Outside the B phases (`in_b`, a flag) the k-step starts over: no phase
+        // decode on the enables of `fk` and `f_last` (it was the GEMM's critical
+        // path, docs/timing.md). `k_one` is loaded in `Idle` from K as written
+        // and `in_b` is set no sooner than `AWait`.
+        if !self.in_b.q.val() {
+            self.fk.d.next = 0.into();
+            self.f_last.d.next = self.k_one.q.val();
+        }
         if self.f_go.val() {
             if self.f_last.q.val() {
                 self.fk.d.next = 0.into();
