@@ -472,6 +472,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.i0.d.next = 0.into();
                 self.m_left.d.next = self.now.m.val();
                 self.rows_valid.d.next = self.first_rows.q.val();
+                self.recv_cnt.d.next = 0.into();
                 self.recv_row.d.next = 0.into();
                 self.since_last.d.next = self.c_gap.val();
                 self.gap_ok.d.next = true;
@@ -553,7 +554,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 if self.feed_done.q.val() {
                     self.i0.d.next = self.i0.q.val() + self.c_rows.val();
                     self.m_left.d.next = self.m_rest.q.val();
-                    // `recv_cnt` is 0: the panel's last row wrapped it.
+                    self.recv_cnt.d.next = 0.into();
                     self.recv_row.d.next = 0.into();
                     // The next block's rows of A follow the last one's.
                     self.shell.span_resume.next = true;
@@ -920,9 +921,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.in_bs.d.next = false;
             self.b_want.d.next = false;
             self.f_last.d.next = false;
-            // Not cleared in `Idle` (a phase decode on its enable): a run leaves it
-            // 0 (the A panel's last row wraps it), a refused one does not move it.
-            self.recv_cnt.d.next = 0.into();
             self.gap_ok.d.next = false;
             self.room.d.next = false;
             self.cap_v.d.next = false;
