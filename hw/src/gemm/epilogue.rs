@@ -3,7 +3,10 @@ use crate::blocks::{RequantPipe, SkewLine};
 use crate::clock;
 use rust_hdl::prelude::*;
 
-/// Lane `c` of the epilogue. The writer enables the add, then reads the int32
+/// Lane `c` of the epilogue. The sum `acc + bias` is registered every cycle
+/// (`pre`: the writer's `Fetch`, where its row and bias word are in); the
+/// writer then enables its move into the result register (`en_add`, in
+/// `Bias`), the requantizer's input, and reads the int32
 /// result a cycle later and the int8 one [`RequantPipe::LATENCY`] cycles
 /// later; the unit packs the lanes into beats (`Pack`). ReLU is applied to
 /// the registered sum on the way out (`clip`, and delayed beside the
@@ -22,6 +25,7 @@ pub struct EpilogueLane {
     pub shift: Signal<In, Bits<6>>,
     pub out32: Signal<Out, Bits<32>>,
     pub out8: Signal<Out, Bits<8>>,
+    pre: DFF<Bits<32>>,
     value: DFF<Bits<32>>,
     clip: DFF<Bit>,
     clip_dly: SkewLine<1>,
@@ -33,7 +37,7 @@ impl Default for EpilogueLane {
     fn default() -> Self {
         with_defaults!(Self {
             clip_dly: SkewLine::new(RequantPipe::LATENCY),
-            .. clock, acc, bias, use_bias, relu, en_add, mult, shift, out32, out8, value, clip, sum, rq
+            .. clock, acc, bias, use_bias, relu, en_add, mult, shift, out32, out8, pre, value, clip, sum, rq
         })
     }
 }
@@ -41,16 +45,17 @@ impl Default for EpilogueLane {
 impl Logic for EpilogueLane {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, value, clip);
+        dff_setup!(self, clock, pre, value, clip);
         clock!(self, clock, rq, clip_dly);
         // Two's-complement wrapping add, as the numerics contract says.
         self.sum.next = signed_cast(self.acc.val());
         if self.use_bias.val() {
             self.sum.next = signed_cast(self.acc.val()) + signed_cast(self.bias.val());
         }
+        self.pre.d.next = unsigned_cast(self.sum.val());
         if self.en_add.val() {
-            self.value.d.next = unsigned_cast(self.sum.val());
-            self.clip.d.next = self.relu.val() & self.sum.val().get_bit(31);
+            self.value.d.next = self.pre.q.val();
+            self.clip.d.next = self.relu.val() & self.pre.q.val().get_bit(31);
         }
         self.rq.x.next = self.value.q.val();
         self.rq.mult.next = self.mult.val();

@@ -64,6 +64,15 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     last_block: DFF<Bit>,
     /// Rows of A in the first block, from M as written.
     first_rows: DFF<Bits<32>>,
+    /// The rows of the next span the shell loads or resumes, one register (no
+    /// select behind `span_rows`; the select of `rows_valid`, `first_rows` and
+    /// `next_rows` into the shell's `ld_rows`/`ld_more` was the GEMM's critical
+    /// path, docs/timing.md): in `Idle`, `Finish` and `Done` the first
+    /// span's (1 for the bias vector), in `BiasReq`/`BiasWait` the A panel's
+    /// first block, from `AReq` to `BDrain` the next block's (`next_rows`,
+    /// steady long before a block's end). Eight
+    /// bits: a block has at most 64 rows, so `ld_more` is an 8-input OR.
+    sp_rows: DFF<Bits<8>>,
     /// The beats of a row of A and of the bias vector, from K and N as written.
     /// Registered every cycle from the arguments, as `refuse` is, so that the
     /// start cycle's span arguments are selects of registers (the add and
@@ -204,6 +213,17 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     w_mask: DFF<Bits<S>>,
     w_strb: DFF<Bits<S>>,
     bias_row: Signal<Local, Bits<W>>,
+    /// The column offset of the row the writer pops next: the output FIFO's
+    /// head, or the row pushed into it this cycle when it is empty. The bias
+    /// RAM reads it a cycle before the pop (`Idle` pops the row it saw at the
+    /// head or in the push the cycle before), so the bias word is in `w_bias`
+    /// in `Fetch` and the lanes add it into a register of their own (`pre`)
+    /// there; `Bias` only moves that sum into the requantizer's input
+    /// register (the add between the block RAM and the multipliers was the
+    /// GEMM's critical path, docs/timing.md).
+    b_j0: Signal<Local, Bits<32>>,
+    /// The lane select of the word read, registered beside the RAM's read.
+    b_off: DFF<Bits<16>>,
     /// The row's bias lanes, registered so the bias RAM's read (its clock-to-out
     /// is most of a cycle) and the lane add have a cycle each.
     w_bias: DFF<Bits<W>>,
@@ -272,7 +292,7 @@ enum Phase {
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
 enum WriterState {
     Idle,
-    /// The bias RAM's word is read and its lanes registered.
+    /// The lanes add the row's bias word (read before the pop) into `pre`.
     Fetch,
     Bias,
     /// The requantizer pipeline (and the row address multiply) run.
@@ -335,11 +355,11 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             _rows: r,
             _cols: c,
             .. vitis, now, run, row_mul, row_beats, phase, i0,
-            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_occ,
+            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_occ,
             b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
-            w_beat, w_mask, w_strb, bias_row, w_bias, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         }))
     }
 }
@@ -349,11 +369,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, a_beats,
+            self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats,
             b_beats, bj1, bj_done, in_bs, b_want, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
-            w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, w_bias, cap_v, cap_ok, cap_d, cap_m,
+            w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         );
         clock!(self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has);
@@ -375,7 +395,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.shell.span_resume.next = false;
         self.shell.span_addr.next = self.run.a.val();
         self.shell.span_beats.next = self.row_beats.q.val();
-        self.shell.span_rows.next = self.rows_valid.q.val();
+        self.shell.span_rows.next = bit_cast::<32, 8>(self.sp_rows.q.val());
+        // The first span's rows (two cycles behind the arguments as written, as
+        // `refuse`) in `Idle` and the phases that lead to it.
+        self.sp_rows.d.next = self.first_rows.q.val().get_bits::<8>(0);
+        if self.now.use_bias.val() {
+            self.sp_rows.d.next = 1.into();
+        }
         self.shell.span_pitch.next = self.run.lda.val();
         self.shell.span_go.next = (self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::AReq);
         // Rows of A in the first block (M as written), and, a stage each from
@@ -431,13 +457,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 // on `start` (it was the select of these muxes).
                 self.shell.span_addr.next = self.now.a.val();
                 self.shell.span_beats.next = self.a_beats.q.val();
-                self.shell.span_rows.next = self.first_rows.q.val();
                 self.shell.span_pitch.next = self.now.lda.val();
                 if self.now.use_bias.val() {
                     // Bias first: ceil(4N / beat) beats into the bias RAM.
                     self.shell.span_addr.next = self.now.bias.val();
                     self.shell.span_beats.next = self.b_beats.q.val();
-                    self.shell.span_rows.next = 1.into();
                 }
                 // The run's counters, loaded from the arguments as written in every
                 // idle cycle, not only the start's (nothing reads them while idle):
@@ -455,8 +479,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.promised.d.next = 0.into();
                 self.o_occ.d.next = 0.into();
                 self.b_occ.d.next = 0.into();
-                self.fk.d.next = 0.into();
-                self.f_last.d.next = self.now.k.val() == 1;
                 // The B stream's counters start here and are left so by each
                 // stream's end (below), so entering BStream sets none of them.
                 self.bk.d.next = 0.into();
@@ -492,11 +514,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::BiasReq => {
+                // BiasWait's span load: the first block of A.
+                self.sp_rows.d.next = self.rows_valid.q.val().get_bits::<8>(0);
                 if self.shell.span_done.val() {
                     self.phase.d.next = Phase::BiasWait;
                 }
             }
             Phase::BiasWait => {
+                self.sp_rows.d.next = self.rows_valid.q.val().get_bits::<8>(0);
                 if self.bias_in.q.val() {
                     // Then the A panel, from the first row.
                     self.recv_cnt.d.next = 0.into();
@@ -506,11 +531,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::AReq => {
+                self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
                 if self.shell.span_done.val() {
                     self.phase.d.next = Phase::AWait;
                 }
             }
             Phase::AWait => {
+                self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
                 if self.aw_go.val() {
                     self.phase.d.next = Phase::BStream;
                     self.in_bs.d.next = true;
@@ -519,9 +546,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::BStream => {
+                self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
                 // The issue below, on `in_bs`.
             }
             Phase::BDrain => {
+                self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
                 if self.feed_done.q.val() {
                     self.i0.d.next = self.i0.q.val() + self.c_rows.val();
                     self.m_left.d.next = self.m_rest.q.val();
@@ -529,9 +558,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.recv_row.d.next = 0.into();
                     // The next block's rows of A follow the last one's.
                     self.shell.span_resume.next = true;
-                    self.shell.span_rows.next = self.next_rows.q.val();
-                    self.fk.d.next = 0.into();
-                    self.f_last.d.next = self.k_one.q.val();
+                    // `fk` and `f_last` are 0 and `k_one` already: the tile that set
+                    // `feed_done` cleared them, and no k-step ran since.
                     self.fj0.d.next = 0.into();
                     self.f_left.d.next = self.run.n.val();
                     self.feed_done.d.next = false;
@@ -664,6 +692,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.tiles.din.next = bit_cast::<96, 32>(self.i0.q.val())
             | (bit_cast::<96, 32>(self.fj0.q.val()) << 32)
             | (bit_cast::<96, 32>(self.rows_valid.q.val()) << 64);
+        // Outside the B phases (`in_b`, a flag) the k-step starts over: no phase
+        // decode on the enables of `fk` and `f_last` (it was the GEMM's critical
+        // path, docs/timing.md). `k_one` is loaded in `Idle` from K as written
+        // and `in_b` is set no sooner than `AWait`.
+        if !self.in_b.q.val() {
+            self.fk.d.next = 0.into();
+            self.f_last.d.next = self.k_one.q.val();
+        }
         if self.f_go.val() {
             if self.f_last.q.val() {
                 self.fk.d.next = 0.into();
@@ -760,10 +796,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.row_mul.b.next = self.run.ldc.val();
         self.ofifo.pop.next = false;
         self.ometa.pop.next = false;
-        self.bias_ram.port.raddr.next =
-            bit_cast::<16, 32>((self.ometa.dout.val().get_bits::<32>(32) << 2) >> self.c_logp.val());
-        self.bias_row.next = self.bias_ram.rdata.val()
-            >> (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3);
+        self.b_j0.next = self.ometa.dout.val().get_bits::<32>(32);
+        if self.ometa.empty.val() {
+            self.b_j0.next = self.cap_m.q.val().get_bits::<32>(32);
+        }
+        self.bias_ram.port.raddr.next = bit_cast::<16, 32>((self.b_j0.val() << 2) >> self.c_logp.val());
+        self.b_off.d.next = bit_cast::<16, 32>((self.b_j0.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3;
+        self.bias_row.next = self.bias_ram.rdata.val() >> self.b_off.q.val();
         for c in 0..self._cols {
             self.lanes[c].clock.next = self.vitis.ap_clk.val();
             self.lanes[c].acc.next = self.w_data.q.val().get_bits::<32>(c * 32);
@@ -784,9 +823,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.shell.wr_data.next = self.w_beat.q.val();
         self.shell.wr_strb.next = self.w_strb.q.val();
         self.shell.wr_last.next = true;
-        // The bias RAM reads the head's row in `Idle`; its word is registered every
-        // cycle (no enable, so the flow folds this register into the block RAM,
-        // docs/timing.md) and used in `Bias`, which always follows `Fetch`.
+        // The bias RAM reads the next row's word the cycle before `Idle` pops it
+        // (`b_j0`); the word is registered every cycle (no enable, so the flow
+        // folds this register into the block RAM, docs/timing.md) and added by
+        // the lanes in `Fetch`.
         self.w_bias.d.next = self.bias_row.val();
         match self.wstate.q.val() {
             WriterState::Idle => {
