@@ -135,8 +135,10 @@ fn resident_weights_are_uploaded_once() {
 
 /// The projection of a block (every launch large enough extrapolated from two
 /// simulated sizes) against the same block simulated whole, launch by launch:
-/// the GEMM's and the attention unit's cycles are affine in N and in heads, so
-/// they match exactly; the router's depend on its dispatch, so they come close.
+/// the GEMM's cycles are affine in N, so they match exactly; the attention
+/// unit's are affine in heads but for the steps where a row's running maximum
+/// rises (each may cost a lane a cycle), and the router's depend on its
+/// dispatch, so those come close.
 #[test]
 fn projected_block_matches_the_simulated_block() {
     if !ferrite_sim::verilator_or_skip() {
@@ -168,6 +170,7 @@ fn projected_block_matches_the_simulated_block() {
         eprintln!("{}: projected {got} ({}), simulated {want}", r.name, p.basis);
         match r.unit {
             "moe" => assert!(got.abs_diff(want) * 20 <= want, "{}: {got} vs {want}", r.name),
+            "attention" => assert!(got.abs_diff(want) * 100 <= want, "{}: {got} vs {want}", r.name),
             _ => assert_eq!(got, want, "{} ({})", r.name, p.basis),
         }
     }

@@ -669,6 +669,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
 
         // ---------------- Finalizer: divide, serialize, write the block's rows ----------------
+        // It snapshots l and o once the block's last step is in the backlogs and
+        // every lane has caught up; it is idle then (a block's last step waits for it).
+        self.snap.next = self.drain.q.val() & self.all_idle.q.val() & (self.fin.q.val() == Fin::Idle);
         match self.fin.q.val() {
             Fin::Idle => {
                 if self.snap.val() {
@@ -798,8 +801,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.last_pipe.d.next = ((self.last_pipe.q.val() << 1)
             | bit_cast::<LAST_PIPE, 1>((self.go.val() & self.is_last.q.val()).into()))
             & self.c_lp_mask.val();
-        // The finalizer is idle here: a block's last step waits for it.
-        self.snap.next = self.drain.q.val() & self.all_idle.q.val() & (self.fin.q.val() == Fin::Idle);
         for top in (self._lp - 1)..self._lp {
             if self.last_pipe.q.val().get_bit(top) {
                 self.drain.d.next = true;
