@@ -333,8 +333,9 @@ pub struct Projection {
 /// are affine (they schedule it as a loop of equal steps), then extrapolated:
 /// the GEMM's column blocks of N (`how.gemm_cols` wide), the attention
 /// unit's heads, the router's tokens (in eights). `progress` hears of each
-/// launch (its name, index and the count) before it is projected. Operands are seeded random: the GEMM's and the attention unit's
-/// cycles do not depend on the data, the router's through its dispatch only.
+/// launch (its name, index and the count) before it is projected. Operands are seeded random: the GEMM's
+/// cycles do not depend on the data, the attention unit's only through the
+/// steps where a row's maximum rises, the router's through its dispatch only.
 /// No output is computed: the data of a projected block is the golden one.
 pub fn project_block(
     devs: &mut dyn BlockDevices,
