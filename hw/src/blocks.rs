@@ -1458,10 +1458,12 @@ mod tests {
             assert_eq!(dly.dout.val().to_u64(), i.saturating_sub(2), "edge {i}");
         }
 
-        let mut pick = RowPick::<32, 8>::new(2, 8);
+        // Three rows: `sel` decodes two bits, so 3 is no row.
+        let mut pick = RowPick::<32, 8>::new(3, 8);
         pick.connect_all();
         (pick.rows[0].next, pick.rows[1].next) = (0x1111_1111u64.to_bits(), 0x2222_2222u64.to_bits());
         (pick.rows8[0].next, pick.rows8[1].next) = (0x33u64.to_bits(), 0x44u64.to_bits());
+        (pick.rows[2].next, pick.rows8[2].next) = (0x5555_5555u64.to_bits(), 0x55u64.to_bits());
         let step = |p: &mut RowPick<32, 8>, load: bool, shift: bool, sel: u64, out8: bool| {
             (p.load.next, p.shift.next, p.sel.next, p.out8.next) = (load, shift, sel.to_bits(), out8);
             clock(p, |p, c| tick(&mut p.clock, c), 1);
@@ -1469,9 +1471,10 @@ mod tests {
         };
         assert_eq!(step(&mut pick, true, false, 1, false), 0x2222_2222);
         assert_eq!(step(&mut pick, false, true, 1, false), 0x22_2222);
-        assert_eq!(step(&mut pick, true, false, 5, false), 0x22_2222, "no row 5: holds");
+        assert_eq!(step(&mut pick, true, false, 3, false), 0x22_2222, "no row 3: holds");
         assert_eq!(step(&mut pick, true, false, 0, true), 0x33);
-        assert_eq!(step(&mut pick, true, false, 5, true), 0, "no int8 row 5: 0");
+        assert_eq!(step(&mut pick, true, false, 3, true), 0, "no int8 row 3: 0");
+        assert_eq!(step(&mut pick, true, false, 2, false), 0x5555_5555);
 
         for cut in [false, true] {
             let mut bus = Carry::<8>::new(cut);
