@@ -852,7 +852,9 @@ fn from_i64<const N: usize>(v: i64) -> Signed<N> {
 /// `s` is `sh` as of the last `load` (the parent's step entering the stage
 /// before this one), copied into each instance under `(* keep *)` (yosys
 /// merges equal flip-flops, and one shared register's fan-out across the lane
-/// was a path of its own), as is `hold` one cycle later. `hot` marks bit s − 1
+/// was a path of its own), as is `hold` one cycle later. The shift and the
+/// rounding bit are registered in `hold` cycles only (simulators then skip
+/// them on the other steps). `hot` marks bit s − 1
 /// of the same s (none when s = 0) and `lo` the bits below it, decoded once
 /// by the parent for all its instances; the model takes them as given.
 #[derive(LogicBlock, Default)]
@@ -884,7 +886,9 @@ impl<const N: usize> Logic for RescaleAcc<N> {
                 let base = if self._post { self._rs } else { acc };
                 self._acc = if self.first.val() { a } else { wrap(base.wrapping_add(a)) };
             }
-            self._rs = crate::numerics::round_shift(acc, self._s.min(62));
+            if self.hold.val() {
+                self._rs = crate::numerics::round_shift(acc, self._s.min(62));
+            }
             self._post = self.hold.val();
             if self.load.val() {
                 self._s = to_u64(self.sh.val()) as u32;
@@ -909,7 +913,7 @@ reg signed [{msb}:0] fl;
 reg c;
 wire signed [63:0] xe = {{{{{pad}{{acc[{msb}]}}}}, acc}};
 wire signed [63:0] xs = xe >>> sr;
-always @(posedge clock) begin
+always @(posedge clock) if (hold) begin
    fl <= xs[{msb}:0];
    c <= (|(xe & hot)) && (!xe[63] || (|(xe & lo)));
 end
