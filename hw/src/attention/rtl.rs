@@ -103,6 +103,12 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     q_in: DFF<Bit>,
     q_total_m1: DFF<Bits<16>>,
     q_rx: Signal<Local, Bit>,
+    /// The phase is `QWait`, as a flag set and cleared with it, so that its
+    /// exit (which loads the K/V stream's registers) decodes no phase; and the
+    /// stream's K/V beats, registered from `nk` (set in `BlockInit`, two
+    /// cycles at least before `QWait` ends).
+    in_qw: DFF<Bit>,
+    kv_rem0: DFF<Bits<32>>,
     // K/V read requests.
     kv_rem: DFF<Bits<32>>,
     kv_turn: DFF<Bit>,
@@ -286,7 +292,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             _lanes: l,
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
-            kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_in, q_total_m1, q_rx, kv_rem,
+            kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_in, q_total_m1, q_rx, in_qw, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib,
             go, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
@@ -304,7 +310,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_zero, kv_over, bh_nx, bh_end, kv_chk,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
-            phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, q_in, q_total_m1, k_addr, v_addr, kv_rem,
+            phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, q_in, q_total_m1, k_addr, v_addr, in_qw, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
@@ -578,23 +584,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             Phase::QReq => {
                 if self.shell.span_done.val() {
                     self.phase.d.next = Phase::QWait;
+                    self.in_qw.d.next = true;
                 }
             }
-            Phase::QWait => {
-                if self.q_in.q.val() {
-                    self.k_addr.d.next = self.kh.q.val();
-                    self.v_addr.d.next = self.vh.q.val();
-                    self.kv_age.d.next = 0.into();
-                    self.is_last.d.next = self.nk.q.val() == 1;
-                    self.kv_rem.d.next =
-                        ((self.nk.q.val() << self.c_logd.val()) + self.c_pmask32.val()) >> self.c_logp.val();
-                    self.kv_turn.d.next = false;
-                    self.recv_v.d.next = false;
-                    self.j.d.next = 0.into();
-                    self.rib.d.next = 0.into();
-                    self.phase.d.next = Phase::Stream;
-                }
-            }
+            // `QWait` ends after the match, on flags.
+            Phase::QWait => {}
             Phase::Stream => {
                 if self.shell.slot_free.val() {
                     if !self.kv_turn.q.val() {
@@ -666,6 +660,21 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             _ => {
                 self.phase.d.next = Phase::Idle;
             }
+        }
+        // The block's Q rows are in: its K/V stream starts.
+        self.kv_rem0.d.next = ((self.nk.q.val() << self.c_logd.val()) + self.c_pmask32.val()) >> self.c_logp.val();
+        if self.in_qw.q.val() & self.q_in.q.val() {
+            self.k_addr.d.next = self.kh.q.val();
+            self.v_addr.d.next = self.vh.q.val();
+            self.kv_age.d.next = 0.into();
+            self.is_last.d.next = self.nk.q.val() == 1;
+            self.kv_rem.d.next = self.kv_rem0.q.val();
+            self.kv_turn.d.next = false;
+            self.recv_v.d.next = false;
+            self.j.d.next = 0.into();
+            self.rib.d.next = 0.into();
+            self.phase.d.next = Phase::Stream;
+            self.in_qw.d.next = false;
         }
 
         // ---------------- Finalizer: divide, serialize, write the block's rows ----------------
@@ -860,6 +869,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
 
         if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
+            self.in_qw.d.next = false;
             self.fin.d.next = Fin::Idle;
             self.last_pipe.d.next = 0.into();
             self.drain.d.next = false;

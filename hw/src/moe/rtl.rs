@@ -107,6 +107,10 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     ct: DFF<Bits<32>>,
     cg: DFF<Bits<16>>,
     cc: DFF<Bits<16>>,
+    /// The gate RAMs' read address `cg · 2^logcm + cc`, kept as `cg` and `cc`
+    /// move: the add behind `cg` (which fans out across the controller) into
+    /// the lanes' LUT RAM addresses was the router's critical path.
+    g_at: DFF<Bits<16>>,
     /// The group's first expert (`cg · lanes`).
     cgoff: DFF<Bits<16>>,
     go: Signal<Local, Bit>,
@@ -465,7 +469,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, groups_of, recv_cnt,
             recv_rows, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
-            cap, ct, cg, cc, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            cap, ct, cg, cc, g_at, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
@@ -483,7 +487,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, recv_cnt, row_end, beats_m2, one_beat,
-            recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
@@ -689,6 +693,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.ct_last.d.next = self.t_m1.q.val() == 0;
                     self.cg.d.next = 0.into();
                     self.cc.d.next = 0.into();
+                    self.g_at.d.next = 0.into();
                     self.cgoff.d.next = 0.into();
                     self.pending.d.next = 0.into();
                     self.room.d.next = true;
@@ -768,7 +773,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 & (self.recv_lane.q.val().index() == j);
             self.lanes[j].ram_port.waddr.next = (self.recv_grp.q.val() << self.c_logcm.val()) + self.recv_cnt.q.val();
             self.lanes[j].ram_port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
-            self.lanes[j].ram_port.raddr.next = (self.cg.q.val() << self.c_logcm.val()) + self.cc.q.val();
+            self.lanes[j].ram_port.raddr.next = self.g_at.q.val();
             self.lanes[j].x.next = self.xbuf.rdata.val();
             self.lanes[j].valid.next = self.s1_valid.q.val();
             self.lanes[j].first.next = self.s1_first.q.val();
@@ -811,15 +816,18 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.go.val() {
             self.at_tok.d.next = self.tok_last.val();
             self.cc.d.next = self.cc.q.val() + 1;
+            self.g_at.d.next = self.g_at.q.val() + 1;
             self.cc_last.d.next = self.cc.q.val() == self.beats_m2.q.val();
             if self.cc_last.q.val() {
                 self.cc.d.next = 0.into();
+                self.g_at.d.next = (self.cg.q.val() + 1) << self.c_logcm.val();
                 self.cc_last.d.next = self.one_beat.q.val();
                 self.cg.d.next = self.cg.q.val() + 1;
                 self.cg_last.d.next = self.cg.q.val() == self.groups_m2.q.val();
                 self.cgoff.d.next = self.cgoff.q.val() + self.c_lanes.val();
                 if self.cg_last.q.val() {
                     self.cg.d.next = 0.into();
+                    self.g_at.d.next = 0.into();
                     self.cg_last.d.next = self.one_group.q.val();
                     self.cgoff.d.next = 0.into();
                     self.ct.d.next = self.ct.q.val() + 1;
