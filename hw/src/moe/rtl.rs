@@ -80,6 +80,13 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     // Read-data receiver.
     recv_cnt: DFF<Bits<16>>,
     recv_rows: DFF<Bits<32>>,
+    /// Every gate weight row is in (`recv_rows = E`), kept as `recv_rows`
+    /// moves (from `E − 1`), and the bias vector's beats, registered from
+    /// the run's E: `WWait`'s and `BiasWait`'s exits (which clear the
+    /// receiver's counters) follow no 32-bit compare of an argument.
+    w_in: DFF<Bit>,
+    e_m1: DFF<Bits<32>>,
+    bias_beats: DFF<Bits<16>>,
     recv_lane: DFF<Bits<16>>,
     recv_grp: DFF<Bits<16>>,
     rx: Signal<Local, Bit>,
@@ -468,7 +475,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, groups_of, recv_cnt,
-            recv_rows, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
+            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
             cap, ct, cg, cc, g_at, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
@@ -487,7 +494,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, recv_cnt, row_end, beats_m2, one_beat,
-            recv_rows, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
@@ -590,6 +597,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.bias_bus.d.next = 0.into();
                     self.recv_cnt.d.next = 0.into();
                     self.recv_rows.d.next = 0.into();
+                    self.w_in.d.next = false;
                     self.recv_lane.d.next = 0.into();
                     self.recv_grp.d.next = 0.into();
                     self.cap_i.d.next = 0.into();
@@ -651,8 +659,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 if self.run.use_bias.val() {
                     // Bias first: ceil(4E / beat) beats into the bias bus.
                     self.shell.span_addr.next = self.run.bias.val();
-                    self.shell.span_beats.next =
-                        bit_cast::<16, 32>(((self.run.e.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val());
+                    self.shell.span_beats.next = self.bias_beats.q.val();
                     self.shell.span_rows.next = 1.into();
                     self.phase.d.next = Phase::BiasReq;
                 }
@@ -668,9 +675,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             Phase::BiasWait => {
-                if bit_cast::<32, 16>(self.recv_cnt.q.val())
-                    == ((self.run.e.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val()
-                {
+                if self.recv_cnt.q.val() == self.bias_beats.q.val() {
                     self.recv_cnt.d.next = 0.into();
                     self.shell.span_load.next = true;
                     self.phase.d.next = Phase::WReq;
@@ -682,7 +687,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             Phase::WWait => {
-                if self.recv_rows.q.val() == self.run.e.val() {
+                if self.w_in.q.val() {
                     self.recv_cnt.d.next = 0.into();
                     self.recv_rows.d.next = 0.into();
                     self.shell.span_load.next = true;
@@ -759,6 +764,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             if self.row_end.q.val() {
                 self.recv_cnt.d.next = 0.into();
                 self.recv_rows.d.next = self.recv_rows.q.val() + 1;
+                self.w_in.d.next = self.recv_rows.q.val() == self.e_m1.q.val();
                 self.recv_lane.d.next = self.recv_lane.q.val() + 1;
                 if self.recv_lane.q.val() == self.c_lanes.val() - 1 {
                     self.recv_lane.d.next = 0.into();
@@ -1075,6 +1081,9 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         self.out_done.d.next = (self.tokens_out.q.val() == self.run.t.val()) & self.in_run.q.val();
         self.e_p1.d.next = self.run.e.val() + 1;
+        self.e_m1.d.next = self.run.e.val() - 1;
+        self.bias_beats.d.next =
+            bit_cast::<16, 32>(((self.run.e.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val());
         self.room.d.next = self.pending.q.val() < self.c_depth_m1.val();
         // The last beat of a token's last group: ct moves on.
         self.tok_end.next = self.go.val() & self.tok_last.val();
