@@ -12,6 +12,9 @@
 //!
 //! * a MULT18X18D whose A and B inputs all come from flip-flops (one clock
 //!   and one enable per input, no reset) takes them as its input registers;
+//!   an enable the flip-flops take inverted (`CEMUX INV`: yosys picks the
+//!   polarity, e.g. for a register that holds while `hold`) reaches the
+//!   block's CE through one LUT inverter per enable net;
 //!   a flip-flop that also drives other logic stays, and the multiplier gets
 //!   its own copy;
 //! * one whose every used product bit drives exactly one such flip-flop and
@@ -30,7 +33,8 @@ use serde_json::{Map, Value};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Bumped whenever the pass changes what it folds: part of the timing cache key.
-pub const VERSION: &str = "ferrite register packing 3: MULT18X18D inputs and outputs with enables, DP16KD outputs";
+pub const VERSION: &str =
+    "ferrite register packing 4: MULT18X18D inputs and outputs with enables of either polarity, DP16KD outputs";
 
 /// What the pass folded.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -77,9 +81,19 @@ fn bit_of<'a>(cell: &'a Value, port: &str) -> Option<&'a Value> {
     cell["connections"].get(port).and_then(|b| b.get(0))
 }
 
-/// A flip-flop on a rising clock that never resets: its clock net and its
-/// enable (the constant "1" when it loads every cycle).
-fn ff_control(cell: &Value) -> Option<(u64, Value)> {
+/// A flip-flop's enable: a net (the constant "1" when it loads every cycle)
+/// and whether the flip-flop loads while that net is low.
+#[derive(Clone, Debug, PartialEq)]
+struct Enable {
+    bit: Value,
+    low: bool,
+}
+
+/// A register's clock net and enable.
+type Control = (u64, Enable);
+
+/// A flip-flop on a rising clock that never resets: its clock and enable.
+fn ff_control(cell: &Value) -> Option<Control> {
     if cell["type"] != "TRELLIS_FF" {
         return None;
     }
@@ -87,9 +101,11 @@ fn ff_control(cell: &Value) -> Option<(u64, Value)> {
     let tied = |port: &str, level: &str| bit_of(cell, port).is_none_or(|b| b == level);
     let clocked = param("CLKMUX").is_none_or(|m| m == "CLK");
     let no_reset = param("LSRMUX").is_none_or(|m| m == "LSR") && tied("LSR", "0");
+    let ce = || bit_of(cell, "CE").cloned().unwrap_or_else(|| "1".into());
     let enable = match param("CEMUX") {
-        Some("1") => "1".into(),
-        None | Some("CE") => bit_of(cell, "CE").cloned().unwrap_or_else(|| "1".into()),
+        Some("1") => Enable { bit: "1".into(), low: false },
+        None | Some("CE") => Enable { bit: ce(), low: false },
+        Some("INV") => Enable { bit: ce(), low: true },
         _ => return None,
     };
     (clocked && no_reset).then(|| bit_of(cell, "CLK").and_then(net).map(|clk| (clk, enable))).flatten()
@@ -132,7 +148,58 @@ impl Index {
 
 /// A register group a block would take: its clock, its enable, and the
 /// flip-flop behind each pin.
-type Flops = ((u64, Value), Vec<(String, String)>);
+type Flops = (Control, Vec<(String, String)>);
+
+/// The nets that drive blocks' enable ports: an enable taken inverted gets
+/// one LUT inverter per net, added to the netlist on first use.
+struct EnableNets {
+    next_net: u64,
+    inverted: HashMap<u64, Value>,
+}
+
+impl EnableNets {
+    fn new(module: &Value) -> Self {
+        let bits = module["ports"].as_object().into_iter().flatten().flat_map(|(_, p)| p["bits"].as_array());
+        let conns = module["cells"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .flat_map(|(_, c)| c["connections"].as_object().into_iter().flatten().map(|(_, b)| b));
+        let nets = module["netnames"].as_object().into_iter().flatten().map(|(_, n)| &n["bits"]);
+        let max = bits
+            .chain(conns.filter_map(Value::as_array))
+            .chain(nets.filter_map(Value::as_array))
+            .flatten()
+            .filter_map(net)
+            .max()
+            .unwrap_or(1);
+        Self { next_net: max + 1, inverted: HashMap::new() }
+    }
+
+    /// The bit to wire to a block's enable port for `e`.
+    fn bit(&mut self, cells: &mut Map<String, Value>, e: &Enable) -> Value {
+        if !e.low {
+            return e.bit.clone();
+        }
+        let Some(n) = net(&e.bit) else {
+            return if e.bit == "0" { "1".into() } else { "0".into() };
+        };
+        if let Some(z) = self.inverted.get(&n) {
+            return z.clone();
+        }
+        let z = Value::from(self.next_net);
+        self.next_net += 1;
+        // LUT4 Z = INIT[{D, C, B, A}]: with B, C, D tied low, Z = !A.
+        cells.insert(
+            format!("$ferrite_ce_inv${n}"),
+            serde_json::json!({"hide_name": 1, "type": "LUT4", "parameters": {"INIT": "0101010101010101"}, "attributes": {},
+                   "port_directions": {"A": "input", "B": "input", "C": "input", "D": "input", "Z": "output"},
+                   "connections": {"A": [n], "B": ["0"], "C": ["0"], "D": ["0"], "Z": [z.clone()]}}),
+        );
+        self.inverted.insert(n, z.clone());
+        z
+    }
+}
 
 /// The flip-flops a multiplier's input port (`A`, `B`) would take, pin by
 /// pin, if every non-constant bit comes from one, all on one clock and
@@ -187,6 +254,7 @@ fn output_flops(
 pub fn pack(netlist: &mut Value, top: &str) -> Result<Packing> {
     let module = netlist["modules"].get_mut(top).with_context(|| format!("the netlist has no module {top}"))?;
     let index = Index::new(module)?;
+    let mut enables = EnableNets::new(module);
     let cells = module["cells"].as_object_mut().context("the netlist's top module has no cells")?;
     let dsps: Vec<String> = cells.iter().filter(|(_, c)| c["type"] == "MULT18X18D").map(|(n, _)| n.clone()).collect();
     let mut packing = Packing { multipliers: dsps.len(), ..Packing::default() };
@@ -217,6 +285,7 @@ pub fn pack(netlist: &mut Value, top: &str) -> Result<Packing> {
         taken.extend(flops.iter().map(|(_, ff)| ff.clone()));
         let rewired: Vec<(String, Value)> =
             flops.iter().map(|(pin, ff)| (pin.clone(), cells[ff]["connections"]["Q"].clone())).collect();
+        let ce = enables.bit(cells, &ce);
         let ram = cells.get_mut(name).expect("listed above");
         for (pin, bits) in rewired {
             ram["connections"][&pin] = bits;
@@ -260,16 +329,17 @@ pub fn pack(netlist: &mut Value, top: &str) -> Result<Packing> {
                 }
             }
         }
+        let enable_bits: Vec<Value> = groups.iter().map(|(_, _, ((_, e), _))| enables.bit(cells, e)).collect();
         let dsp = cells.get_mut(name).expect("listed above");
         for (pin, bits) in rewired {
             dsp["connections"][&pin] = bits;
         }
         let mut ports = vec![("CLK0", Value::from(clock)), ("RST0", "0".into())];
-        for (reg, ce, ((_, enable), _)) in &groups {
+        for ((reg, ce, _), enable) in groups.iter().zip(enable_bits) {
             for (what, value) in [("CLK", "CLK0"), ("CE", *ce), ("RST", "RST0")] {
                 dsp["parameters"][format!("{reg}_{what}")] = value.into();
             }
-            ports.push((ce, enable.clone()));
+            ports.push((ce, enable));
         }
         for (port, bit) in ports {
             dsp["connections"][port] = Value::Array(vec![bit]);
@@ -385,6 +455,29 @@ mod tests {
         assert_eq!(mul["connections"]["CE2"], json!([61]));
         assert_eq!(mul["parameters"]["REG_OUTPUT_CE"], "CE2");
         assert!(mul["parameters"].get("REG_INPUTA_CLK").is_none());
+    }
+
+    #[test]
+    fn an_inverted_enable_reaches_the_block_through_one_inverter() {
+        let mut n = netlist(false);
+        for r in ["a_r", "b_r"] {
+            n["modules"]["top"]["cells"][r]["parameters"]["CEMUX"] = json!("INV");
+            n["modules"]["top"]["cells"][r]["connections"]["CE"] = json!([62]);
+        }
+        let p = pack(&mut n, "top").unwrap();
+        assert_eq!((p.input_registers, p.output_registers), (1, 1));
+        let cells = &n["modules"]["top"]["cells"];
+        let mul = &cells["mul"];
+        let ce0 = mul["connections"]["CE0"][0].as_u64().expect("a net");
+        assert_eq!(mul["connections"]["CE1"], json!([ce0]), "A and B share the one inverter");
+        assert!(ce0 > 62, "a new net");
+        let inverters: Vec<&Value> = cells.as_object().unwrap().values().filter(|c| c["type"] == "LUT4").collect();
+        assert_eq!(inverters.len(), 2, "the design's LUT and one inverter");
+        let inv = inverters.iter().find(|c| c["connections"]["Z"] == json!([ce0])).expect("the inverter drives CE0");
+        assert_eq!(inv["connections"]["A"], json!([62]));
+        assert_eq!(inv["parameters"]["INIT"], "0101010101010101");
+        // The output register loads every cycle: its enable is the constant.
+        assert_eq!(mul["connections"]["CE2"], json!(["1"]));
     }
 
     #[test]
