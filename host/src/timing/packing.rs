@@ -14,7 +14,10 @@
 //!   and one enable per input, no reset) takes them as its input registers;
 //!   an enable the flip-flops take inverted (`CEMUX INV`: yosys picks the
 //!   polarity, e.g. for a register that holds while `hold`) reaches the
-//!   block's CE through one LUT inverter per enable net;
+//!   block's CE through one LUT inverter per enable net; a synchronous reset
+//!   to zero comes along on one of the block's RST pins when the flip-flops
+//!   load every cycle (yosys makes one of a shifter's zero fill), so whether
+//!   reset or enable wins never matters;
 //!   a flip-flop that also drives other logic stays, and the multiplier gets
 //!   its own copy;
 //! * one whose every used product bit drives exactly one such flip-flop and
@@ -34,7 +37,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Bumped whenever the pass changes what it folds: part of the timing cache key.
 pub const VERSION: &str =
-    "ferrite register packing 4: MULT18X18D inputs and outputs with enables of either polarity, DP16KD outputs";
+    "ferrite register packing 4: MULT18X18D inputs and outputs with enables of either polarity or a synchronous reset, DP16KD outputs";
 
 /// What the pass folded.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -81,18 +84,21 @@ fn bit_of<'a>(cell: &'a Value, port: &str) -> Option<&'a Value> {
     cell["connections"].get(port).and_then(|b| b.get(0))
 }
 
-/// A flip-flop's enable: a net (the constant "1" when it loads every cycle)
-/// and whether the flip-flop loads while that net is low.
+/// How a flip-flop loads: its enable (a net, the constant "1" when it loads
+/// every cycle), whether it loads while that net is low, and its synchronous
+/// reset to zero, taken only with no enable.
 #[derive(Clone, Debug, PartialEq)]
-struct Enable {
-    bit: Value,
+struct Load {
+    enable: Value,
     low: bool,
+    reset: Option<Value>,
 }
 
-/// A register's clock net and enable.
-type Control = (u64, Enable);
+/// A register's clock net and how it loads.
+type Control = (u64, Load);
 
-/// A flip-flop on a rising clock that never resets: its clock and enable.
+/// A flip-flop on a rising clock, with no reset or a synchronous one to zero
+/// and no enable: its clock and how it loads.
 fn ff_control(cell: &Value) -> Option<Control> {
     if cell["type"] != "TRELLIS_FF" {
         return None;
@@ -100,15 +106,26 @@ fn ff_control(cell: &Value) -> Option<Control> {
     let param = |k: &str| cell["parameters"].get(k).and_then(Value::as_str).map(str::trim);
     let tied = |port: &str, level: &str| bit_of(cell, port).is_none_or(|b| b == level);
     let clocked = param("CLKMUX").is_none_or(|m| m == "CLK");
-    let no_reset = param("LSRMUX").is_none_or(|m| m == "LSR") && tied("LSR", "0");
     let ce = || bit_of(cell, "CE").cloned().unwrap_or_else(|| "1".into());
-    let enable = match param("CEMUX") {
-        Some("1") => Enable { bit: "1".into(), low: false },
-        None | Some("CE") => Enable { bit: ce(), low: false },
-        Some("INV") => Enable { bit: ce(), low: true },
+    let (enable, low) = match param("CEMUX") {
+        Some("1") => ("1".into(), false),
+        None | Some("CE") => (ce(), false),
+        Some("INV") => (ce(), true),
         _ => return None,
     };
-    (clocked && no_reset).then(|| bit_of(cell, "CLK").and_then(net).map(|clk| (clk, enable))).flatten()
+    let reset = if tied("LSR", "0") {
+        None
+    } else {
+        let to_zero_on_the_edge = param("LSRMUX").is_none_or(|m| m == "LSR")
+            && param("SRMODE").is_none_or(|m| m == "LSR_OVER_CE")
+            && param("REGSET").is_none_or(|m| m == "RESET");
+        if !(to_zero_on_the_edge && enable == "1" && !low) {
+            return None;
+        }
+        bit_of(cell, "LSR").cloned()
+    };
+    let load = Load { enable, low, reset };
+    clocked.then(|| bit_of(cell, "CLK").and_then(net).map(|clk| (clk, load))).flatten()
 }
 
 /// Who drives each net and how many cell inputs (and top-level outputs) read it.
@@ -176,13 +193,13 @@ impl EnableNets {
         Self { next_net: max + 1, inverted: HashMap::new() }
     }
 
-    /// The bit to wire to a block's enable port for `e`.
-    fn bit(&mut self, cells: &mut Map<String, Value>, e: &Enable) -> Value {
-        if !e.low {
-            return e.bit.clone();
+    /// The bit to wire to a block's enable port for `load`.
+    fn bit(&mut self, cells: &mut Map<String, Value>, load: &Load) -> Value {
+        if !load.low {
+            return load.enable.clone();
         }
-        let Some(n) = net(&e.bit) else {
-            return if e.bit == "0" { "1".into() } else { "0".into() };
+        let Some(n) = net(&load.enable) else {
+            return if load.enable == "0" { "1".into() } else { "0".into() };
         };
         if let Some(z) = self.inverted.get(&n) {
             return z.clone();
@@ -279,7 +296,7 @@ pub fn pack(netlist: &mut Value, top: &str) -> Result<Packing> {
         let clocks = ["CLKA", "CLKB"].map(|p| bit_of(ram, p).and_then(net));
         let plain =
             ["CLKAMUX", "CLKBMUX"].iter().all(|p| ram["parameters"][p].as_str().is_none_or(|m| m.starts_with("CLK")));
-        if clocks != [Some(clk); 2] || !plain {
+        if clocks != [Some(clk); 2] || !plain || ce.reset.is_some() {
             continue;
         }
         taken.extend(flops.iter().map(|(_, ff)| ff.clone()));
@@ -335,12 +352,21 @@ pub fn pack(netlist: &mut Value, top: &str) -> Result<Packing> {
             dsp["connections"][&pin] = bits;
         }
         let mut ports = vec![("CLK0", Value::from(clock)), ("RST0", "0".into())];
-        for ((reg, ce, _), enable) in groups.iter().zip(enable_bits) {
-            for (what, value) in [("CLK", "CLK0"), ("CE", *ce), ("RST", "RST0")] {
+        // A register group that resets takes a reset pin of its own (the block's RESETMODE is SYNC).
+        for (((reg, ce, ((_, load), _)), enable), rst) in groups.iter().zip(enable_bits).zip(["RST1", "RST2", "RST3"]) {
+            let rst = match &load.reset {
+                Some(bit) => {
+                    ports.push((rst, bit.clone()));
+                    rst
+                }
+                None => "RST0",
+            };
+            for (what, value) in [("CLK", "CLK0"), ("CE", *ce), ("RST", rst)] {
                 dsp["parameters"][format!("{reg}_{what}")] = value.into();
             }
             ports.push((ce, enable));
         }
+        dsp["parameters"]["RESETMODE"] = "SYNC".into();
         for (port, bit) in ports {
             dsp["connections"][port] = Value::Array(vec![bit]);
             dsp["port_directions"][port] = "input".into();
@@ -443,9 +469,11 @@ mod tests {
     }
 
     #[test]
-    fn a_reset_register_stays_outside_and_an_enable_comes_along() {
+    fn a_reset_register_with_an_enable_stays_outside_and_an_enable_comes_along() {
         let mut n = netlist(false);
         n["modules"]["top"]["cells"]["b_r"]["connections"]["LSR"] = json!([60]);
+        n["modules"]["top"]["cells"]["b_r"]["parameters"]["CEMUX"] = json!("CE");
+        n["modules"]["top"]["cells"]["b_r"]["connections"]["CE"] = json!([63]);
         n["modules"]["top"]["cells"]["p_r"]["parameters"]["CEMUX"] = json!("CE");
         n["modules"]["top"]["cells"]["p_r"]["connections"]["CE"] = json!([61]);
         let p = pack(&mut n, "top").unwrap();
@@ -455,6 +483,26 @@ mod tests {
         assert_eq!(mul["connections"]["CE2"], json!([61]));
         assert_eq!(mul["parameters"]["REG_OUTPUT_CE"], "CE2");
         assert!(mul["parameters"].get("REG_INPUTA_CLK").is_none());
+    }
+
+    #[test]
+    fn a_register_that_loads_every_cycle_brings_its_reset_along() {
+        let mut n = netlist(false);
+        n["modules"]["top"]["cells"]["b_r"]["connections"]["LSR"] = json!([60]);
+        n["modules"]["top"]["cells"]["b_r"]["parameters"]["SRMODE"] = json!("LSR_OVER_CE");
+        let p = pack(&mut n, "top").unwrap();
+        assert_eq!((p.input_registers, p.output_registers), (1, 1));
+        let mul = &n["modules"]["top"]["cells"]["mul"];
+        assert_eq!(mul["parameters"]["REG_INPUTA_RST"], "RST0", "a_r never resets");
+        assert_eq!(mul["parameters"]["REG_INPUTB_RST"], "RST2");
+        assert_eq!(mul["connections"]["RST2"], json!([60]));
+        assert_eq!(mul["connections"]["RST0"], json!(["0"]));
+        assert_eq!(mul["parameters"]["RESETMODE"], "SYNC");
+        // An asynchronous reset does not fold.
+        let mut n = netlist(false);
+        n["modules"]["top"]["cells"]["b_r"]["connections"]["LSR"] = json!([60]);
+        n["modules"]["top"]["cells"]["b_r"]["parameters"]["SRMODE"] = json!("ASYNC");
+        assert_eq!(pack(&mut n, "top").unwrap().input_registers, 0);
     }
 
     #[test]
