@@ -6,10 +6,17 @@ use crate::regmap::CTRL_ADDR_BITS;
 use crate::shell::AxiLiteSlave;
 use rust_hdl::prelude::*;
 
+/// The write's address and data are taken in either order, both at once when
+/// they come together; the cycle after both are in (`Apply`) writes the word.
 #[derive(Copy, Clone, PartialEq, Debug, LogicState)]
 enum WriteState {
+    /// Both channels ready.
     Addr,
+    /// The address is in, the data not yet.
     Data,
+    /// The data is in, the address not yet.
+    DataIn,
+    Apply,
     Resp,
 }
 
@@ -37,7 +44,24 @@ pub struct Control {
     arg_regs: Vec<DFF<Bits<32>>>,
     wstate: DFF<WriteState>,
     rstate: DFF<ReadState>,
-    waddr: DFF<Bits<CTRL_ADDR_BITS>>,
+    // The write is applied from registers alone (the address decode and the
+    // handshake in front of the argument registers' enables limited every
+    // unit's clock, docs/timing.md): `wsel_*` the taken address as one flag per
+    // word, `we_*` those flags as one-cycle pulses in `Apply`, `wd`/`wm` the
+    // data and its byte mask. `sel_*` is this cycle's decode: AWADDR's when
+    // the address is taken now, else the kept one.
+    wsel_c: Vec<DFF<Bit>>,
+    wsel_a: Vec<DFF<Bit>>,
+    we_c: Vec<DFF<Bit>>,
+    we_a: Vec<DFF<Bit>>,
+    sel_c: Vec<Signal<Local, Bit>>,
+    sel_a: Vec<Signal<Local, Bit>>,
+    wd: DFF<Bits<32>>,
+    wm: DFF<Bits<32>>,
+    take_a: Signal<Local, Bit>,
+    take_w: Signal<Local, Bit>,
+    /// Both address and data are in after this cycle.
+    full: Signal<Local, Bit>,
     rdata_r: DFF<Bits<32>>,
     // ARADDR decoded every cycle into one flag per readable word (CTRL, GIE,
     // IER, ISR; the arguments; the status words) and used the cycle after the
@@ -77,6 +101,12 @@ impl Control {
             arg_regs: crate::many(n_args),
             status_base: Constant::new(((0x10 + 4 * n_args) as u64).to_bits()),
             c_byte: (0..4).map(|b| Constant::new((0xFFu64 << (8 * b)).to_bits())).collect(),
+            wsel_c: crate::many(4),
+            wsel_a: crate::many(n_args),
+            we_c: crate::many(4),
+            we_a: crate::many(n_args),
+            sel_c: crate::many(4),
+            sel_a: crate::many(n_args),
             hit_c: crate::many(4),
             hit_a: crate::many(n_args),
             hit_s: crate::many(n_status),
@@ -86,8 +116,8 @@ impl Control {
             or_s: crate::many(n_status),
             _n_args: n_args,
             _n_status: n_status,
-            .. clock, rst_n, s_axi_control, interrupt, start, core_done, core_idle, wstate, rstate, waddr, rdata_r,
-            ap_start, ap_done, auto_restart, gie, ier, isr, rsel, wmask, go, ctrl_word
+            .. clock, rst_n, s_axi_control, interrupt, start, core_done, core_idle, wstate, rstate, wd, wm, take_a, take_w,
+            full, rdata_r, ap_start, ap_done, auto_restart, gie, ier, isr, rsel, wmask, go, ctrl_word
         })
     }
 }
@@ -98,7 +128,7 @@ impl Control {
 impl Logic for Control {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, wstate, rstate, waddr, rdata_r, ap_start, ap_done, auto_restart, gie, ier, isr);
+        dff_setup!(self, clock, wstate, rstate, wd, wm, rdata_r, ap_start, ap_done, auto_restart, gie, ier, isr);
         for i in 0..self._n_args {
             self.arg_regs[i].clock.next = self.clock.val();
             self.arg_regs[i].d.next = self.arg_regs[i].q.val();
@@ -134,45 +164,39 @@ impl Logic for Control {
             | (bit_cast::<32, 1>(self.go.val().into()) << 3)
             | (bit_cast::<32, 1>(self.auto_restart.q.val().into()) << 7);
 
-        // Write channel: address, then data, then response.
-        self.s_axi_control.awready.next = self.wstate.q.val() == WriteState::Addr;
-        self.s_axi_control.wready.next = self.wstate.q.val() == WriteState::Data;
+        // Write channel: address and data (in either order, or together), the
+        // write itself (`Apply`), then the response: a host's write, address and
+        // data together, takes the cycles it took when the data followed the
+        // address, and the word changes after the same cycle (the second).
+        self.s_axi_control.awready.next =
+            (self.wstate.q.val() == WriteState::Addr) | (self.wstate.q.val() == WriteState::DataIn);
+        self.s_axi_control.wready.next =
+            (self.wstate.q.val() == WriteState::Addr) | (self.wstate.q.val() == WriteState::Data);
         self.s_axi_control.bvalid.next = self.wstate.q.val() == WriteState::Resp;
         self.s_axi_control.bresp.next = 0.into();
+        self.take_a.next = self.s_axi_control.awvalid.val()
+            & ((self.wstate.q.val() == WriteState::Addr) | (self.wstate.q.val() == WriteState::DataIn));
+        self.take_w.next = self.s_axi_control.wvalid.val()
+            & ((self.wstate.q.val() == WriteState::Addr) | (self.wstate.q.val() == WriteState::Data));
+        self.full.next = false;
         match self.wstate.q.val() {
             WriteState::Addr => {
-                if self.s_axi_control.awvalid.val() {
-                    self.waddr.d.next = self.s_axi_control.awaddr.val();
+                self.full.next = self.take_a.val() & self.take_w.val();
+                if self.take_a.val() & !self.take_w.val() {
                     self.wstate.d.next = WriteState::Data;
+                }
+                if !self.take_a.val() & self.take_w.val() {
+                    self.wstate.d.next = WriteState::DataIn;
                 }
             }
             WriteState::Data => {
-                if self.s_axi_control.wvalid.val() {
-                    self.wstate.d.next = WriteState::Resp;
-                    if self.waddr.q.val() == 0x00 {
-                        if self.s_axi_control.wstrb.val().get_bit(0) {
-                            if self.s_axi_control.wdata.val().get_bit(0) {
-                                self.ap_start.d.next = true;
-                            }
-                            self.auto_restart.d.next = self.s_axi_control.wdata.val().get_bit(7);
-                        }
-                    }
-                    if self.waddr.q.val() == 0x04 {
-                        self.gie.d.next = self.s_axi_control.wdata.val().get_bit(0);
-                    }
-                    if self.waddr.q.val() == 0x08 {
-                        self.ier.d.next = self.s_axi_control.wdata.val().get_bits::<2>(0);
-                    }
-                    if self.waddr.q.val() == 0x0C {
-                        self.isr.d.next = self.isr.q.val() ^ self.s_axi_control.wdata.val().get_bits::<2>(0);
-                    }
-                    for i in 0..self._n_args {
-                        if self.waddr.q.val().index() == 0x10 + 4 * i {
-                            self.arg_regs[i].d.next = (self.arg_regs[i].q.val() & !self.wmask.val())
-                                | (self.s_axi_control.wdata.val() & self.wmask.val());
-                        }
-                    }
-                }
+                self.full.next = self.take_w.val();
+            }
+            WriteState::DataIn => {
+                self.full.next = self.take_a.val();
+            }
+            WriteState::Apply => {
+                self.wstate.d.next = WriteState::Resp;
             }
             WriteState::Resp => {
                 if self.s_axi_control.bready.val() {
@@ -182,6 +206,54 @@ impl Logic for Control {
             _ => {
                 self.wstate.d.next = WriteState::Addr;
             }
+        }
+        if self.full.val() {
+            self.wstate.d.next = WriteState::Apply;
+        }
+        if self.take_w.val() {
+            self.wd.d.next = self.s_axi_control.wdata.val();
+            self.wm.d.next = self.wmask.val();
+        }
+        for i in 0..4 {
+            self.wsel_c[i].clock.next = self.clock.val();
+            self.we_c[i].clock.next = self.clock.val();
+            self.sel_c[i].next = self.wsel_c[i].q.val();
+            if self.take_a.val() {
+                self.sel_c[i].next = self.s_axi_control.awaddr.val().index() == 4 * i;
+            }
+            self.wsel_c[i].d.next = self.sel_c[i].val();
+            self.we_c[i].d.next = self.full.val() & self.sel_c[i].val();
+        }
+        for i in 0..self._n_args {
+            self.wsel_a[i].clock.next = self.clock.val();
+            self.we_a[i].clock.next = self.clock.val();
+            self.sel_a[i].next = self.wsel_a[i].q.val();
+            if self.take_a.val() {
+                self.sel_a[i].next = self.s_axi_control.awaddr.val().index() == 0x10 + 4 * i;
+            }
+            self.wsel_a[i].d.next = self.sel_a[i].val();
+            self.we_a[i].d.next = self.full.val() & self.sel_a[i].val();
+            if self.we_a[i].q.val() {
+                self.arg_regs[i].d.next =
+                    (self.arg_regs[i].q.val() & !self.wm.q.val()) | (self.wd.q.val() & self.wm.q.val());
+            }
+        }
+        if self.we_c[0].q.val() {
+            if self.wm.q.val().get_bit(0) {
+                if self.wd.q.val().get_bit(0) {
+                    self.ap_start.d.next = true;
+                }
+                self.auto_restart.d.next = self.wd.q.val().get_bit(7);
+            }
+        }
+        if self.we_c[1].q.val() {
+            self.gie.d.next = self.wd.q.val().get_bit(0);
+        }
+        if self.we_c[2].q.val() {
+            self.ier.d.next = self.wd.q.val().get_bits::<2>(0);
+        }
+        if self.we_c[3].q.val() {
+            self.isr.d.next = self.isr.q.val() ^ self.wd.q.val().get_bits::<2>(0);
         }
 
         // Read channel: address (decoded into the hit flags), select, then
@@ -262,6 +334,12 @@ impl Logic for Control {
 
         if !self.rst_n.val() {
             self.wstate.d.next = WriteState::Addr;
+            for i in 0..4 {
+                self.we_c[i].d.next = false;
+            }
+            for i in 0..self._n_args {
+                self.we_a[i].d.next = false;
+            }
             self.rstate.d.next = ReadState::Addr;
             self.ap_start.d.next = false;
             self.ap_done.d.next = false;
@@ -270,5 +348,79 @@ impl Logic for Control {
             self.ier.d.next = 0.into();
             self.isr.d.next = 0.into();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settle(c: &mut Control) {
+        loop {
+            c.update_all();
+            if !c.has_changed() {
+                break;
+            }
+        }
+    }
+
+    fn edge(c: &mut Control) {
+        for v in [false, true] {
+            c.clock.next = Clock::from(v);
+            settle(c);
+        }
+    }
+
+    /// One write whose address is offered from cycle `aw_at` and data from
+    /// `w_at` (each until its handshake), `bready` high; per cycle until the
+    /// response: argument 1 after the cycle's edge, and `bvalid` and `start`
+    /// during it.
+    fn write(c: &mut Control, offset: u64, value: u64, strb: u64, aw_at: usize, w_at: usize) -> Vec<(u64, bool, bool)> {
+        let (mut aw_done, mut w_done, mut seen) = (false, false, vec![]);
+        for cycle in 0..12 {
+            let s = &mut c.s_axi_control;
+            (s.awaddr.next, s.wdata.next, s.wstrb.next, s.bready.next) =
+                (offset.to_bits(), value.to_bits(), strb.to_bits(), true);
+            s.awvalid.next = !aw_done && cycle >= aw_at;
+            s.wvalid.next = !w_done && cycle >= w_at;
+            settle(c);
+            let s = &c.s_axi_control;
+            let (aw, w) = (s.awvalid.val() && s.awready.val(), s.wvalid.val() && s.wready.val());
+            let (b, start) = (s.bvalid.val(), c.start.val());
+            edge(c);
+            (aw_done, w_done) = (aw_done || aw, w_done || w);
+            seen.push((c.args[1].val().to_u64(), b, start));
+            if b {
+                return seen;
+            }
+        }
+        panic!("no response: {seen:?}");
+    }
+
+    /// Address and data in either order or together, as a host writes them
+    /// (together): the word changes after the write's second cycle, when the
+    /// data came first or last two cycles after it is taken; the response
+    /// follows; a byte strobe writes its byte alone; `ap_start` is up two
+    /// cycles after its write's first.
+    #[test]
+    fn writes_take_address_and_data_in_either_order() {
+        let mut c = Control::new(2, 1);
+        c.connect_all();
+        c.core_idle.next = true;
+        c.rst_n.next = false;
+        edge(&mut c);
+        c.rst_n.next = true;
+        let (o, n) = (0x1122_3344, 0x11ff_3344);
+        assert_eq!(write(&mut c, 0x14, o, 0xf, 0, 0).last(), Some(&(o, true, false)));
+        let strobed = |x| vec![(o, false, false), (x, false, false), (x, true, false)];
+        assert_eq!(write(&mut c, 0x14, 0xffff_ffff, 0x4, 0, 0), strobed(n));
+        for (aw_at, w_at) in [(0, 2), (2, 0)] {
+            assert_eq!(write(&mut c, 0x14, o, 0xf, 0, 0).last(), Some(&(o, true, false)));
+            let seen = write(&mut c, 0x14, 0xffff_ffff, 0x4, aw_at, w_at);
+            assert_eq!(seen, [vec![(o, false, false); 3], strobed(n)[1..].to_vec()].concat(), "{aw_at} {w_at}");
+        }
+        assert_eq!(write(&mut c, 0x10, 7, 0xf, 0, 0).last(), Some(&(n, true, false)), "another word");
+        let seen = write(&mut c, 0x00, 1, 0x1, 0, 0);
+        assert_eq!(seen.iter().map(|s| s.2).collect::<Vec<_>>(), [false, false, true], "start");
     }
 }

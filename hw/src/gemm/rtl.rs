@@ -203,13 +203,16 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     w_base: DFF<Bits<64>>,
     /// Cycles spent in `Wait`.
     w_wait: DFF<Bits<4>>,
-    w_cols: DFF<Bits<16>>,
+    /// The strobe mask's shift, `lanes − 4·cols` (`lanes − cols` with requant)
+    /// for the row's columns inside N, registered in `Bias` where they are
+    /// decided, so `Wait` only shifts (the subtract and the shift in one cycle
+    /// were the GEMM's critical path, docs/timing.md).
+    w_sh: DFF<Bits<8>>,
     /// N − `w_j0`, registered in `Fetch` for the column count in `Bias`.
     w_left: DFF<Bits<32>>,
     w_beat: DFF<Bits<W>>,
     /// The row's strobes before their shift to its offset in the beat, from
-    /// `w_cols` in `Wait`, so `Pack` only shifts (the subtract and both
-    /// shifts in one cycle were the GEMM's critical path, docs/timing.md).
+    /// `w_sh` in `Wait`, so `Pack` only shifts.
     w_mask: DFF<Bits<S>>,
     w_strb: DFF<Bits<S>>,
     bias_row: Signal<Local, Bits<W>>,
@@ -267,7 +270,10 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     c_ofifo: Constant<Bits<16>>,
     c_kmax: Constant<Bits<32>>,
     c_nmax: Constant<Bits<32>>,
-    c_lanes: Constant<Bits<16>>,
+    c_lanes: Constant<Bits<8>>,
+    /// `w_sh` for a row of `cols` columns: `lanes − 4·cols`, `lanes − cols`.
+    c_sh32: Constant<Bits<8>>,
+    c_sh8: Constant<Bits<8>>,
     /// Each column's index, for its lane enable.
     c_col: Vec<Constant<Bits<8>>>,
     c_ones: Constant<Bits<S>>,
@@ -347,6 +353,8 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             c_kmax: Constant::new(k(cfg.k_max as u64)),
             c_nmax: Constant::new(k(cfg.n_max as u64)),
             c_lanes: Constant::new(k(S as u64)),
+            c_sh32: Constant::new(k((S - 4 * c) as u64)),
+            c_sh8: Constant::new(k((S - c) as u64)),
             c_col: (0..c).map(|col| Constant::new(k(col as u64))).collect(),
             s1_en: (0..c).map(|_| DFF::default()).collect(),
             c_ones: Constant::new(Bits::<S>::mask()),
@@ -358,7 +366,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_occ,
             b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
-            cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left,
+            cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_sh, w_left,
             w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         }))
     }
@@ -373,7 +381,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             b_beats, bj1, bj_done, in_bs, b_want, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
-            w_i, w_j0, w_addr, w_base, w_wait, w_cols, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
+            w_i, w_j0, w_addr, w_base, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         );
         clock!(self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has);
@@ -851,19 +859,23 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     self.w_base.d.next =
                         self.run.c.val() + (bit_cast::<64, 32>(self.w_j0.q.val()) & !self.c_pmask.val());
                 }
-                // Columns of the row inside N.
-                self.w_cols.d.next = bit_cast::<16, 32>(self.c_cols.val());
+                // Columns of the row inside N (fewer than `cols` ≤ lanes / 4 when
+                // short, so eight bits hold them).
+                self.w_sh.d.next = self.c_sh32.val();
+                if self.run.requant.val() {
+                    self.w_sh.d.next = self.c_sh8.val();
+                }
                 if self.w_left.q.val() < self.c_cols.val() {
-                    self.w_cols.d.next = bit_cast::<16, 32>(self.w_left.q.val());
+                    self.w_sh.d.next = self.c_lanes.val() - (bit_cast::<8, 32>(self.w_left.q.val()) << 2);
+                    if self.run.requant.val() {
+                        self.w_sh.d.next = self.c_lanes.val() - bit_cast::<8, 32>(self.w_left.q.val());
+                    }
                 }
                 self.w_wait.d.next = 0.into();
                 self.wstate.d.next = WriterState::Wait;
             }
             WriterState::Wait => {
-                self.w_mask.d.next = self.c_ones.val() >> (self.c_lanes.val() - (self.w_cols.q.val() << 2));
-                if self.run.requant.val() {
-                    self.w_mask.d.next = self.c_ones.val() >> (self.c_lanes.val() - self.w_cols.q.val());
-                }
+                self.w_mask.d.next = self.c_ones.val() >> self.w_sh.q.val();
                 self.w_wait.d.next = self.w_wait.q.val() + 1;
                 if self.w_wait.q.val() == self.c_wait.val() {
                     self.w_addr.d.next = self.w_base.q.val() + self.row_mul.p.val();
