@@ -48,6 +48,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// The KVLEN word as read, and whether it is read for the launch check
     /// (`KvCheckTest` next) or for the head (`KvTest`).
     kv_word_r: DFF<Bits<32>>,
+    /// Entry `b`'s KVLEN word's byte offset in the read beat, registered
+    /// from `b` (which changes at least two cycles before the word arrives):
+    /// the word's select and checks follow no logic on `b`.
+    kv_sel: DFF<Bits<32>>,
     /// That word is 0, or above SEQ_KV (compared as it is read).
     kv_zero: DFF<Bit>,
     kv_over: DFF<Bit>,
@@ -290,7 +294,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
-            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
+            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
             kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_in, q_total_m1, q_rx, in_qw, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
@@ -307,7 +311,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_zero, kv_over, bh_nx, bh_end, kv_chk,
+            self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
             phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, q_in, q_total_m1, k_addr, v_addr, in_qw, kv_rem0, kv_rem,
@@ -343,12 +347,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.mul_o.b.next = self.run.o_stride.val();
         // Entry `b`'s KVLEN word, a part-select of the beat (a shift of the
         // whole beat costs simulators a wide shift every cycle).
-        self.kv_word.next = self
-            .vitis
-            .m_axi_gmem
-            .rdata
-            .val()
-            .get_bits::<32>(((self.b.q.val() << 2) & self.c_pmask32.val()).index() * 8);
+        self.kv_word.next = self.vitis.m_axi_gmem.rdata.val().get_bits::<32>(self.kv_sel.q.val().index() * 8);
+        self.kv_sel.d.next = (self.b.q.val() << 2) & self.c_pmask32.val();
         self.qs.next = self.q0.q.val() << self.c_logd.val();
         // A block's Q rows: one span from its first beat.
         self.shell.span_load.next = false;
