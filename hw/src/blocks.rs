@@ -879,20 +879,9 @@ pub struct RescaleAcc<const N: usize> {
 impl<const N: usize> Logic for RescaleAcc<N> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            let wrap = |v: i64| (v << (64 - N)) >> (64 - N);
-            let acc = self._acc;
+            let ctl = (self.load.val(), self.sh.val(), self.hold.val(), self.upd.val(), self.first.val());
             let a = to_i64(self.a.val());
-            if self.upd.val() {
-                let base = if self._post { self._rs } else { acc };
-                self._acc = if self.first.val() { a } else { wrap(base.wrapping_add(a)) };
-            }
-            if self.hold.val() {
-                self._rs = crate::numerics::round_shift(acc, self._s.min(62));
-            }
-            self._post = self.hold.val();
-            if self.load.val() {
-                self._s = to_u64(self.sh.val()) as u32;
-            }
+            rescale_step::<N>(&mut self._s, &mut self._post, &mut self._acc, &mut self._rs, ctl, a);
         }
         self.y.next = from_i64(self._acc);
     }
@@ -900,31 +889,254 @@ impl<const N: usize> Logic for RescaleAcc<N> {
         self.y.connect();
     }
     fn hdl(&self) -> Verilog {
-        // c: the bit below the cut (`hot`), and for negative acc also any bit
-        // under it (`lo`): AND-OR trees into a register.
+        Verilog::Custom(format!("{}always @(*) y = acc;", rescale_verilog(N, "", "a")))
+    }
+}
+
+/// One edge of a [`RescaleAcc`]'s model (also each of a [`RescaleRow`]'s
+/// accumulators): `ctl` is (load, sh, hold, upd, first), `a` the addend.
+fn rescale_step<const N: usize>(
+    s: &mut u32,
+    post: &mut bool,
+    acc: &mut i64,
+    rs: &mut i64,
+    ctl: (bool, Bits<6>, bool, bool, bool),
+    a: i64,
+) {
+    let (load, sh, hold, upd, first) = ctl;
+    let wrap = |v: i64| (v << (64 - N)) >> (64 - N);
+    let old = *acc;
+    if upd {
+        let base = if *post { *rs } else { old };
+        *acc = if first { a } else { wrap(base.wrapping_add(a)) };
+    }
+    if hold {
+        *rs = crate::numerics::round_shift(old, (*s).min(62));
+    }
+    *post = hold;
+    if load {
+        *s = to_u64(sh) as u32;
+    }
+}
+
+/// A [`RescaleAcc`]'s registers and logic in Verilog, its names suffixed by
+/// `sfx` (`acc{sfx}` is the accumulator), adding the expression `a`; reads
+/// the ports `clock`, `load`, `sh`, `hot`, `lo`, `hold`, `upd`, `first`.
+/// The shift and the rounding bit c are written out in the `hold` block
+/// rather than as wires of `acc` (the same logic): simulators evaluate a
+/// wire every cycle, these only in `hold` cycles.
+fn rescale_verilog(n: usize, sfx: &str, a: &str) -> String {
+    // c: the bit below the cut (`hot`), and for negative acc also any bit
+    // under it (`lo`): AND-OR trees into a register.
+    let (msb, xe) = (n - 1, format!("{{{{{}{{acc{sfx}[{}]}}}}, acc{sfx}}}", 64 - n, n - 1));
+    format!(
+        "\
+reg [5:0] sr{sfx};
+(* keep *) always @(posedge clock) if (load) sr{sfx} <= sh;
+reg post{sfx};
+(* keep *) always @(posedge clock) post{sfx} <= hold;
+reg signed [{msb}:0] acc{sfx};
+reg signed [{msb}:0] fl{sfx};
+reg c{sfx};
+always @(posedge clock) if (hold) begin
+   fl{sfx} <= $signed({xe}) >>> sr{sfx};
+   c{sfx} <= (|({xe} & hot)) && (!acc{sfx}[{msb}] || (|({xe} & lo)));
+end
+wire ci{sfx} = post{sfx} & c{sfx};
+wire [{msb}:0] base{sfx} = post{sfx} ? fl{sfx} : acc{sfx};
+wire [{n}:0] sum{sfx} = {{base{sfx}, ci{sfx}}} + {{{a}, ci{sfx}}};
+always @(posedge clock) if (upd) acc{sfx} <= first ? {a} : sum{sfx}[{n}:1];
+"
+    )
+}
+
+/// The `d` output accumulators of an attention lane, `o[x]` (48 bits), with
+/// the products that feed them and the snapshot the finalizer serializes:
+/// on a `load` edge `pv[x] ← p · v[x]` (signed 16 × int8 element x of `v`,
+/// 32 bits), and `o[x]` a [`RescaleAcc`] adding `pv[x]` (the same
+/// `load`/`sh`/`hot`/`lo`/`hold`/`upd`/`first` for all); on a `snap` edge
+/// `os[x] ← o[x]`, on a `shift` edge (without `snap`) `os[x] ← os[x + 2]`
+/// (the top two hold). `o0`, `o1` are `os[0]`, `os[1]`.
+///
+/// As a `DFF` per `pv[x]` and `os[x]` and a [`RescaleAcc`] instance per
+/// `o[x]`, the same registers cost Verilator a copy per register and port
+/// every cycle (the hold of `pv` and `os`, the instances' inputs): a third
+/// of the default attention unit's simulation time. Here each is written
+/// only on its edges, in one module.
+#[derive(LogicBlock)]
+pub struct RescaleRow<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub load: Signal<In, Bit>,
+    pub p: Signal<In, Bits<16>>,
+    pub v: Signal<In, Bits<W>>,
+    pub sh: Signal<In, Bits<6>>,
+    pub hot: Signal<In, Bits<64>>,
+    pub lo: Signal<In, Bits<64>>,
+    pub hold: Signal<In, Bit>,
+    pub upd: Signal<In, Bit>,
+    pub first: Signal<In, Bit>,
+    pub snap: Signal<In, Bit>,
+    pub shift: Signal<In, Bit>,
+    pub o0: Signal<Out, Signed<48>>,
+    pub o1: Signal<Out, Signed<48>>,
+    /// The model, per element: pv, shift, post, acc, rounded shift, os.
+    _pv: Vec<i64>,
+    _s: Vec<u32>,
+    _post: Vec<bool>,
+    _acc: Vec<i64>,
+    _rs: Vec<i64>,
+    _os: Vec<i64>,
+}
+
+impl<const W: usize> RescaleRow<W> {
+    pub fn new(d: usize) -> Self {
+        assert!(d >= 2 && 8 * d <= W, "{d} int8 elements in {W} bits");
+        with_defaults!(Self {
+            _pv: vec![0; d],
+            _s: vec![0; d],
+            _post: vec![false; d],
+            _acc: vec![0; d],
+            _rs: vec![0; d],
+            _os: vec![0; d],
+            .. clock, load, p, v, sh, hot, lo, hold, upd, first, snap, shift, o0, o1
+        })
+    }
+}
+
+impl<const W: usize> Logic for RescaleRow<W> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let d = self._acc.len();
+            if self.snap.val() {
+                self._os.copy_from_slice(&self._acc);
+            } else if self.shift.val() {
+                self._os.copy_within(2.., 0);
+            }
+            let ctl = (self.load.val(), self.sh.val(), self.hold.val(), self.upd.val(), self.first.val());
+            let p = self.p.val().to_u64() as u16 as i16 as i64;
+            for x in 0..d {
+                let a = self._pv[x];
+                rescale_step::<48>(&mut self._s[x], &mut self._post[x], &mut self._acc[x], &mut self._rs[x], ctl, a);
+                if ctl.0 {
+                    self._pv[x] = p * (self.v.val().get_bits::<8>(8 * x).to_u64() as u8 as i8 as i64);
+                }
+            }
+        }
+        self.o0.next = from_i64(self._os[0]);
+        self.o1.next = from_i64(self._os[1]);
+    }
+    fn connect(&mut self) {
+        self.o0.connect();
+        self.o1.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let d = self._acc.len();
+        let mut v = String::new();
+        for x in 0..d {
+            v += &format!(
+                "reg signed [31:0] pv{x};\nalways @(posedge clock) if (load) pv{x} <= $signed(p) * $signed(v[{hi}:{lo}]);\n",
+                hi = 8 * x + 7,
+                lo = 8 * x
+            );
+            v += &rescale_verilog(48, &x.to_string(), &format!("{{{{16{{pv{x}[31]}}}}, pv{x}}}"));
+            v += &format!("reg signed [47:0] os{x};\n");
+        }
+        let snap: String = (0..d).map(|x| format!("      os{x} <= acc{x};\n")).collect();
+        let shift: String = (0..d - 2).map(|x| format!("      os{x} <= os{};\n", x + 2)).collect();
+        v += &format!(
+            "always @(posedge clock)\n   if (snap) begin\n{snap}   end else if (shift) begin\n{shift}   end\n\
+             always @(*) begin\n   o0 = os0;\n   o1 = os1;\nend"
+        );
+        Verilog::Custom(v)
+    }
+}
+
+/// A FIFO of rows of `n ≤ W` bits (the bits of `din` below n; a run-time
+/// width) with its head registered: on a `pop` edge `q` takes the head (the
+/// oldest row, or any row when empty), the bits of `q` above n stay 0. The
+/// pointers are those of a [`Fifo`] of the same depth (`reset` empties it).
+/// A `Fifo` of `W`-bit entries read into a `DFF` is the same for rows of W
+/// bits, but simulators copied all W bits in and out of the entry and the
+/// register, and held the register, every cycle.
+#[derive(LogicBlock)]
+pub struct RowBacklog<const W: usize> {
+    pub clock: Signal<In, Clock>,
+    pub reset: Signal<In, Bit>,
+    pub push: Signal<In, Bit>,
+    pub din: Signal<In, Bits<W>>,
+    pub pop: Signal<In, Bit>,
+    pub q: Signal<Out, Bits<W>>,
+    _n: usize,
+    _mem: Vec<Bits<W>>,
+    _state: (usize, usize),
+}
+
+impl<const W: usize> RowBacklog<W> {
+    pub fn new(n: usize, depth: usize) -> Self {
+        assert!((1..=W).contains(&n) && depth.is_power_of_two() && (2..=1 << 15).contains(&depth));
+        with_defaults!(Self {
+            _n: n,
+            _mem: vec![Bits::default(); depth],
+            _state: (0, 0),
+            .. clock, reset, push, din, pop, q
+        })
+    }
+}
+
+impl<const W: usize> Logic for RowBacklog<W> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let depth = self._mem.len();
+            let (rd, wr) = self._state;
+            if self.pop.val() {
+                self.q.next = self._mem[rd % depth];
+            }
+            let (mut nrd, mut nwr) = (rd, wr);
+            if self.reset.val() {
+                (nrd, nwr) = (0, 0);
+            } else {
+                if self.push.val() {
+                    let ones = !Bits::<W>::default();
+                    let keep = if self._n == W { ones } else { !(ones << self._n as u64) };
+                    self._mem[wr % depth] = self.din.val() & keep;
+                    nwr = wr + 1;
+                }
+                if self.pop.val() && rd != wr {
+                    nrd = rd + 1;
+                }
+            }
+            self._state = (nrd % (2 * depth), nwr % (2 * depth));
+        }
+    }
+    fn connect(&mut self) {
+        self.q.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let depth = self._mem.len();
+        let pb = depth.trailing_zeros() as usize + 1;
         Verilog::Custom(format!(
             "\
-reg [5:0] sr;
-(* keep *) always @(posedge clock) if (load) sr <= sh;
-reg post;
-(* keep *) always @(posedge clock) post <= hold;
-reg signed [{msb}:0] acc;
-reg signed [{msb}:0] fl;
-reg c;
-wire signed [63:0] xe = {{{{{pad}{{acc[{msb}]}}}}, acc}};
-wire signed [63:0] xs = xe >>> sr;
-always @(posedge clock) if (hold) begin
-   fl <= xs[{msb}:0];
-   c <= (|(xe & hot)) && (!xe[63] || (|(xe & lo)));
-end
-wire ci = post & c;
-wire [{msb}:0] base = post ? fl : acc;
-wire [{n}:0] sum = {{base, ci}} + {{a, ci}};
-always @(posedge clock) if (upd) acc <= first ? a : sum[{n}:1];
-always @(*) y = acc;",
-            pad = 64 - N,
-            msb = N - 1,
-            n = N,
+reg [{nmsb}:0] mem[0:{last}];
+reg [{pmsb}:0] rd = 0;
+reg [{pmsb}:0] wr = 0;
+initial q = {W}'d0;
+always @(posedge clock) begin
+   if (pop) q[{nmsb}:0] <= mem[rd[{amsb}:0]];
+   if (reset) begin
+      rd <= 0;
+      wr <= 0;
+   end else begin
+      if (push) begin
+         mem[wr[{amsb}:0]] <= din[{nmsb}:0];
+         wr <= wr + 1;
+      end
+      if (pop && (wr != rd)) rd <= rd + 1;
+   end
+end",
+            nmsb = self._n - 1,
+            last = depth - 1,
+            pmsb = pb - 1,
+            amsb = pb - 2,
         ))
     }
 }
@@ -1490,6 +1702,68 @@ mod tests {
                 assert_eq!(bus.q.val().to_u64(), (i + 1).saturating_sub(lat as u64), "cut {cut}, edge {i}");
                 assert_eq!(bus.s.val().to_u64(), i, "cut {cut}, edge {i}");
             }
+        }
+    }
+
+    /// `RescaleRow`'s model: each element a `RescaleAcc` adding the product
+    /// registered on the last `load`, seen through the snapshot and its
+    /// shifts; `RowBacklog`'s: a `Fifo` whose head a register takes on `pop`
+    /// (the bits below the row width).
+    #[test]
+    fn rescale_row_and_row_backlog_models() {
+        let tick = |c: &mut Signal<In, Clock>, v: bool| c.next = Clock::from(v);
+        let mut r = rng(0x5eed);
+        let d = 4;
+        let mut row = RescaleRow::<64>::new(d);
+        row.connect_all();
+        let mut accs: Vec<RescaleAcc<48>> = crate::many(d);
+        accs.iter_mut().for_each(|a| a.connect_all());
+        let (mut pv, mut os) = (vec![0i64; d], vec![0i64; d]);
+        for edge in 0..600 {
+            let (load, hold, first) = (!r().is_multiple_of(4), r().is_multiple_of(5), r().is_multiple_of(8));
+            let upd = !hold && !r().is_multiple_of(4);
+            let (snap, shift) = (r().is_multiple_of(16), r().is_multiple_of(3));
+            let (sh, p, v) = ((r() % 63).to_bits::<6>(), r() as i16 as i64, r());
+            (row.load.next, row.hold.next, row.upd.next, row.first.next) = (load, hold, upd, first);
+            (row.snap.next, row.shift.next, row.sh.next) = (snap, shift, sh);
+            (row.p.next, row.v.next) = ((p as u64 & 0xffff).to_bits(), v.to_bits());
+            for (a, &x) in accs.iter_mut().zip(&pv) {
+                (a.load.next, a.hold.next, a.upd.next, a.first.next, a.sh.next) = (load, hold, upd, first, sh);
+                a.a.next = from_i64(x);
+            }
+            let now: Vec<i64> = accs.iter().map(|a| to_i64(a.y.val())).collect();
+            if snap {
+                os.copy_from_slice(&now);
+            } else if shift {
+                os.copy_within(2.., 0);
+            }
+            clock(&mut row, |b, c| tick(&mut b.clock, c), 1);
+            for a in &mut accs {
+                clock(a, |b, c| tick(&mut b.clock, c), 1);
+            }
+            if load {
+                for (x, pv) in pv.iter_mut().enumerate() {
+                    *pv = p * (v >> (8 * x)) as u8 as i8 as i64;
+                }
+            }
+            assert_eq!((to_i64(row.o0.val()), to_i64(row.o1.val())), (os[0], os[1]), "edge {edge}");
+        }
+
+        let mut log = RowBacklog::<64>::new(24, 4);
+        log.connect_all();
+        let mut fifo = Fifo::<64>::new(4);
+        fifo.connect_all();
+        let mut q = 0u64;
+        for edge in 0..300 {
+            let (push, pop, reset, din) = (r().is_multiple_of(2), !r().is_multiple_of(3), r().is_multiple_of(50), r());
+            (log.push.next, log.pop.next, log.reset.next, log.din.next) = (push, pop, reset, din.to_bits());
+            (fifo.push.next, fifo.pop.next, fifo.reset.next, fifo.din.next) = (push, pop, reset, din.to_bits());
+            if pop {
+                q = fifo.dout.val().to_u64() & 0xff_ffff;
+            }
+            clock(&mut log, |b, c| tick(&mut b.clock, c), 1);
+            clock(&mut fifo, |b, c| tick(&mut b.clock, c), 1);
+            assert_eq!(log.q.val().to_u64(), q, "edge {edge}");
         }
     }
 

@@ -9,8 +9,8 @@
 //! ([`Exp2Pipe`]: table value, shift); S3c (end of c+D+L+3) latches p = 2^u.
 //! In cycle c+[`v_at`] an unmasked step (p, δ and the V row the top presents
 //! then) enters the lane's backlog, a FIFO; S4 drains it at one step a
-//! cycle: X registers the head, Y latches p·v, Z updates l and o
-//! ([`RescaleAcc`]). A step whose maximum rose (δ > 0) holds X and Y for one
+//! cycle: X registers the head, Y latches p·v, Z updates l ([`RescaleAcc`])
+//! and o ([`RescaleRow`], which holds Y's products too). A step whose maximum rose (δ > 0) holds X and Y for one
 //! more cycle, in which Z registers the rescaled l and o before adding, so
 //! the l/o loop is one carry chain; the backlog absorbs those cycles (the
 //! lane runs up to that many cycles behind the steps, `idle` says when it has
@@ -29,7 +29,8 @@
 //! its int8 values enter `r8` another [`RequantPipe::LATENCY`] cycles later
 //! ([`SER_LAT`] in all), steered by `ser_v` delayed alongside.
 use crate::blocks::{
-    DotI8Pipe, Exp2Pipe, Fifo, MulRound16Pipe, PairShiftRow, RequantPipe, RescaleAcc, ScaleRoundPipe, ShrReg, SkewLine,
+    DotI8Pipe, Exp2Pipe, Fifo, MulRound16Pipe, PairShiftRow, RequantPipe, RescaleAcc, RescaleRow, RowBacklog,
+    ScaleRoundPipe, ShrReg, SkewLine,
 };
 use rust_hdl::prelude::*;
 
@@ -130,9 +131,9 @@ pub struct Lane<const W: usize> {
     d3c: DFF<Bits<6>>,
     upd3c: DFF<Bit>,
     first3c: DFF<Bit>,
-    /// The backlog: each unmasked step's V row, and its p, δ, first flag and
-    /// δ ≠ 0 (`meta`, see `META_*`).
-    v_fifo: Fifo<W>,
+    /// The backlog: each unmasked step's V row (8·d bits; on `adv` its head
+    /// enters X's row), and its p, δ, first flag and δ ≠ 0 (`meta`, see `META_*`).
+    v_log: RowBacklog<W>,
     meta_fifo: Fifo<32>,
     meta_in: Signal<Local, Bits<32>>,
     c_room: Constant<Bits<16>>,
@@ -142,14 +143,13 @@ pub struct Lane<const W: usize> {
     room_r: DFF<Bit>,
     /// S4 moves this cycle (not `hold`): X takes the backlog's head, Y X's step.
     adv: Signal<Local, Bit>,
-    /// X: the backlog's head step.
+    /// X: the backlog's head step (its V row in `v_log`).
     xval: DFF<Bit>,
-    xv: DFF<Bits<W>>,
     xp: DFF<Bits<16>>,
     xd: DFF<Bits<6>>,
     xfirst: DFF<Bit>,
     xrise: DFF<Bit>,
-    /// Y: p·v[x], p and the rounding decode of δ for the accumulators (bit
+    /// Y: p·v[x] (in `o_row`), p and the rounding decode of δ for the accumulators (bit
     /// δ − 1, and the bits below it), once for the lane: decoded in every
     /// instance, 17 of them in a d = 16 lane, it cost 6 000 LUT4s.
     yval: DFF<Bit>,
@@ -158,20 +158,18 @@ pub struct Lane<const W: usize> {
     hot: DFF<Bits<64>>,
     lo: DFF<Bits<64>>,
     c_ones: Constant<Bits<64>>,
-    pv: Vec<DFF<Signed<32>>>,
     /// Y's step rose (δ > 0) and is being rescaled this cycle: X and Y hold,
     /// Z adds it next cycle.
     hold: DFF<Bit>,
-    /// Z: l and o[x].
+    /// Z: l, and o[x] with Y's products and the finalizer's snapshot `os`.
     l_acc: RescaleAcc<48>,
-    o_acc: Vec<RescaleAcc<48>>,
+    o_row: RescaleRow<W>,
     div_cnt: DFF<Bits<6>>,
     dl: DFF<Bits<40>>,
     rem: DFF<Bits<40>>,
     quo: DFF<Bits<40>>,
     rem_sh: Signal<Local, Bits<40>>,
     rem_sub: Signal<Local, Bits<41>>,
-    os: Vec<DFF<Signed<48>>>,
     mulr: MulRound16Pipe,
     mulr_o: MulRound16Pipe,
     rq: RequantPipe,
@@ -183,8 +181,6 @@ pub struct Lane<const W: usize> {
     /// those cycles only: as `DFF`s, simulators copied them every cycle).
     r32: PairShiftRow<32, ROW32_BITS>,
     r8: PairShiftRow<8, ROW8_BITS>,
-    _d: usize,
-    _dm2: usize,
 }
 
 impl<const W: usize> Lane<W> {
@@ -193,19 +189,15 @@ impl<const W: usize> Lane<W> {
         with_defaults!(Self {
             qk: DotI8Pipe::new(d, QK_LEVELS_PER_STAGE),
             f1: SkewLine::new(DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE)),
-            o_acc: crate::many(d),
-            pv: crate::many(d),
-            v_fifo: Fifo::new(backlog_depth(d)),
+            o_row: RescaleRow::new(d),
+            v_log: RowBacklog::new(8 * d, backlog_depth(d)),
             meta_fifo: Fifo::new(backlog_depth(d)),
-            os: crate::many(d),
             sh32: SkewLine::new(MulRound16Pipe::LATENCY),
             sh8: SkewLine::new(RequantPipe::LATENCY),
             f2: SkewLine::new(ScaleRoundPipe::LATENCY),
             r32: PairShiftRow::new(d),
             r8: PairShiftRow::new(d),
             c_ones: Constant::new(u64::MAX.to_bits()),
-            _d: d,
-            _dm2: d - 2,
             c_room: Constant::new((room_below(d) as u64).to_bits()),
             c_meta_d: Constant::new((META_D as u64).to_bits()),
             c_meta_first: Constant::new((META_FIRST as u64).to_bits()),
@@ -213,7 +205,7 @@ impl<const W: usize> Lane<W> {
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
             idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, flags0, scale, mask0, e, m, t3,
             mn3, mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, meta_in,
-            room_r, adv, xval, xv, xp, xd, xfirst, xrise, yval, yp, yfirst, hot, lo, hold, l_acc, div_cnt, dl, rem,
+            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot, lo, hold, l_acc, div_cnt, dl, rem,
             quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
     }
@@ -223,15 +215,9 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xv, xp, xd, xfirst,
+            self, clock, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xp, xd, xfirst,
             xrise, yval, yp, yfirst, hot, lo, hold, div_cnt, dl, rem, quo
         );
-        for x in 0..self._d {
-            self.pv[x].clock.next = self.clock.val();
-            self.pv[x].d.next = self.pv[x].q.val();
-            self.os[x].clock.next = self.clock.val();
-            self.os[x].d.next = self.os[x].q.val();
-        }
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
         self.f1.clock.next = self.clock.val();
@@ -304,13 +290,13 @@ impl<const W: usize> Logic for Lane<W> {
         self.first3c.d.next = self.first3.q.val();
 
         // Into the backlog: the step with the V row the top presents now.
-        self.v_fifo.clock.next = self.clock.val();
+        self.v_log.clock.next = self.clock.val();
         self.meta_fifo.clock.next = self.clock.val();
-        self.v_fifo.reset.next = self.reset.val();
+        self.v_log.reset.next = self.reset.val();
         self.meta_fifo.reset.next = self.reset.val();
-        self.v_fifo.push.next = self.upd3c.q.val();
+        self.v_log.push.next = self.upd3c.q.val();
         self.meta_fifo.push.next = self.upd3c.q.val();
-        self.v_fifo.din.next = self.v_row.val();
+        self.v_log.din.next = self.v_row.val();
         self.meta_in.next = bit_cast::<32, 16>(self.exp2.p.val())
             | (bit_cast::<32, 6>(self.d3c.q.val()) << self.c_meta_d.val())
             | (bit_cast::<32, 1>(self.first3c.q.val().into()) << self.c_meta_first.val())
@@ -322,11 +308,10 @@ impl<const W: usize> Logic for Lane<W> {
 
         // X: the head step, unless Y's step is being rescaled.
         self.adv.next = !self.hold.q.val();
-        self.v_fifo.pop.next = self.adv.val();
+        self.v_log.pop.next = self.adv.val();
         self.meta_fifo.pop.next = self.adv.val();
         if self.adv.val() {
             self.xval.d.next = !self.meta_fifo.empty.val();
-            self.xv.d.next = self.v_fifo.dout.val();
             self.xp.d.next = self.meta_fifo.dout.val().get_bits::<16>(0);
             self.xd.d.next = self.meta_fifo.dout.val().get_bits::<6>(self.c_meta_d.val().index());
             self.xfirst.d.next = self.meta_fifo.dout.val().get_bit(self.c_meta_first.val().index());
@@ -340,10 +325,6 @@ impl<const W: usize> Logic for Lane<W> {
             self.yfirst.d.next = self.xfirst.q.val();
             self.hot.d.next = (bits::<64>(1) << self.xd.q.val()) >> 1;
             self.lo.d.next = !(self.c_ones.val() << self.xd.q.val()) >> 1;
-            for x in 0..self._d {
-                self.pv[x].d.next = signed_cast(self.xp.q.val())
-                    * signed_bit_cast::<16, 8>(signed_cast(self.xv.q.val().get_bits::<8>(x * 8)));
-            }
         }
         self.hold.d.next = self.adv.val() & self.xval.q.val() & self.xrise.q.val();
         if self.reset.val() {
@@ -363,17 +344,16 @@ impl<const W: usize> Logic for Lane<W> {
         self.l_acc.upd.next = self.yval.q.val() & !self.hold.q.val();
         self.l_acc.first.next = self.yfirst.q.val();
         self.l_acc.a.next = signed_bit_cast::<48, 16>(signed_cast(self.yp.q.val()));
-        for x in 0..self._d {
-            self.o_acc[x].clock.next = self.clock.val();
-            self.o_acc[x].load.next = self.adv.val();
-            self.o_acc[x].sh.next = self.xd.q.val();
-            self.o_acc[x].hot.next = self.hot.q.val();
-            self.o_acc[x].lo.next = self.lo.q.val();
-            self.o_acc[x].hold.next = self.hold.q.val();
-            self.o_acc[x].upd.next = self.yval.q.val() & !self.hold.q.val();
-            self.o_acc[x].first.next = self.yfirst.q.val();
-            self.o_acc[x].a.next = signed_bit_cast::<48, 32>(self.pv[x].q.val());
-        }
+        self.o_row.clock.next = self.clock.val();
+        self.o_row.load.next = self.adv.val();
+        self.o_row.p.next = self.xp.q.val();
+        self.o_row.v.next = self.v_log.q.val();
+        self.o_row.sh.next = self.xd.q.val();
+        self.o_row.hot.next = self.hot.q.val();
+        self.o_row.lo.next = self.lo.q.val();
+        self.o_row.hold.next = self.hold.q.val();
+        self.o_row.upd.next = self.yval.q.val() & !self.hold.q.val();
+        self.o_row.first.next = self.yfirst.q.val();
 
         // Finalize: r = floor(2^32 / l) by 33 restoring steps on the snapshot `dl`;
         // the compare is the borrow of the one 41-bit subtraction.
@@ -399,18 +379,10 @@ impl<const W: usize> Logic for Lane<W> {
         }
         // Serializer, two elements per cycle: the snapshot `os` shifts down by two
         // per `ser_v` cycle; its head pair → Q16 (`mulr`) → int8 (`rq`).
-        for x in 0..self._d {
-            if self.div_start.val() {
-                self.os[x].d.next = self.o_acc[x].y.val();
-            }
-        }
-        for x in 0..self._dm2 {
-            if !self.div_start.val() & self.ser_v.val() {
-                self.os[x].d.next = self.os[x + 2].q.val();
-            }
-        }
-        self.mulr.o.next = self.os[0].q.val();
-        self.mulr_o.o.next = self.os[1].q.val();
+        self.o_row.snap.next = self.div_start.val();
+        self.o_row.shift.next = self.ser_v.val();
+        self.mulr.o.next = self.o_row.o0.val();
+        self.mulr_o.o.next = self.o_row.o1.val();
         self.mulr.r.next = self.quo.q.val().get_bits::<32>(0);
         self.mulr_o.r.next = self.quo.q.val().get_bits::<32>(0);
         self.sh32.din.next = self.ser_v.val().into();
