@@ -199,12 +199,8 @@ pub struct Shell<const W: usize, const S: usize> {
     burst: Signal<Local, Bits<16>>,
     aw_done: DFF<Bit>,
     w_done: DFF<Bit>,
-    /// Writes issued this run less their responses, and whether that is none
-    /// (`writes_done`): a flag kept from the count's next value, so the units'
-    /// ends read a flip-flop, not a 32-bit compare (the GEMM's `Finish` exit
-    /// through it was a critical path, docs/timing.md).
-    wr_pend: DFF<Bits<32>>,
-    wr_none: DFF<Bit>,
+    wr_issued: DFF<Bits<32>>,
+    wr_acked: DFF<Bits<32>>,
     c_logp: Constant<Bits<16>>,
     c_page: Constant<Bits<64>>,
     c_page_lo: Constant<Bits<64>>,
@@ -232,8 +228,8 @@ impl<const W: usize, const S: usize> Shell<W, S> {
             span_pitch, span_go, span_row, span_done, ar_req, ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len,
             wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done, err, cycles, ar_valid, ar_addr, ar_len, rd_addr,
             rd_rem, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, gen, dec, row_last, ld, rs, ld_addr, ld_beats,
-            ld_rows, ld_pitch, ld_more, ld_last, row_at, pitch_at, at_row_nx, at_pg_nx, at_to_pg, burst, aw_done, w_done, wr_pend,
-            wr_none
+            ld_rows, ld_pitch, ld_more, ld_last, row_at, pitch_at, at_row_nx, at_pg_nx, at_to_pg, burst, aw_done, w_done, wr_issued,
+            wr_acked
         })
     }
 
@@ -250,7 +246,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         dff_setup!(
             self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_beats, pitch, row, left, more,
             row_nx, pg_nx, to_pg, gen, row_last, ld, rs, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, aw_done, w_done,
-            wr_pend, wr_none
+            wr_issued, wr_acked
         );
         AxiLiteSlave::link(&mut self.vitis.s_axi_control, &mut self.ctrl.s_axi_control);
         self.ctrl.clock.next = self.vitis.ap_clk.val();
@@ -278,12 +274,17 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         if self.vitis.m_axi_gmem.rvalid.val() & (self.vitis.m_axi_gmem.rresp.val() != 0) {
             self.err.d.next = true;
         }
-        if self.vitis.m_axi_gmem.bvalid.val() & (self.vitis.m_axi_gmem.bresp.val() != 0) {
-            self.err.d.next = true;
+        if self.vitis.m_axi_gmem.bvalid.val() {
+            self.wr_acked.d.next = self.wr_acked.q.val() + 1;
+            if self.vitis.m_axi_gmem.bresp.val() != 0 {
+                self.err.d.next = true;
+            }
         }
         if self.ctrl.start.val() {
             self.cycles.d.next = 1.into();
             self.err.d.next = false;
+            self.wr_issued.d.next = 0.into();
+            self.wr_acked.d.next = 0.into();
         }
         if self.fail.val() {
             self.err.d.next = true;
@@ -418,23 +419,11 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             & (self.aw_done.q.val() | self.vitis.m_axi_gmem.awready.val())
             & (self.w_done.q.val() | (self.vitis.m_axi_gmem.wready.val() & self.wr_last.val()));
         if self.wr_fire.val() {
+            self.wr_issued.d.next = self.wr_issued.q.val() + 1;
             self.aw_done.d.next = false;
             self.w_done.d.next = false;
         }
-        // A write issued and a response in one cycle leave the count as it is.
-        if self.wr_fire.val() & !self.vitis.m_axi_gmem.bvalid.val() {
-            self.wr_pend.d.next = self.wr_pend.q.val() + 1;
-            self.wr_none.d.next = false;
-        }
-        if !self.wr_fire.val() & self.vitis.m_axi_gmem.bvalid.val() {
-            self.wr_pend.d.next = self.wr_pend.q.val() - 1;
-            self.wr_none.d.next = self.wr_pend.q.val() == 1;
-        }
-        if self.ctrl.start.val() {
-            self.wr_pend.d.next = 0.into();
-            self.wr_none.d.next = true;
-        }
-        self.writes_done.next = self.wr_none.q.val();
+        self.writes_done.next = self.wr_issued.q.val() == self.wr_acked.q.val();
 
         if !self.vitis.ap_rst_n.val() {
             self.ar_valid.d.next = false;

@@ -249,15 +249,6 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     bad_pitch: DFF<Bit>,
     /// Every beat of the bias vector is in (read a cycle after it happens).
     bias_in: DFF<Bit>,
-    /// `Finish`'s exit less the shell's `writes_done` (a flag of its own):
-    /// nothing in `tiles`, promised, in the output FIFO or in the writer,
-    /// from last cycle's flags and this cycle's `promised` (the compares and the
-    /// writer's state decode were a critical path into the phase, docs/timing.md).
-    /// Exact in `Finish`: no tile ends there or in the `BDrain` cycle before it,
-    /// so only `cap_v` moves `promised` (a row it pushes is in the FIFO next
-    /// cycle, one it drops is not), and the writer leaves `Idle` only for a row
-    /// in the FIFO.
-    drained: DFF<Bit>,
     c_pmask: Constant<Bits<64>>,
     /// The byte offsets in a beat that a tile's int32 row can start at: `j0` is a
     /// multiple of `cols`, so the low bits of `4·j0` are known zero (none set
@@ -376,7 +367,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_sh, w_left,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bias_in, drained, array_clear
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         }))
     }
 }
@@ -391,7 +382,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
-            f_left, ldc_min, refuse, bad_size, bad_pitch, bias_in, drained, array_clear
+            f_left, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
         );
         clock!(self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has);
         for r in 0..self._rows {
@@ -464,11 +455,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             | self.bad_pitch.q.val()
             | (bit_cast::<64, 32>(self.now.ldc.val()) < self.ldc_min.q.val());
         self.bias_in.d.next = self.recv_cnt.q.val() == self.bias_beats.q.val();
-        self.drained.d.next = self.tiles.empty.val()
-            & self.ofifo.empty.val()
-            & (self.wstate.q.val() == WriterState::Idle)
-            & (((self.promised.q.val() == 0) & !self.cap_v.q.val())
-                | ((self.promised.q.val() == 1) & self.cap_v.q.val() & !self.cap_ok.q.val()));
         // ---------------- Phase machine and read requests ----------------
         self.aw_go.next = (self.phase.q.val() == Phase::AWait)
             & (((self.recv_row.q.val() ^ self.rows_valid.q.val()) & self.c_rowbits.val()) == 0);
@@ -600,7 +586,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             }
             Phase::Finish => {
-                if self.drained.q.val() & self.shell.writes_done.val() {
+                if self.tiles.empty.val()
+                    & (self.promised.q.val() == 0)
+                    & self.ofifo.empty.val()
+                    & (self.wstate.q.val() == WriterState::Idle)
+                    & self.shell.writes_done.val()
+                {
                     self.phase.d.next = Phase::Done;
                 }
             }
