@@ -559,31 +559,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
             Phase::BDrain => {
                 self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
-                if self.feed_done.q.val() {
-                    self.i0.d.next = self.i0.q.val() + self.c_rows.val();
-                    self.m_left.d.next = self.m_rest.q.val();
-                    self.recv_cnt.d.next = 0.into();
-                    self.recv_row.d.next = 0.into();
-                    // The next block's rows of A follow the last one's.
-                    self.shell.span_resume.next = true;
-                    // `fk` and `f_last` are 0 and `k_one` already: the tile that set
-                    // `feed_done` cleared them, and no k-step ran since.
-                    self.fj0.d.next = 0.into();
-                    self.f_left.d.next = self.run.n.val();
-                    self.feed_done.d.next = false;
-                    self.rows_valid.d.next = self.next_rows.q.val();
-                    self.phase.d.next = Phase::AReq;
-                    self.in_a.d.next = true;
-                    for r in 0..self._rows {
-                        self.a_sel[r].d.next = false;
-                    }
-                    self.a_sel[0].d.next = true;
-                    self.in_b.d.next = false;
-                    if self.last_block.q.val() {
-                        self.phase.d.next = Phase::Finish;
-                        self.in_a.d.next = false;
-                    }
-                }
+                // The exit below, on `feed_done` alone.
             }
             Phase::Finish => {
                 if self.tiles.empty.val()
@@ -603,6 +579,35 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
 
+        // `BDrain`'s exit, on `feed_done` alone: it is set only in `BDrain` (the
+        // last k-step needs the last B beat, which arrives after the AR handshake
+        // that ends `BStream`) and cleared here, so the enables below decode no
+        // phase (that decode was the GEMM's critical path, docs/timing.md).
+        if self.feed_done.q.val() {
+            self.i0.d.next = self.i0.q.val() + self.c_rows.val();
+            self.m_left.d.next = self.m_rest.q.val();
+            self.recv_cnt.d.next = 0.into();
+            self.recv_row.d.next = 0.into();
+            // The next block's rows of A follow the last one's.
+            self.shell.span_resume.next = true;
+            // `fk` and `f_last` are 0 and `k_one` already: the tile that set
+            // `feed_done` cleared them, and no k-step ran since.
+            self.fj0.d.next = 0.into();
+            self.f_left.d.next = self.run.n.val();
+            self.feed_done.d.next = false;
+            self.rows_valid.d.next = self.next_rows.q.val();
+            self.phase.d.next = Phase::AReq;
+            self.in_a.d.next = true;
+            for r in 0..self._rows {
+                self.a_sel[r].d.next = false;
+            }
+            self.a_sel[0].d.next = true;
+            self.in_b.d.next = false;
+            if self.last_block.q.val() {
+                self.phase.d.next = Phase::Finish;
+                self.in_a.d.next = false;
+            }
+        }
         // ---------------- B read issue (BStream) ----------------
         self.b_issue.next = self.b_want.q.val() & self.shell.slot_free.val();
         self.shell.ar_req.next = self.b_issue.val();
@@ -933,6 +938,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.in_bs.d.next = false;
             self.b_want.d.next = false;
             self.f_last.d.next = false;
+            self.feed_done.d.next = false;
             self.gap_ok.d.next = false;
             self.room.d.next = false;
             self.cap_v.d.next = false;
