@@ -185,17 +185,25 @@ pub struct Shell<const W: usize, const S: usize> {
     ld_rows: DFF<Bits<32>>,
     ld_pitch: DFF<Bits<32>>,
     ld_more: DFF<Bit>,
+    /// The beats from `span_addr` to its page's end, registered every cycle
+    /// beside `ld_addr` (a subtract of the address's low twelve bits): the
+    /// page-end compare below and the first row's `to_pg` read a register.
+    ld_to_pg: DFF<Bits<16>>,
     /// The loaded span's first burst ends its row (its beats fit before the
-    /// first page end), from `ld_addr` and `ld_beats` alone: not from the
+    /// first page end), from `ld_beats` and `ld_to_pg` alone: not from the
     /// unit's `span_*` (a decode of its phase and the start handshake, the
-    /// GEMM's and MoE router's critical path as a register) nor through
-    /// `row_at`'s select.
+    /// GEMM's and MoE router's critical path as a register) nor behind a
+    /// subtract (the GEMM's, docs/timing.md).
     ld_last: Signal<Local, Bit>,
-    row_at: Signal<Local, Bits<64>>,
-    pitch_at: Signal<Local, Bits<32>>,
+    /// The next row's successor, page and beats to its page's end, from
+    /// `row_nx` (a row's last burst) and, for a span applied, the first row's
+    /// successor and page from `ld_addr` (each from its own registers: a
+    /// select by `ld` in front of the adders was the GEMM's critical path).
     at_row_nx: Signal<Local, Bits<64>>,
     at_pg_nx: Signal<Local, Bits<64>>,
     at_to_pg: Signal<Local, Bits<16>>,
+    ld_row_nx: Signal<Local, Bits<64>>,
+    ld_pg_nx: Signal<Local, Bits<64>>,
     burst: Signal<Local, Bits<16>>,
     aw_done: DFF<Bit>,
     w_done: DFF<Bit>,
@@ -228,7 +236,7 @@ impl<const W: usize, const S: usize> Shell<W, S> {
             span_pitch, span_go, span_row, span_done, ar_req, ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len,
             wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done, err, cycles, ar_valid, ar_addr, ar_len, rd_addr,
             rd_rem, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, gen, dec, row_last, ld, rs, ld_addr, ld_beats,
-            ld_rows, ld_pitch, ld_more, ld_last, row_at, pitch_at, at_row_nx, at_pg_nx, at_to_pg, burst, aw_done, w_done, wr_issued,
+            ld_rows, ld_pitch, ld_more, ld_to_pg, ld_last, at_row_nx, at_pg_nx, at_to_pg, ld_row_nx, ld_pg_nx, burst, aw_done, w_done, wr_issued,
             wr_acked
         })
     }
@@ -245,7 +253,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_beats, pitch, row, left, more,
-            row_nx, pg_nx, to_pg, gen, row_last, ld, rs, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, aw_done, w_done,
+            row_nx, pg_nx, to_pg, gen, row_last, ld, rs, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, ld_to_pg, aw_done, w_done,
             wr_issued, wr_acked
         );
         AxiLiteSlave::link(&mut self.vitis.s_axi_control, &mut self.ctrl.s_axi_control);
@@ -329,21 +337,18 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.ld_rows.d.next = self.span_rows.val();
         self.ld_pitch.d.next = self.span_pitch.val();
         self.ld_more.d.next = self.span_rows.val() != 0;
-        self.ld_last.next = self.ld_beats.q.val()
-            <= ((bits::<16>(4096) - bit_cast::<16, 12>(self.ld_addr.q.val().get_bits::<12>(0))) >> self.c_logp.val());
-        // The row the reader starts next: when a span is applied its first,
-        // else the row after this one; its successor, the page after its
-        // start's and the beats to that page's end.
-        self.row_at.next = self.row_nx.q.val();
-        self.pitch_at.next = self.pitch.q.val();
-        if self.ld.q.val() {
-            self.row_at.next = self.ld_addr.q.val();
-            self.pitch_at.next = self.ld_pitch.q.val();
-        }
-        self.at_row_nx.next = self.row_at.val() + bit_cast::<64, 32>(self.pitch_at.val());
-        self.at_pg_nx.next = (self.row_at.val() | self.c_page_lo.val()) + 1;
+        self.ld_to_pg.d.next =
+            (bits::<16>(4096) - bit_cast::<16, 12>(self.span_addr.val().get_bits::<12>(0))) >> self.c_logp.val();
+        self.ld_last.next = self.ld_beats.q.val() <= self.ld_to_pg.q.val();
+        // The row the reader starts next, after this one: its successor, the
+        // page after its start's and the beats to that page's end; and, when a
+        // span is applied, its first row's successor and page.
+        self.at_row_nx.next = self.row_nx.q.val() + bit_cast::<64, 32>(self.pitch.q.val());
+        self.at_pg_nx.next = (self.row_nx.q.val() | self.c_page_lo.val()) + 1;
         self.at_to_pg.next =
-            (bits::<16>(4096) - bit_cast::<16, 12>(self.row_at.val().get_bits::<12>(0))) >> self.c_logp.val();
+            (bits::<16>(4096) - bit_cast::<16, 12>(self.row_nx.q.val().get_bits::<12>(0))) >> self.c_logp.val();
+        self.ld_row_nx.next = self.ld_addr.q.val() + bit_cast::<64, 32>(self.ld_pitch.q.val());
+        self.ld_pg_nx.next = (self.ld_addr.q.val() | self.c_page_lo.val()) + 1;
         self.row_last.d.next = self.rd_rem.q.val() <= self.to_pg.q.val();
         if self.ld.q.val() {
             self.row_last.d.next = self.ld_last.val();
@@ -387,9 +392,9 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             self.rd_rem.d.next = self.ld_beats.q.val();
             self.row_beats.d.next = self.ld_beats.q.val();
             self.pitch.d.next = self.ld_pitch.q.val();
-            self.row_nx.d.next = self.at_row_nx.val();
-            self.pg_nx.d.next = self.at_pg_nx.val();
-            self.to_pg.d.next = self.at_to_pg.val();
+            self.row_nx.d.next = self.ld_row_nx.val();
+            self.pg_nx.d.next = self.ld_pg_nx.val();
+            self.to_pg.d.next = self.ld_to_pg.q.val();
         }
         if self.ld.q.val() | self.rs.q.val() {
             self.row.d.next = 0.into();

@@ -195,6 +195,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     o_has: Occupancy,
     // Writer.
     wstate: DFF<WriterState>,
+    /// The writer is in `Idle`, as a flag set and cleared with it: the output
+    /// FIFO's pop (into `o_occ` and the row registers' enables) decodes no state.
+    w_idle: DFF<Bit>,
     w_data: DFF<Bits<W>>,
     w_i: DFF<Bits<32>>,
     w_j0: DFF<Bits<32>>,
@@ -247,6 +250,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     refuse: DFF<Bit>,
     bad_size: DFF<Bit>,
     bad_pitch: DFF<Bit>,
+    /// QSHIFT is out of range: a register of its own beside `bad_size` (its
+    /// compare behind `bad_size`'s OR was a critical path, docs/timing.md).
+    bad_shift: DFF<Bit>,
     /// Every beat of the bias vector is in (read a cycle after it happens).
     bias_in: DFF<Bit>,
     c_pmask: Constant<Bits<64>>,
@@ -367,7 +373,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_sh, w_left,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear
         }))
     }
 }
@@ -382,7 +388,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
-            f_left, ldc_min, refuse, bad_size, bad_pitch, bias_in, array_clear
+            f_left, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear
         );
         clock!(self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has);
         for r in 0..self._rows {
@@ -444,8 +450,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             | (self.now.n.val() == 0)
             | (self.now.k.val() == 0)
             | (self.now.k.val() > self.c_kmax.val())
-            | (self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val()))
-            | self.now.bad_shift.val();
+            | (self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val()));
+        self.bad_shift.d.next = self.now.bad_shift.val();
         self.bad_pitch.d.next = ((bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val())
             & self.c_pmask.val())
             != 0)
@@ -453,6 +459,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             | (self.now.ldb.val() < self.now.n.val());
         self.refuse.d.next = self.bad_size.q.val()
             | self.bad_pitch.q.val()
+            | self.bad_shift.q.val()
             | (bit_cast::<64, 32>(self.now.ldc.val()) < self.ldc_min.q.val());
         self.bias_in.d.next = self.recv_cnt.q.val() == self.bias_beats.q.val();
         // ---------------- Phase machine and read requests ----------------
@@ -559,37 +566,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
             Phase::BDrain => {
                 self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
-                if self.feed_done.q.val() {
-                    self.i0.d.next = self.i0.q.val() + self.c_rows.val();
-                    self.m_left.d.next = self.m_rest.q.val();
-                    self.recv_cnt.d.next = 0.into();
-                    self.recv_row.d.next = 0.into();
-                    // The next block's rows of A follow the last one's.
-                    self.shell.span_resume.next = true;
-                    // `fk` and `f_last` are 0 and `k_one` already: the tile that set
-                    // `feed_done` cleared them, and no k-step ran since.
-                    self.fj0.d.next = 0.into();
-                    self.f_left.d.next = self.run.n.val();
-                    self.feed_done.d.next = false;
-                    self.rows_valid.d.next = self.next_rows.q.val();
-                    self.phase.d.next = Phase::AReq;
-                    self.in_a.d.next = true;
-                    for r in 0..self._rows {
-                        self.a_sel[r].d.next = false;
-                    }
-                    self.a_sel[0].d.next = true;
-                    self.in_b.d.next = false;
-                    if self.last_block.q.val() {
-                        self.phase.d.next = Phase::Finish;
-                        self.in_a.d.next = false;
-                    }
-                }
+                // The exit below, on `feed_done` alone.
             }
             Phase::Finish => {
                 if self.tiles.empty.val()
                     & (self.promised.q.val() == 0)
                     & self.ofifo.empty.val()
-                    & (self.wstate.q.val() == WriterState::Idle)
+                    & self.w_idle.q.val()
                     & self.shell.writes_done.val()
                 {
                     self.phase.d.next = Phase::Done;
@@ -603,6 +586,35 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
 
+        // `BDrain`'s exit, on `feed_done` alone: it is set only in `BDrain` (the
+        // last k-step needs the last B beat, which arrives after the AR handshake
+        // that ends `BStream`) and cleared here, so the enables below decode no
+        // phase (that decode was the GEMM's critical path, docs/timing.md).
+        if self.feed_done.q.val() {
+            self.i0.d.next = self.i0.q.val() + self.c_rows.val();
+            self.m_left.d.next = self.m_rest.q.val();
+            self.recv_cnt.d.next = 0.into();
+            self.recv_row.d.next = 0.into();
+            // The next block's rows of A follow the last one's.
+            self.shell.span_resume.next = true;
+            // `fk` and `f_last` are 0 and `k_one` already: the tile that set
+            // `feed_done` cleared them, and no k-step ran since.
+            self.fj0.d.next = 0.into();
+            self.f_left.d.next = self.run.n.val();
+            self.feed_done.d.next = false;
+            self.rows_valid.d.next = self.next_rows.q.val();
+            self.phase.d.next = Phase::AReq;
+            self.in_a.d.next = true;
+            for r in 0..self._rows {
+                self.a_sel[r].d.next = false;
+            }
+            self.a_sel[0].d.next = true;
+            self.in_b.d.next = false;
+            if self.last_block.q.val() {
+                self.phase.d.next = Phase::Finish;
+                self.in_a.d.next = false;
+            }
+        }
         // ---------------- B read issue (BStream) ----------------
         self.b_issue.next = self.b_want.q.val() & self.shell.slot_free.val();
         self.shell.ar_req.next = self.b_issue.val();
@@ -836,16 +848,18 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // folds this register into the block RAM, docs/timing.md) and added by
         // the lanes in `Fetch`.
         self.w_bias.d.next = self.bias_row.val();
+        if self.w_idle.q.val() & self.o_has.any.val() {
+            self.ofifo.pop.next = true;
+            self.ometa.pop.next = true;
+            self.w_data.d.next = self.ofifo.dout.val();
+            self.w_i.d.next = self.ometa.dout.val().get_bits::<32>(0);
+            self.w_j0.d.next = self.ometa.dout.val().get_bits::<32>(32);
+            self.wstate.d.next = WriterState::Fetch;
+            self.w_idle.d.next = false;
+        }
         match self.wstate.q.val() {
             WriterState::Idle => {
-                if self.o_has.any.val() {
-                    self.ofifo.pop.next = true;
-                    self.ometa.pop.next = true;
-                    self.w_data.d.next = self.ofifo.dout.val();
-                    self.w_i.d.next = self.ometa.dout.val().get_bits::<32>(0);
-                    self.w_j0.d.next = self.ometa.dout.val().get_bits::<32>(32);
-                    self.wstate.d.next = WriterState::Fetch;
-                }
+                // The pop above, on `w_idle`.
             }
             WriterState::Fetch => {
                 self.w_left.d.next = self.run.n.val() - self.w_j0.q.val();
@@ -901,10 +915,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             WriterState::Send => {
                 if self.shell.wr_fire.val() {
                     self.wstate.d.next = WriterState::Idle;
+                    self.w_idle.d.next = true;
                 }
             }
             _ => {
                 self.wstate.d.next = WriterState::Idle;
+                self.w_idle.d.next = true;
             }
         }
 
@@ -933,10 +949,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.in_bs.d.next = false;
             self.b_want.d.next = false;
             self.f_last.d.next = false;
+            self.feed_done.d.next = false;
             self.gap_ok.d.next = false;
             self.room.d.next = false;
             self.cap_v.d.next = false;
             self.wstate.d.next = WriterState::Idle;
+            self.w_idle.d.next = true;
         }
     }
 }
