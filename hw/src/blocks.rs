@@ -1039,13 +1039,20 @@ impl<const W: usize> Logic for RescaleRow<W> {
                 lo = 8 * x
             );
             v += &rescale_verilog(48, &x.to_string(), &format!("{{{{16{{pv{x}[31]}}}}, pv{x}}}"));
-            v += &format!("reg signed [47:0] os{x};\n");
         }
-        let snap: String = (0..d).map(|x| format!("      os{x} <= acc{x};\n")).collect();
-        let shift: String = (0..d - 2).map(|x| format!("      os{x} <= os{};\n", x + 2)).collect();
+        // `os` as one vector, os[x] at bit 48·x: one test of `snap` a cycle
+        // where registers of their own were tested each.
+        let accs: Vec<String> = (0..d).rev().map(|x| format!("acc{x}")).collect();
+        let top = 48 * d - 1;
+        let shift = if d > 2 {
+            format!("   else if (shift) os <= {{os[{top}:{}], os[{top}:96]}};\n", 48 * (d - 2))
+        } else {
+            String::new()
+        };
         v += &format!(
-            "always @(posedge clock)\n   if (snap) begin\n{snap}   end else if (shift) begin\n{shift}   end\n\
-             always @(*) begin\n   o0 = os0;\n   o1 = os1;\nend"
+            "reg [{top}:0] os;\nalways @(posedge clock)\n   if (snap) os <= {{{}}};\n{shift}\
+             always @(*) begin\n   o0 = os[47:0];\n   o1 = os[95:48];\nend",
+            accs.join(", ")
         );
         Verilog::Custom(v)
     }
