@@ -924,7 +924,10 @@ fn rescale_step<const N: usize>(
 /// the ports `clock`, `load`, `sh`, `hot`, `lo`, `hold`, `upd`, `first`.
 /// The shift and the rounding bit c are written out in the `hold` block
 /// rather than as wires of `acc` (the same logic): simulators evaluate a
-/// wire every cycle, these only in `hold` cycles.
+/// wire every cycle, these only in `hold` cycles. The add's carry-in is
+/// `ci + 1` in bit 0 rather than `ci + ci`: the carry out of bit 0 is ci
+/// either way, and bit 0 is dropped, so `ci` is read once (yosys maps both
+/// to the same cells; Verilator computed `ci` into a variable of its own).
 fn rescale_verilog(n: usize, sfx: &str, a: &str) -> String {
     // c: the bit below the cut (`hot`), and for negative acc also any bit
     // under it (`lo`): AND-OR trees into a register.
@@ -944,7 +947,7 @@ always @(posedge clock) if (hold) begin
 end
 wire ci{sfx} = post{sfx} & c{sfx};
 wire [{msb}:0] base{sfx} = post{sfx} ? fl{sfx} : acc{sfx};
-wire [{n}:0] sum{sfx} = {{base{sfx}, ci{sfx}}} + {{{a}, ci{sfx}}};
+wire [{n}:0] sum{sfx} = {{base{sfx}, ci{sfx}}} + {{{a}, 1'b1}};
 always @(posedge clock) if (upd) acc{sfx} <= first ? {a} : sum{sfx}[{n}:1];
 "
     )
