@@ -924,7 +924,10 @@ fn rescale_step<const N: usize>(
 /// the ports `clock`, `load`, `sh`, `hot`, `lo`, `hold`, `upd`, `first`.
 /// The shift and the rounding bit c are written out in the `hold` block
 /// rather than as wires of `acc` (the same logic): simulators evaluate a
-/// wire every cycle, these only in `hold` cycles.
+/// wire every cycle, these only in `hold` cycles. The add's carry-in is
+/// `ci + 1` in bit 0 rather than `ci + ci`: the carry out of bit 0 is ci
+/// either way, and bit 0 is dropped, so `ci` is read once (yosys maps both
+/// to the same cells; Verilator computed `ci` into a variable of its own).
 fn rescale_verilog(n: usize, sfx: &str, a: &str) -> String {
     // c: the bit below the cut (`hot`), and for negative acc also any bit
     // under it (`lo`): AND-OR trees into a register.
@@ -944,7 +947,7 @@ always @(posedge clock) if (hold) begin
 end
 wire ci{sfx} = post{sfx} & c{sfx};
 wire [{msb}:0] base{sfx} = post{sfx} ? fl{sfx} : acc{sfx};
-wire [{n}:0] sum{sfx} = {{base{sfx}, ci{sfx}}} + {{{a}, ci{sfx}}};
+wire [{n}:0] sum{sfx} = {{base{sfx}, ci{sfx}}} + {{{a}, 1'b1}};
 always @(posedge clock) if (upd) acc{sfx} <= first ? {a} : sum{sfx}[{n}:1];
 "
     )
@@ -1039,13 +1042,20 @@ impl<const W: usize> Logic for RescaleRow<W> {
                 lo = 8 * x
             );
             v += &rescale_verilog(48, &x.to_string(), &format!("{{{{16{{pv{x}[31]}}}}, pv{x}}}"));
-            v += &format!("reg signed [47:0] os{x};\n");
         }
-        let snap: String = (0..d).map(|x| format!("      os{x} <= acc{x};\n")).collect();
-        let shift: String = (0..d - 2).map(|x| format!("      os{x} <= os{};\n", x + 2)).collect();
+        // `os` as one vector, os[x] at bit 48·x: one test of `snap` a cycle
+        // where registers of their own were tested each.
+        let accs: Vec<String> = (0..d).rev().map(|x| format!("acc{x}")).collect();
+        let top = 48 * d - 1;
+        let shift = if d > 2 {
+            format!("   else if (shift) os <= {{os[{top}:{}], os[{top}:96]}};\n", 48 * (d - 2))
+        } else {
+            String::new()
+        };
         v += &format!(
-            "always @(posedge clock)\n   if (snap) begin\n{snap}   end else if (shift) begin\n{shift}   end\n\
-             always @(*) begin\n   o0 = os0;\n   o1 = os1;\nend"
+            "reg [{top}:0] os;\nalways @(posedge clock)\n   if (snap) os <= {{{}}};\n{shift}\
+             always @(*) begin\n   o0 = os[47:0];\n   o1 = os[95:48];\nend",
+            accs.join(", ")
         );
         Verilog::Custom(v)
     }
