@@ -106,7 +106,8 @@ fn smallest_gemm_places_routes_packs_and_caches() {
         return;
     }
     let unit = smallest_gemm();
-    let t = place_and_route(&unit).unwrap();
+    // Two seeds, placed side by side on a two-core machine.
+    let t = place_and_route(&unit, 2).unwrap();
     eprintln!(
         "{}: {:.1} MHz, {} (synth {:.0} s, pnr {:.0} s, pack {:.0} s)",
         unit.kernel_name(),
@@ -118,6 +119,12 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     );
     eprintln!("cached: {} ({})", t.cached, t.dir.display());
     assert!(t.post_route.fmax_mhz > 1.0 && t.post_route.fmax_mhz < 1000.0, "{}", t.post_route.fmax_mhz);
+    // The figure is the worst seed's, and each seed's report is its own placement.
+    assert_eq!(t.seeds.iter().map(|s| s.seed).collect::<Vec<_>>(), [1, 2], "{:?}", t.seeds);
+    let worst = t.seeds.iter().map(|s| s.fmax_mhz).fold(f64::INFINITY, f64::min);
+    assert_eq!(t.post_route.fmax_mhz, worst, "{:?}", t.seeds);
+    assert!(t.dir.join("report-seed1.json").exists() && t.dir.join("report-seed2.json").exists());
+    assert!(t.source().contains("worst of seeds 1–2"), "{}", t.source());
     // 16 int8 MACs need multipliers and the FIFOs block RAM; yosys and nextpnr agree on the count.
     let mults = t.cells.get("MULT18X18D").copied().unwrap_or(0);
     assert!(mults >= 16, "{:?}", t.cells);
@@ -130,11 +137,12 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     let bit = std::fs::metadata(t.bitstream()).expect("ecppack wrote the bitstream");
     assert!(bit.len() > 1000, "{} bytes", bit.len());
 
-    // Again: from the cache, without running a tool.
+    // Again, asking for one seed: from the cache, without running a tool,
+    // still the worst of the two seeds the entry holds.
     let start = Instant::now();
-    let again = place_and_route(&unit).unwrap();
+    let again = place_and_route(&unit, 1).unwrap();
     assert!(again.cached && start.elapsed().as_secs() < 30);
-    assert_eq!((again.post_route, again.cells), (t.post_route.clone(), t.cells.clone()));
+    assert_eq!((again.post_route, again.cells, again.seeds), (t.post_route.clone(), t.cells.clone(), t.seeds.clone()));
     // The CLI reads the same entry, as JSON too, and names the clock's source.
     let out = ferrite().arg("timing").args(GEMM_FLAGS).arg("--json").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -144,5 +152,6 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     assert_eq!(v["unit"], "gemm");
     let out = ferrite().arg("timing").args(GEMM_FLAGS).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("post-route") && text.contains("critical path: ") && text.contains("cached"), "{text}");
+    assert!(text.contains("post-route") && text.contains("critical path (seed ") && text.contains("cached"), "{text}");
+    assert!(text.contains("placement seeds (MHz): 1: ") && text.contains("the figure is the worst"), "{text}");
 }
