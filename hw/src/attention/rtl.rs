@@ -132,6 +132,9 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     // Steps.
     j: DFF<Bits<32>>,
     rib: DFF<Bits<16>>,
+    /// `rib` is the beat's last row (`rib + 1` = rows per beat), kept as `rib`
+    /// moves: the K/V pops and `rib`'s wrap follow a flag, not an add and compare.
+    rib_last: DFF<Bit>,
     go: Signal<Local, Bit>,
     /// Step `j` is the block's last (`j + 1 == nk`), kept a step ahead.
     is_last: DFF<Bit>,
@@ -298,7 +301,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
             kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_in, q_total_m1, q_rx, in_qw, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
-            kv_turn, kv_last, recv_v, kv_rx, j, rib,
+            kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
             go, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
             row_byte, beats_per_row
@@ -316,7 +319,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             q_last, hb_last, h_last, hpb_m1, heads_m1,
             phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, q_in, q_total_m1, k_addr, v_addr, in_qw, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
-            kv_turn, kv_last, recv_v, j, rib, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
+            kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
             wi_last,
@@ -673,6 +676,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.recv_v.d.next = false;
             self.j.d.next = 0.into();
             self.rib.d.next = 0.into();
+            self.rib_last.d.next = self.c_rpb.val() == 1;
             self.phase.d.next = Phase::Stream;
             self.in_qw.d.next = false;
         }
@@ -800,11 +804,13 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         if self.go.val() {
             self.j.d.next = self.j.q.val() + 1;
             self.rib.d.next = self.rib.q.val() + 1;
+            self.rib_last.d.next = self.rib.q.val() + 2 == self.c_rpb.val();
             self.is_last.d.next = self.j.q.val() + 2 == self.nk.q.val();
-            if (self.rib.q.val() + 1 == self.c_rpb.val()) | self.is_last.q.val() {
+            if self.rib_last.q.val() | self.is_last.q.val() {
                 self.kst.pop.next = true;
                 self.vst.pop.next = true;
                 self.rib.d.next = 0.into();
+                self.rib_last.d.next = self.c_rpb.val() == 1;
             }
         }
         self.last_pipe.d.next = ((self.last_pipe.q.val() << 1)
