@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the system tools Ferrite's tests and demo use (Debian/Ubuntu, as root or with sudo).
-# Verilator builds and runs the exported RTL; Icarus Verilog (iverilog, vvp)
+# Verilator builds and runs the exported RTL (compiled with clang 19 when present: faster
+# models than g++, docs/simulators.md); Icarus Verilog (iverilog, vvp)
 # co-simulates it as an event-driven simulator (docs/simulators.md). The board path needs XRT's headers and libraries
 # (libxrt-dev, bindgen's libclang-dev) for the `xrt` feature, an OpenCL ICD
 # loader and PoCL for the `opencl` feature's tests, tclsh to check the
@@ -27,6 +28,7 @@ need=()
 command -v verilator >/dev/null 2>&1 || need+=(verilator)
 command -v iverilog >/dev/null 2>&1 || need+=(iverilog)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v clang++-19 >/dev/null 2>&1 || need+=(clang-19)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v tclsh >/dev/null 2>&1 || need+=(tcl)
 command -v dtc >/dev/null 2>&1 || need+=(device-tree-compiler)
@@ -38,7 +40,7 @@ for pkg in libxrt-dev libclang-dev pocl-opencl-icd ocl-icd-opencl-dev; do
 done
 
 if [ ${#need[@]} -eq 0 ]; then
-  echo "install-deps: verilator, iverilog, g++, make, tclsh, dtc, python3-venv, XRT, libclang, OpenCL and PoCL are present"
+  echo "install-deps: verilator, iverilog, g++, clang-19, make, tclsh, dtc, python3-venv, XRT, libclang, OpenCL and PoCL are present"
   yowasp_venv
   exit 0
 fi

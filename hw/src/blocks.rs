@@ -1491,9 +1491,20 @@ impl Logic for Exp2Pipe {
             })
             .collect();
         let bits: Vec<String> = (0..16).rev().map(|b| format!("lut{b}[u[7:0]]")).collect();
+        // For Verilator only, the same LUT as one constant of 256 entries and a
+        // part-select of entry u[7:0] (yosys proves the two forms equivalent):
+        // Verilator executed the planes as 16 variable bit-selects per unit
+        // every cycle, an eighth of the default MoE router's model. Synthesis
+        // and Icarus read the planes.
+        let rom: String = (0..256).rev().map(|i| format!("{:04x}", lut[i])).collect();
         Verilog::Custom(format!(
             "\
+`ifdef VERILATOR
+wire [4095:0] lut = 4096'h{rom};
+wire [15:0] rawc = lut[{{u[7:0], 4'd0}} +: 16];
+`else
 {planes}wire [15:0] rawc = {{{}}};
+`endif
 reg [15:0] raw = 0;
 reg [4:0] sh = 0;
 reg pos = 0;

@@ -20,8 +20,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Bumped when the build recipe changes, so stale cached objects are not reused.
-const RECIPE: &str = "ferrite-sim build recipe 4: --cc --exe -O3 -shared -Bsymbolic, x-initial choice, \
-     then make OPT_FAST=-O3 OPT_GLOBAL=-O2, one evaluation per cycle where no output depends on an input";
+const RECIPE: &str = "ferrite-sim build recipe 5: --cc --exe -O3 -shared -Bsymbolic, x-initial choice, \
+     then make with clang++-19 OPT_FAST=-O2 (else the default compiler, OPT_FAST=-O3) OPT_GLOBAL=-O2, \
+     one evaluation per cycle where no output depends on an input";
 
 /// C type of one field of [`Inputs`] / [`Outputs`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -441,6 +442,26 @@ pub fn verilator_version() -> Option<String> {
         .clone()
 }
 
+/// The compiler for the verilated model when it is installed (`scripts/install-deps.sh`).
+/// A model is a few hundred kilobytes of straight-line code run once per cycle,
+/// so its speed is bound by instruction fetch; clang 19 at `-O2` made the
+/// default GEMM and MoE units' models 1.2× and 1.1× faster than g++ 12 at
+/// `-O3` (clang 14 made the GEMM's 2.5× slower, clang 15 the MoE's 8 % slower
+/// than 19: docs/simulators.md).
+const CLANG: &str = "clang++-19";
+
+/// `CLANG --version` when it runs, else `None` (the build uses Verilator's
+/// default compiler, g++).
+fn clang_version() -> Option<String> {
+    static VERSION: OnceLock<Option<String>> = OnceLock::new();
+    VERSION
+        .get_or_init(|| {
+            let out = Command::new(CLANG).arg("--version").output().ok()?;
+            out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+        })
+        .clone()
+}
+
 pub fn verilator_available() -> bool {
     verilator_version().is_some()
 }
@@ -585,6 +606,7 @@ impl VerilatorModel {
         }
         let version = verilator_version().ok_or(SimError::VerilatorNotFound)?;
         let shim = shim_source(top, data_bits, trace)?;
+        let compiler = clang_version().unwrap_or_default();
         let hash = cache_key(&[
             verilog,
             top,
@@ -592,6 +614,7 @@ impl VerilatorModel {
             &trace.to_string(),
             &x_random.to_string(),
             &version,
+            &compiler,
             &shim,
         ]);
         fs::create_dir_all(cache).map_err(|e| SimError::io(format!("creating cache dir {}", cache.display()), e))?;
@@ -726,10 +749,14 @@ fn compile(
         .arg(&v_path)
         .arg(&shim_path);
     let mut make = Command::new("make");
-    make.args(["-C", "obj_dir", "-f", &format!("V{top}.mk"), "-j", "2"])
-        // Verilator compiles the model with -Os by default (OPT_FAST): the
-        // wide-word helpers (VL_SHIFTL_WWI, VL_ZERO_W) then stay calls.
-        .args(["OPT_FAST=-O3", "OPT_GLOBAL=-O2"]);
+    make.args(["-C", "obj_dir", "-f", &format!("V{top}.mk"), "-j", "2", "OPT_GLOBAL=-O2"]);
+    // Verilator compiles the model with -Os by default (OPT_FAST): the
+    // wide-word helpers (VL_SHIFTL_WWI, VL_ZERO_W) then stay calls.
+    if clang_version().is_some() {
+        make.args([format!("CXX={CLANG}"), format!("LINK={CLANG}"), "OPT_FAST=-O2".into()]);
+    } else {
+        make.arg("OPT_FAST=-O3");
+    }
     let mut failed = false;
     for (i, cmd) in [&mut verilate, &mut make].into_iter().enumerate() {
         let out = log.try_clone().map_err(|e| io("opening the log", e))?;

@@ -35,6 +35,14 @@ pub struct AStepIn {
 /// registered before the accumulate (the multiplier and the 32-bit add in one
 /// cycle were too slow a path for the clock, docs/timing.md), so a sum
 /// finishes two cycles after its `last` arrives.
+///
+/// Hand-written Verilog: the registers of the rust-hdl block of `DFF`s it
+/// replaces (`a_r`, `b_r`, `v_r`, `l_r`, `prod_r`, `v_p`, `l_p`, `acc`,
+/// `res`) and its logic in the same order (yosys proves the two equivalent
+/// and maps both to the same ECP5 cells). rust-hdl computes each `DFF`'s
+/// input in the parent's combinational block and the `DFF` copies it, so
+/// Verilator stored nine inputs and copied them into the registers every
+/// cycle in each of the array's PEs; here one clocked block writes them.
 #[derive(LogicBlock, Default)]
 pub struct Pe {
     pub clock: Signal<In, Clock>,
@@ -46,51 +54,105 @@ pub struct Pe {
     pub b_out: Signal<Out, Bits<8>>,
     /// This PE's last finished sum.
     pub res_out: Signal<Out, Bits<32>>,
-    a_r: DFF<Bits<8>>,
-    b_r: DFF<Bits<8>>,
-    v_r: DFF<Bit>,
-    l_r: DFF<Bit>,
-    prod_r: DFF<Signed<32>>,
-    v_p: DFF<Bit>,
-    l_p: DFF<Bit>,
-    acc: DFF<Signed<32>>,
-    res: DFF<Bits<32>>,
-    prod: Signal<Local, Signed<32>>,
-    sum: Signal<Local, Signed<32>>,
+    /// The model: the registers.
+    _r: PeRegs,
+}
+
+/// [`Pe`]'s registers, as its Verilog names them.
+#[derive(Default, Clone, Copy)]
+struct PeRegs {
+    a_r: u8,
+    b_r: u8,
+    v_r: bool,
+    l_r: bool,
+    prod_r: i32,
+    v_p: bool,
+    l_p: bool,
+    acc: i32,
+    res: u32,
 }
 
 impl Logic for Pe {
-    #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, a_r, b_r, v_r, l_r, prod_r, v_p, l_p, acc, res);
-        self.a_r.d.next = self.a_in.a.val();
-        self.b_r.d.next = self.b_in.val();
-        self.v_r.d.next = self.a_in.valid.val();
-        self.l_r.d.next = self.a_in.last.val();
-        self.a_out.a.next = self.a_r.q.val();
-        self.a_out.valid.next = self.v_r.q.val();
-        self.a_out.last.next = self.l_r.q.val();
-        // rust-hdl multiplies 16×16 → 32: sign-extend the int8 operands.
-        self.prod.next = signed_bit_cast::<16, 8>(signed_cast(self.a_r.q.val()))
-            * signed_bit_cast::<16, 8>(signed_cast(self.b_r.q.val()));
-        self.prod_r.d.next = self.prod.val();
-        self.v_p.d.next = self.v_r.q.val();
-        self.l_p.d.next = self.l_r.q.val();
-        self.sum.next = self.acc.q.val() + self.prod_r.q.val();
-        if self.v_p.q.val() {
-            if self.l_p.q.val() {
-                self.res.d.next = unsigned_cast(self.sum.val());
-                self.acc.d.next = 0.into();
-            } else {
-                self.acc.d.next = self.sum.val();
-            }
+        if self.clock.pos_edge() {
+            let o = self._r;
+            let sum = o.acc.wrapping_add(o.prod_r);
+            let clear = self.clear.val();
+            self._r = PeRegs {
+                a_r: self.a_in.a.val().to_u64() as u8,
+                b_r: self.b_in.val().to_u64() as u8,
+                v_r: self.a_in.valid.val(),
+                l_r: self.a_in.last.val(),
+                prod_r: i32::from(o.a_r as i8) * i32::from(o.b_r as i8),
+                v_p: o.v_r & !clear,
+                l_p: o.l_r,
+                acc: if clear || (o.v_p && o.l_p) {
+                    0
+                } else if o.v_p {
+                    sum
+                } else {
+                    o.acc
+                },
+                res: if o.v_p && o.l_p { sum as u32 } else { o.res },
+            };
+            let r = self._r;
+            self.a_out.a.next = u64::from(r.a_r).to_bits();
+            self.a_out.valid.next = r.v_r;
+            self.a_out.last.next = r.l_r;
+            self.b_out.next = u64::from(r.b_r).to_bits();
+            self.res_out.next = u64::from(r.res).to_bits();
         }
-        if self.clear.val() {
-            self.acc.d.next = 0.into();
-            self.v_p.d.next = false;
-        }
-        self.b_out.next = self.b_r.q.val();
-        self.res_out.next = self.res.q.val();
+    }
+    fn connect(&mut self) {
+        self.a_out.a.connect();
+        self.a_out.valid.connect();
+        self.a_out.last.connect();
+        self.b_out.connect();
+        self.res_out.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom(
+            "\
+reg [7:0] a_r = 8'h0;
+reg [7:0] b_r = 8'h0;
+reg v_r = 1'b0;
+reg l_r = 1'b0;
+reg signed [31:0] prod_r = 32'h0;
+reg v_p = 1'b0;
+reg l_p = 1'b0;
+reg signed [31:0] acc = 32'h0;
+reg [31:0] res = 32'h0;
+wire signed [31:0] sum = acc + prod_r;
+always @(posedge clock) begin
+   a_r <= a_in$a;
+   b_r <= b_in;
+   v_r <= a_in$valid;
+   l_r <= a_in$last;
+   prod_r <= $signed(a_r) * $signed(b_r);
+   v_p <= v_r;
+   l_p <= l_r;
+   if (v_p) begin
+      if (l_p) begin
+         res <= sum;
+         acc <= 32'h0;
+      end else begin
+         acc <= sum;
+      end
+   end
+   if (clear) begin
+      acc <= 32'h0;
+      v_p <= 1'b0;
+   end
+end
+always @(*) begin
+   a_out$a = a_r;
+   a_out$valid = v_r;
+   a_out$last = l_r;
+   b_out = b_r;
+   res_out = res;
+end"
+            .into(),
+        )
     }
 }
 
