@@ -13,33 +13,6 @@ fn to_u64<const N: usize>(b: Bits<N>) -> u64 {
     b.get_bits::<64>(0).to_u64()
 }
 
-/// A state machine's state register: a `DFF` without an initial value.
-/// `ap_rst_n` sets every state register (the units never rely on power-up
-/// values: tests/xinit_sim.rs), and yosys re-encodes a state register one-hot
-/// only when it has no initial value. With one, every decode of the state is
-/// a compare of its bits, and those decodes' fan-out was each unit's critical
-/// path (docs/timing.md).
-#[derive(Clone, Debug, LogicBlock, Default)]
-pub struct StateReg<T: Synth> {
-    pub d: Signal<In, T>,
-    pub q: Signal<Out, T>,
-    pub clock: Signal<In, Clock>,
-}
-
-impl<T: Synth> Logic for StateReg<T> {
-    fn update(&mut self) {
-        if self.clock.pos_edge() {
-            self.q.next = self.d.val()
-        }
-    }
-    fn connect(&mut self) {
-        self.q.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        Verilog::Custom("always @(posedge clock) q <= d;".into())
-    }
-}
-
 /// A [`SyncRam`]'s inputs: its write port and read address. A block built
 /// around a RAM (a row feed, a gate lane) exposes the same interface and
 /// links it through.

@@ -2,7 +2,6 @@
 //! (CTRL/GIE/IER/ISR at 0x00–0x0C), then `n_args` writable argument words from
 //! 0x10, then read-only status words. Offsets agree with
 //! [`crate::regmap::RegisterMap`] by construction: both count words from 0x10.
-use crate::blocks::StateReg;
 use crate::regmap::CTRL_ADDR_BITS;
 use crate::shell::AxiLiteSlave;
 use rust_hdl::prelude::*;
@@ -43,8 +42,8 @@ pub struct Control {
     pub args: Vec<Signal<Out, Bits<32>>>,
     pub status: Vec<Signal<In, Bits<32>>>,
     arg_regs: Vec<DFF<Bits<32>>>,
-    wstate: StateReg<WriteState>,
-    rstate: StateReg<ReadState>,
+    wstate: DFF<WriteState>,
+    rstate: DFF<ReadState>,
     // The write is applied from registers alone (the address decode and the
     // handshake in front of the argument registers' enables limited every
     // unit's clock, docs/timing.md): `wsel_*` the taken address as one flag per

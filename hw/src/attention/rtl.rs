@@ -10,7 +10,7 @@ use super::config::KV_BURST_BEATS;
 use super::lane::{v_at, Lane, ROW32_BITS, ROW8_BITS, SER_LAT};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
-use crate::blocks::{Fifo, MulU32Pipe, RowDelay, RowPick, ShrReg, StateReg};
+use crate::blocks::{Fifo, MulU32Pipe, RowDelay, RowPick, ShrReg};
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -77,7 +77,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     hpb_m1: DFF<Bits<32>>,
     heads_m1: DFF<Bits<32>>,
 
-    phase: StateReg<Phase>,
+    phase: DFF<Phase>,
     h: DFF<Bits<32>>,
     hb: DFF<Bits<32>>,
     b: DFF<Bits<32>>,
@@ -160,7 +160,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     lane_rst: DFF<Bit>,
     c_flush: Constant<Bits<8>>,
     // Finalize and write (block parameters handed over at the block's last step).
-    fin: StateReg<Fin>,
+    fin: DFF<Fin>,
     p_q0: DFF<Bits<32>>,
     p_lv: DFF<Bits<32>>,
     p_oh: DFF<Bits<64>>,

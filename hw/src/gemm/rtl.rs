@@ -16,7 +16,7 @@ use super::array::{ColFeed, PeRow, RowFeed};
 use super::epilogue::EpilogueLane;
 use super::regs::{Args, TABLE};
 use super::GemmConfig;
-use crate::blocks::{Fifo, MulU32Pipe, Occupancy, Pack, RequantPipe, StateReg, SyncRam};
+use crate::blocks::{Fifo, MulU32Pipe, Occupancy, Pack, RequantPipe, SyncRam};
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
 use crate::{clock, dff_setup};
@@ -50,7 +50,7 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     // Derived from the arguments at ap_start.
     row_beats: DFF<Bits<16>>,
 
-    phase: StateReg<Phase>,
+    phase: DFF<Phase>,
     // Read-address generator.
     i0: DFF<Bits<32>>,
     rows_valid: DFF<Bits<32>>,
@@ -194,7 +194,7 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// its row registers.
     o_has: Occupancy,
     // Writer.
-    wstate: StateReg<WriterState>,
+    wstate: DFF<WriterState>,
     /// The writer is in `Idle`, as a flag set and cleared with it: the output
     /// FIFO's pop (into `o_occ` and the row registers' enables) decodes no state.
     w_idle: DFF<Bit>,

@@ -12,7 +12,7 @@
 use super::config::{MoeConfig, EXPERT_SLOTS, E_LIMIT, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
 use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_TOK, POST_LATENCY, RB};
-use crate::blocks::{AddTree16Pipe, Fifo, MulRoundSat16Pipe, MulU32Pipe, Occupancy, Pack, SkewLine, StateReg, SyncRam};
+use crate::blocks::{AddTree16Pipe, Fifo, MulRoundSat16Pipe, MulU32Pipe, Occupancy, Pack, SkewLine, SyncRam};
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
 use crate::{clock, dff_setup};
@@ -67,7 +67,7 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     groups: DFF<Bits<16>>,
     emask: DFF<Bits<EL>>,
 
-    phase: StateReg<Phase>,
+    phase: DFF<Phase>,
     /// The arguments as written are refused (docs/moe.md): registered from
     /// them every cycle in two stages (the sizes' checks and the scale's and
     /// pitches', then their OR), as the GEMM's `refuse`: the control slave
@@ -268,7 +268,7 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// second cycle, so no count of the last run's is seen.
     out_done: DFF<Bit>,
     // Writer.
-    wstate: StateReg<WriterState>,
+    wstate: DFF<WriterState>,
     w_beats: DFF<Bits<RB>>,
     /// The popped record's ids and slots, shifted down a choice at a time, and
     /// the choices left: the writer's current choice is always at bit 0.
