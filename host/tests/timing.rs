@@ -120,11 +120,15 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     eprintln!("cached: {} ({})", t.cached, t.dir.display());
     assert!(t.post_route.fmax_mhz > 1.0 && t.post_route.fmax_mhz < 1000.0, "{}", t.post_route.fmax_mhz);
     // The figure is the worst seed's, and each seed's report is its own placement.
-    assert_eq!(t.seeds.iter().map(|s| s.seed).collect::<Vec<_>>(), [1, 2], "{:?}", t.seeds);
+    // An entry that `ferrite timing --seeds 3` filled earlier holds more seeds
+    // than asked for, and the figure is the worst of all of them.
+    let n = t.seeds.len() as u32;
+    assert!(n >= 2, "{:?}", t.seeds);
+    assert_eq!(t.seeds.iter().map(|s| s.seed).collect::<Vec<_>>(), (1..=n).collect::<Vec<_>>(), "{:?}", t.seeds);
     let worst = t.seeds.iter().map(|s| s.fmax_mhz).fold(f64::INFINITY, f64::min);
     assert_eq!(t.post_route.fmax_mhz, worst, "{:?}", t.seeds);
-    assert!(t.dir.join("report-seed1.json").exists() && t.dir.join("report-seed2.json").exists());
-    assert!(t.source().contains("worst of seeds 1–2"), "{}", t.source());
+    assert!((1..=n).all(|seed| t.dir.join(format!("report-seed{seed}.json")).exists()));
+    assert!(t.source().contains(&format!("worst of seeds 1–{n}")), "{}", t.source());
     // 16 int8 MACs need multipliers and the FIFOs block RAM; yosys and nextpnr agree on the count.
     let mults = t.cells.get("MULT18X18D").copied().unwrap_or(0);
     assert!(mults >= 16, "{:?}", t.cells);
@@ -138,7 +142,7 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     assert!(bit.len() > 1000, "{} bytes", bit.len());
 
     // Again, asking for one seed: from the cache, without running a tool,
-    // still the worst of the two seeds the entry holds.
+    // still the worst of every seed the entry holds.
     let start = Instant::now();
     let again = place_and_route(&unit, 1).unwrap();
     assert!(again.cached && start.elapsed().as_secs() < 30);
