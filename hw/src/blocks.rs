@@ -1558,54 +1558,66 @@ impl<const W: usize> Logic for AddTree16Pipe<W> {
 /// the same cycle). A node is `{valid, index, key}` with the key the logit's
 /// sign bit flipped, so an unsigned compare orders logits; it keeps its left
 /// (lower-index) child unless the right one is valid and the left not, or
-/// larger. The MoE's top-k rounds.
+/// larger. Each node also carries its lane's 16-bit `pay`load, so the
+/// winner's (`pay_sel`) leaves the root with it: a select of `pay` by `sel`
+/// after the tree was the MoE router's critical path (docs/timing.md). The
+/// MoE's top-k rounds, their payload the lanes' exponentials.
 #[derive(LogicBlock)]
-pub struct ArgMaxPipe<const ZB: usize, const EL: usize> {
+pub struct ArgMaxPipe<const ZB: usize, const EL: usize, const PB: usize> {
     pub clock: Signal<In, Clock>,
     pub z: Signal<In, Bits<ZB>>,
     pub mask: Signal<In, Bits<EL>>,
+    pub pay: Signal<In, Bits<PB>>,
     pub sel: Signal<Out, Bits<8>>,
+    pub pay_sel: Signal<Out, Bits<16>>,
     _n: usize,
     _cut: usize,
     /// The model: the inputs latched at the cut.
-    _held: (Bits<ZB>, Bits<EL>),
+    _held: (Bits<ZB>, Bits<EL>, Bits<PB>),
 }
 
-impl<const ZB: usize, const EL: usize> ArgMaxPipe<ZB, EL> {
+impl<const ZB: usize, const EL: usize, const PB: usize> ArgMaxPipe<ZB, EL, PB> {
     pub fn new(n: usize, cut: usize) -> Self {
-        assert!((1..=EL.min(ZB / 32).min(256)).contains(&n) && cut <= n.next_power_of_two().trailing_zeros() as usize);
+        assert!((1..=EL.min(ZB / 32).min(PB / 16).min(256)).contains(&n));
+        assert!(cut <= n.next_power_of_two().trailing_zeros() as usize);
         with_defaults!(Self {
             _n: n,
             _cut: cut,
             _held: Default::default(),
-            .. clock, z, mask, sel
+            .. clock, z, mask, pay, sel, pay_sel
         })
     }
 }
 
-impl<const ZB: usize, const EL: usize> Logic for ArgMaxPipe<ZB, EL> {
+impl<const ZB: usize, const EL: usize, const PB: usize> Logic for ArgMaxPipe<ZB, EL, PB> {
     fn update(&mut self) {
         if self._cut > 0 && self.clock.pos_edge() {
-            self._held = (self.z.val(), self.mask.val());
+            self._held = (self.z.val(), self.mask.val(), self.pay.val());
         }
-        let (z, mask) = if self._cut > 0 { self._held } else { (self.z.val(), self.mask.val()) };
+        let (z, mask, pay) = if self._cut > 0 { self._held } else { (self.z.val(), self.mask.val(), self.pay.val()) };
         let key = |e: usize| z.get_bits::<32>(32 * e).to_u64() as u32 as i32;
         let best =
             (1..self._n).fold(0, |b, e| if mask.get_bit(e) && (!mask.get_bit(b) || key(e) > key(b)) { e } else { b });
         self.sel.next = (best as u64).to_bits();
+        self.pay_sel.next = pay.get_bits::<16>(16 * best);
     }
     fn connect(&mut self) {
         self.sel.connect();
+        self.pay_sel.connect();
     }
     fn hdl(&self) -> Verilog {
+        // A node: {payload, valid, index, key}.
         let (tree, root) = tree_verilog(
             self._n,
-            |_| 41,
+            |_| 57,
             |l| l == self._cut && l > 0,
-            |e| format!("{{mask[{e}], 8'd{e}, ~z[{}], z[{}:{}]}}", 32 * e + 31, 32 * e + 30, 32 * e),
+            |e| {
+                let (p, k) = (16 * e, 32 * e);
+                format!("{{pay[{}:{p}], mask[{e}], 8'd{e}, ~z[{}], z[{}:{k}]}}", p + 15, k + 31, k + 30)
+            },
             |_, a, b| format!("({b}[40] & (!{a}[40] | ({b}[31:0] > {a}[31:0]))) ? {b} : {a}"),
         );
-        Verilog::Custom(format!("{tree}always @(*) sel = {root}[39:32];"))
+        Verilog::Custom(format!("{tree}always @(*) sel = {root}[39:32];\nalways @(*) pay_sel = {root}[56:41];"))
     }
 }
 
@@ -2049,16 +2061,17 @@ mod tests {
         for n in [1usize, 2, 3, 5, 8, 13, 64] {
             let levels = n.next_power_of_two().trailing_zeros() as usize;
             for cut in [0, levels.div_ceil(2)] {
-                let mut t = ArgMaxPipe::<2048, 64>::new(n, cut);
+                let mut t = ArgMaxPipe::<2048, 64, 1024>::new(n, cut);
                 t.connect_all();
-                // Few distinct keys, so ties are common; some rows with no valid lane.
-                let rows: Vec<(Vec<i32>, u64)> = (0..40)
+                // Few distinct keys, so ties are common; some rows with no valid
+                // lane; every lane a payload of its own.
+                let rows: Vec<(Vec<i32>, u64, Vec<u16>)> = (0..40)
                     .map(|r| {
                         let keys = (0..n).map(|_| [i32::MIN, -1, 0, 7, i32::MAX][(rnd() % 5) as usize]).collect();
-                        (keys, if r % 9 == 0 { 0 } else { rnd() })
+                        (keys, if r % 9 == 0 { 0 } else { rnd() }, (0..n).map(|_| rnd() as u16).collect())
                     })
                     .collect();
-                let want = |(keys, mask): &(Vec<i32>, u64)| {
+                let want = |(keys, mask, _): &(Vec<i32>, u64, Vec<u16>)| {
                     (0..n).filter(|&e| mask >> e & 1 == 1).max_by_key(|&e| (keys[e], std::cmp::Reverse(e))).unwrap_or(0)
                 };
                 stream(
@@ -2066,14 +2079,22 @@ mod tests {
                     |t, c| t.clock.next = Clock::from(c),
                     usize::from(cut > 0),
                     &rows,
-                    |t, (keys, mask)| {
+                    |t, (keys, mask, pay)| {
                         t.z.next = keys
                             .iter()
                             .enumerate()
                             .fold(Bits::default(), |z, (e, &k)| z | (bits::<2048>(k as u32 as u64) << (32 * e as u64)));
                         t.mask.next = mask.to_bits();
+                        t.pay.next = pay
+                            .iter()
+                            .enumerate()
+                            .fold(Bits::default(), |b, (e, &p)| b | (bits::<1024>(p as u64) << (16 * e as u64)));
                     },
-                    |t, row| assert_eq!(t.sel.val().to_u64() as usize, want(row), "n = {n}, cut {cut}: {row:?}"),
+                    |t, row| {
+                        let w = want(row);
+                        assert_eq!(t.sel.val().to_u64() as usize, w, "n = {n}, cut {cut}: {row:?}");
+                        assert_eq!(t.pay_sel.val().to_u64(), row.2[w] as u64, "n = {n}, cut {cut}: {row:?}");
+                    },
                 );
                 // The cut level's nodes are the only registers.
                 let Verilog::Custom(v) = t.hdl() else { panic!("ArgMaxPipe is a custom block") };

@@ -101,7 +101,12 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     one_beat: DFF<Bit>,
     bias_bus: DFF<Bits<ZB>>,
     // Capacity.
-    tk: DFF<Bits<32>>,
+    /// The capacity multiplier's operands, registered so that the flow folds
+    /// them into its input registers: T and k from ap_start, CF and T·k from
+    /// `CapPrep`'s exit. A phase select in front of the multiplier was the
+    /// router's critical path (docs/timing.md).
+    cap_a: DFF<Bits<32>>,
+    cap_b: DFF<Bits<32>>,
     cap_num: DFF<Bits<64>>,
     cap_rem: DFF<Bits<32>>,
     cap_q: DFF<Bits<64>>,
@@ -253,8 +258,11 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     sels: Vec<Signal<Local, Bits<8>>>,
     /// 1 when one of this token's choices takes expert e (at most one does).
     hits: Vec<Signal<Local, Bits<32>>>,
-    /// Expert e's load as the statistics writer reads it.
-    s_load: Signal<Local, Bits<32>>,
+    /// Expert e's load as the statistics writer reads it at `si = e + 2`,
+    /// selected the cycle before (`si = e + 1`: `si` steps by one, from
+    /// `WSend` to `SPrep`): the select by `si` into `w_word` was the
+    /// router's critical path (docs/timing.md).
+    s_load: DFF<Bits<32>>,
     dropped: DFF<Bits<32>>,
     /// This token's dropped choices, added to `dropped` a cycle later: the
     /// count after the capacity compares was the unit's critical path.
@@ -328,8 +336,8 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// the normalizer's and the choices' gates read a flag, not a compare.
     k_act: Vec<DFF<Bit>>,
     c_e: Vec<Constant<Bits<8>>>,
-    /// Statistics word of expert e's load (after dropped and capacity).
-    c_se: Vec<Constant<Bits<32>>>,
+    /// The statistics word before expert e's load (after dropped and capacity).
+    c_se_m1: Vec<Constant<Bits<32>>>,
     c_meta_tok: Constant<Bits<16>>,
     c_rb: Constant<Bits<16>>,
     _lanes: usize,
@@ -464,7 +472,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_i: (0..cfg.k_max).map(|i| k(i as u64)).collect(),
             k_act: (0..cfg.k_max).map(|_| DFF::default()).collect(),
             c_e: (0..cfg.e_max).map(|e| k(e as u64)).collect(),
-            c_se: (0..cfg.e_max).map(|e| k(e as u64 + 2)).collect(),
+            c_se_m1: (0..cfg.e_max).map(|e| k(e as u64 + 1)).collect(),
             c_meta_tok: k(META_TOK as u64),
             c_rb: k(RB as u64),
             _lanes: l,
@@ -475,7 +483,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, groups_of, recv_cnt,
-            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
+            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
             cap, ct, cg, cc, g_at, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
@@ -494,11 +502,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, recv_cnt, row_end, beats_m2, one_beat,
-            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, bias_bus, tk, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, bias_bus, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
-            wstate, w_beats, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask
+            wstate, w_beats, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask, s_load
         );
         #[rustfmt::skip]
         clock!(
@@ -559,12 +567,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.bad_args.d.next = self.bad_size.q.val() | self.bad_form.q.val();
 
         // ---------------- Phase machine and read requests ----------------
-        self.cap_mul.a.next = self.run.t.val();
-        self.cap_mul.b.next = self.run.k.val();
-        if self.phase.q.val() == Phase::CapMul {
-            self.cap_mul.a.next = self.run.cf.val();
-            self.cap_mul.b.next = self.tk.q.val();
-        }
+        self.cap_mul.a.next = self.cap_a.q.val();
+        self.cap_mul.b.next = self.cap_b.q.val();
         // The dispatch row table: entry e = DISPATCH + e·DPITCH, one a cycle from ap_start.
         self.dbase.port.we.next = self.tb_on.q.val();
         self.dbase.port.waddr.next = self.tb_i.q.val();
@@ -601,6 +605,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.recv_lane.d.next = 0.into();
                     self.recv_grp.d.next = 0.into();
                     self.cap_i.d.next = 0.into();
+                    self.cap_a.d.next = self.now.t.val();
+                    self.cap_b.d.next = self.now.k.val();
                     self.tb_on.d.next = true;
                     self.tb_i.d.next = 0.into();
                     self.tb_addr.d.next = self.now.dispatch.val();
@@ -618,7 +624,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 self.cap_dm1.d.next = (self.run.e.val() << 16) - 1;
                 self.cap_i.d.next = self.cap_i.q.val() + 1;
                 if self.cap_i.q.val() == self.c_mlat.val() {
-                    self.tk.d.next = self.cap_mul.p.val().get_bits::<32>(0);
+                    self.cap_a.d.next = self.run.cf.val();
+                    self.cap_b.d.next = self.cap_mul.p.val().get_bits::<32>(0);
                     self.cap_i.d.next = 0.into();
                     self.phase.d.next = Phase::CapMul;
                 }
@@ -1121,10 +1128,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.w_none.d.next = self.w_left.q.val() == 1;
         }
         self.lane_off.next = self.w_addr.q.val() & self.c_pmask.val();
-        self.s_load.next = 0.into();
+        self.s_load.d.next = 0.into();
         for e in 0..self._emax {
-            if self.si.q.val() == self.c_se[e].val() {
-                self.s_load.next = self.loads[e].q.val();
+            if self.si.q.val() == self.c_se_m1[e].val() {
+                self.s_load.d.next = self.loads[e].q.val();
             }
         }
         self.shell.wr_send.next = false;
@@ -1186,7 +1193,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.wstate.d.next = WriterState::Idle;
                 } else {
                     self.w_addr.d.next = self.run.stats.val() + (bit_cast::<64, 32>(self.si.q.val()) << 2);
-                    self.w_word.d.next = self.s_load.val();
+                    self.w_word.d.next = self.s_load.q.val();
                     if self.si.q.val() == 0 {
                         self.w_word.d.next = self.dropped.q.val();
                     }

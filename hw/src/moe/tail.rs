@@ -221,8 +221,9 @@ impl<const TB: usize> Logic for ExpUnit<TB> {
 /// comparator tree over `e_max` experts ([`ArgMaxPipe`]), registered after its
 /// first `ceil(levels / 2)` levels (the tree in one cycle was too deep for
 /// timing closure); the winner is masked out for the next round and recorded
-/// in the metadata with its exponential (read from `aux`, or 1.0 for the first
-/// round, which is the maximum). `aux` rides along unchanged.
+/// in the metadata with its exponential (`aux`'s, carried through the tree
+/// with its node, or 1.0 for the first round, which is the maximum). `aux`
+/// rides along unchanged.
 #[derive(LogicBlock)]
 pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     pub clock: Signal<In, Clock>,
@@ -249,7 +250,7 @@ pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     valid1: DFF<Bit>,
     masks: Signal<Local, Bits<EL>>,
     valids: Signal<Local, Bit>,
-    tree: ArgMaxPipe<ZB, EL>,
+    tree: ArgMaxPipe<ZB, EL, AB>,
     sel: Signal<Local, Bits<8>>,
     psel: Signal<Local, Bits<16>>,
     c_sel_sh: Constant<Bits<16>>,
@@ -301,6 +302,7 @@ impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, 
         clock!(self, clock, maskr, metar, validr, mask1, valid1, tree, zc, auxc, metac);
         self.tree.z.next = self.z.val();
         self.tree.mask.next = self.mask.val();
+        self.tree.pay.next = self.aux.val();
         self.zc.d.next = self.z.val();
         self.auxc.d.next = self.aux.val();
         self.metac.d.next = self.meta.val();
@@ -314,7 +316,7 @@ impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, 
             self.valids.next = self.valid1.q.val();
         }
         self.sel.next = self.tree.sel.val();
-        self.psel.next = self.auxc.s.val().get_bits::<16>(self.sel.val().index() * 16);
+        self.psel.next = self.tree.pay_sel.val();
         if self.c_first.val() {
             self.psel.next = self.c_one.val();
         }
