@@ -1339,11 +1339,50 @@ impl<const W: usize> Logic for DotI8Pipe<W> {
             |l, x, y| format!("{{{x}[{m}], {x}}} + {{{y}[{m}], {y}}}", m = 14 + l),
         );
         Verilog::Custom(format!(
-            "{tree}always @(*) dot = {{{{{ext}{{{root}[{m}]}}}}, {root}}};",
+            "`ifdef VERILATOR\n{fast}`else\n{tree}`endif\nalways @(*) dot = {{{{{ext}{{{root}[{m}]}}}}, {root}}};",
+            fast = dot_i8_verilator(n, |l| l == levels || l.is_multiple_of(k)),
             ext = 16 - levels,
             m = 15 + levels
         ))
     }
+}
+
+/// [`DotI8Pipe`]'s registers and their values, for Verilator only: the same
+/// registers `r<l>_<i>` (`reg(l)`) as [`tree_verilog`]'s tree, each written from
+/// the previous registered level directly (the wire levels between folded in),
+/// with sign extensions as `(zext(x) ^ s) − s` (`s` the sign bit) and the
+/// products' bytes the same way: Verilator executed each `$signed` extension
+/// as a call of a few shifts and masks and stored every wire level, which
+/// made the products and adder trees half of the default MoE router's model.
+/// The values are the same numbers modulo each register's width (every level
+/// is wide enough for its sums), which yosys proves (docs/simulators.md).
+fn dot_i8_verilator(n: usize, reg: impl Fn(usize) -> bool) -> String {
+    let levels = n.trailing_zeros() as usize;
+    let regs: Vec<usize> = (0..=levels).filter(|&l| reg(l)).collect();
+    let mut decl = String::new();
+    let mut seq = String::new();
+    for &l in &regs {
+        for i in 0..n >> l {
+            decl += &format!("reg [{}:0] r{l}_{i} = 0;\n", 15 + l);
+        }
+    }
+    for i in 0..n {
+        let (hi, lo) = (8 * i + 7, 8 * i);
+        seq += &format!(
+            "   r0_{i} <= (({{8'd0, a[{hi}:{lo}]}} ^ 16'h80) - 16'h80) * (({{8'd0, b[{hi}:{lo}]}} ^ 16'h80) - 16'h80);\n"
+        );
+    }
+    for pair in regs.windows(2) {
+        let (p, l) = (pair[0], pair[1]);
+        let (w, g) = (16 + l, 1usize << (l - p));
+        let s = 1u64 << (15 + p);
+        for i in 0..n >> l {
+            let terms: Vec<String> =
+                (i * g..(i + 1) * g).map(|j| format!("({{{}'d0, r{p}_{j}}} ^ {w}'d{s})", l - p)).collect();
+            seq += &format!("   r{l}_{i} <= {} - {w}'d{};\n", terms.join(" + "), g as u64 * s);
+        }
+    }
+    format!("{decl}always @(posedge clock) begin\n{seq}end\n")
 }
 
 /// `min(round(p · r / 2^24), 65535)` for unsigned `p` (16 bits) and `r` (32
@@ -2144,8 +2183,12 @@ mod tests {
                 // The products and a register per stage, each sum as wide as its level.
                 let Verilog::Custom(v) = b.hdl() else { panic!("DotI8Pipe is a custom block") };
                 let regs: usize = (0..=levels).filter(|&l| l == levels || l % per_stage == 0).map(|l| n >> l).sum();
-                assert_eq!(v.matches(" <= ").count(), regs, "{v}");
-                assert!(v.contains(&format!("reg [{}:0] r{levels}_0 = 0;", 15 + levels)), "{v}");
+                // Verilator's branch and synthesis's: the same registers.
+                let (fast, tree) = v.split_once("`else").unwrap();
+                for branch in [fast, tree] {
+                    assert_eq!(branch.matches(" <= ").count(), regs, "{v}");
+                    assert!(branch.contains(&format!("reg [{}:0] r{levels}_0 = 0;", 15 + levels)), "{v}");
+                }
             }
         }
     }
