@@ -222,6 +222,10 @@ pub struct TimingArgs {
     /// result moves by up to ±10 % on these units.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=32))]
     seeds: u32,
+    /// Groups of failing endpoints (by start and end field) to list, worst
+    /// first; `--json` has them all.
+    #[arg(long, default_value_t = 15)]
+    paths: usize,
     #[arg(long)]
     json: bool,
 }
@@ -316,11 +320,12 @@ fn timing(a: &TimingArgs) -> Result<()> {
     if t.seeds.len() > 1 {
         let each: Vec<String> = t.seeds.iter().map(|s| format!("{}: {:.1}", s.seed, s.fmax_mhz)).collect();
         println!("placement seeds (MHz): {}; the figure is the worst", each.join(", "));
-        if let Some(s) = t.seeds.iter().find(|s| s.fmax_mhz == pr.fmax_mhz) {
-            worst = format!(" (seed {})", s.seed);
+        if let Some(seed) = t.figure_seed() {
+            worst = format!(" (seed {seed})");
         }
     }
     println!("critical path{worst}: {}", pr.critical_path.summary());
+    print_failing_paths(&t, &worst, a.paths);
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(["resource", "used", "available", "%"]);
     for (name, (used, avail)) in pr.utilization.iter().filter(|(_, (u, _))| *u > 0) {
@@ -345,6 +350,41 @@ fn timing(a: &TimingArgs) -> Result<()> {
     );
     println!("logs, report and bitstream: {}", t.dir.display());
     Ok(())
+}
+
+/// Every endpoint that misses the target, as groups by start and end field.
+fn print_failing_paths(t: &crate::timing::Timing, seed: &str, limit: usize) {
+    let Some(f) = &t.failing_paths else {
+        let which = t.figure_seed().map_or(String::new(), |s| format!(" {s}"));
+        println!(
+            "failing paths: none recorded (seed{which} was placed before `ferrite timing` analyzed nextpnr's SDF; \
+             remove {} to place it again)",
+            t.dir.display()
+        );
+        return;
+    };
+    println!("{}{seed}", f.summary());
+    if f.groups.is_empty() {
+        return;
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(["slack (ns)", "endpoints", "from → to", "logic + routing (ns)"]);
+    for g in f.groups.iter().take(limit) {
+        table.add_row([
+            format!("{:.2}", g.worst_slack_ns),
+            g.endpoints.to_string(),
+            g.route(),
+            format!("{:.1} + {:.1}", g.logic_ns, g.routing_ns),
+        ]);
+    }
+    println!("{table}");
+    if f.groups.len() > limit {
+        println!(
+            "{} more groups (--paths {} lists them; --json has every group)",
+            f.groups.len() - limit,
+            f.groups.len()
+        );
+    }
 }
 
 fn resources(a: &ResourcesArgs) -> Result<()> {

