@@ -142,7 +142,6 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     let bit = std::fs::metadata(t.bitstream()).expect("ecppack wrote the bitstream");
     assert!(bit.len() > 1000, "{} bytes", bit.len());
     let failing = failing_paths_of(&t);
-    check_failing_paths(&failing, &t.post_route);
 
     // Again, asking for one seed: from the cache, without running a tool,
     // still the worst of every seed the entry holds.
@@ -172,14 +171,16 @@ fn smallest_gemm_places_routes_packs_and_caches() {
     assert!(text.contains("placement seeds (MHz): 1: ") && text.contains("the figure is the worst"), "{text}");
 }
 
-/// The failing paths of the entry's worst seed. An entry placed before the
-/// flow had nextpnr write an SDF has none: that seed is placed again from the
-/// entry's packed netlist in a scratch directory (minutes, once), which must
-/// give the same Fmax (nextpnr is deterministic per seed), and its analysis
-/// goes into the entry as a fresh placement would have put it.
+/// The failing paths of the entry's worst seed, checked. An entry placed
+/// before the flow had nextpnr write an SDF has none: that seed is placed
+/// again from the entry's packed netlist in a scratch directory (minutes,
+/// once), which must give the same Fmax (nextpnr is deterministic per seed),
+/// and its analysis, once checked, goes into the entry as a fresh placement
+/// would have put it.
 fn failing_paths_of(t: &Timing) -> FailingPaths {
     let seed = t.figure_seed().expect("the figure is a seed's");
     if let Some(f) = &t.failing_paths {
+        check_failing_paths(f, &t.post_route);
         return f.clone();
     }
     eprintln!("seed {seed} was placed before the flow wrote SDFs: placing it again");
@@ -189,6 +190,7 @@ fn failing_paths_of(t: &Timing) -> FailingPaths {
     let report = std::fs::read_to_string(scratch.path().join(format!("report-seed{seed}.json"))).unwrap();
     assert_eq!(parse_report(&report).unwrap().fmax_mhz, t.post_route.fmax_mhz, "seed {seed} placed again");
     assert!(!scratch.path().join(format!("seed{seed}.sdf")).exists(), "the SDF is deleted after its analysis");
+    check_failing_paths(&f, &t.post_route);
     let name = format!("failing-seed{seed}.json");
     std::fs::copy(scratch.path().join(&name), t.dir.join(&name)).unwrap();
     f
