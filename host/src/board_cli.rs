@@ -368,13 +368,21 @@ fn print_failing_paths(t: &crate::timing::Timing, seed: &str, limit: usize) {
         return;
     }
     let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_header(["slack (ns)", "endpoints", "from → to", "logic + routing (ns)"]);
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "slack (ns)",
+        "endpoints",
+        "from → to",
+        "logic + routing (ns)",
+        "max fan-out",
+    ]);
     for g in f.groups.iter().take(limit) {
         table.add_row([
             format!("{:.2}", g.worst_slack_ns),
             g.endpoints.to_string(),
             g.route(),
             format!("{:.1} + {:.1}", g.logic_ns, g.routing_ns),
+            // 0: analyzed before the fan-out was recorded.
+            if g.max_fanout > 0 { g.max_fanout.to_string() } else { "—".into() },
         ]);
     }
     println!("{table}");

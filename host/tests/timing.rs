@@ -227,6 +227,8 @@ fn check_failing_paths(f: &FailingPaths, pr: &PostRoute) {
         // A path's delays are what the period does not leave as slack.
         assert!((g.logic_ns + g.routing_ns - (period - g.worst_slack_ns)).abs() < 1e-6, "{g:?}");
         assert!(!g.fields.is_empty() && g.fields.iter().all(|f| !f.contains('$')), "{g:?}");
+        // Every path crosses at least one net, and none of these units' nets reach 100 000 pins.
+        assert!((1..100_000).contains(&g.max_fanout), "{g:?}");
     }
     // The worst group's worst path is nextpnr's critical path: the same delays.
     if let Some(g) = f.groups.first() {

@@ -32,6 +32,12 @@ pub struct PathGroup {
     pub logic_ns: f64,
     /// The worst path's interconnect delays.
     pub routing_ns: f64,
+    /// The largest fan-out (sinks) of a net on the worst path: a net to a
+    /// hundred registers spread over the die costs 1.5–2 ns a hop on ECP5,
+    /// where nextpnr builds no buffer tree (docs/timing.md), so a path with a
+    /// wide net wants its driver copied or its decision registered nearer.
+    #[serde(default)]
+    pub max_fanout: usize,
     /// The fields the worst path's cells stand for, in order, each once per run.
     pub fields: Vec<String>,
 }
@@ -154,14 +160,18 @@ pub fn analyze(sdf: &str, target_mhz: f64) -> Result<FailingPaths> {
     let cell = |pin: usize| g.names[pin].rsplit_once('/').map_or(g.names[pin].as_str(), |(c, _)| c);
     let field = |pin: usize| field_path(cell(pin)).unwrap_or_else(|| cell(pin).to_string());
     let failing: Vec<(f64, usize)> = slacks.iter().copied().filter(|s| s.0 < 0.0).collect();
+    let fanout = |pin: usize| g.succ[pin].iter().filter(|&&(_, _, logic)| !logic).count();
     let mut groups: Vec<PathGroup> = Vec::new();
     let mut index: HashMap<(String, String), usize> = HashMap::new();
     // Worst first, so a group's first endpoint is its worst.
     for &(slack, end) in &failing {
         let mut path = vec![end];
-        let (mut logic, mut routing) = (g.setup[end].unwrap_or(0.0), 0.0);
+        let (mut logic, mut routing, mut max_fanout) = (g.setup[end].unwrap_or(0.0), 0.0, 0);
         while let Some((p, d, is_logic)) = pred[*path.last().expect("a path has its endpoint")] {
             *(if is_logic { &mut logic } else { &mut routing }) += d;
+            if !is_logic {
+                max_fanout = max_fanout.max(fanout(p));
+            }
             path.push(p);
         }
         let start = *path.last().expect("a path has its start");
@@ -185,6 +195,7 @@ pub fn analyze(sdf: &str, target_mhz: f64) -> Result<FailingPaths> {
             endpoints: 1,
             logic_ns: logic / 1000.0,
             routing_ns: routing / 1000.0,
+            max_fanout,
             fields,
         });
     }
@@ -439,6 +450,8 @@ mod tests {
         // Clock-to-out, the LUT and setup are logic; the two nets routing.
         assert!((g.logic_ns - 0.9).abs() < 1e-9 && (g.routing_ns - 6.0).abs() < 1e-9, "{g:?}");
         assert_eq!(g.fields, ["a", "sum", "lanes[1].b"]);
+        // a.Q has two sinks (the LUT and its own DI), the LUT one.
+        assert_eq!(g.max_fanout, 2);
         assert_eq!(g.route(), "a → lanes[1].b");
         assert_eq!(f.summary(), "1 of 2 endpoints fail 150 MHz in 1 group");
         // At 140 MHz (7143 ps) both meet their setup.
