@@ -100,6 +100,15 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     beats_m2: DFF<Bits<16>>,
     one_beat: DFF<Bit>,
     bias_bus: DFF<Bits<ZB>>,
+    /// `bias_bus` with this cycle's beat written into its slot (`recv_cnt`):
+    /// written slot by slot, the bus needs no clear at `start` (the clear's
+    /// 900 enables hung on `start`, docs/timing.md); the lanes ignore it
+    /// without FLAGS.bias.
+    bias_nx: Signal<Local, Bits<ZB>>,
+    c_wones: Constant<Bits<W>>,
+    c_slot: Vec<Constant<Bits<16>>>,
+    c_slot_at: Vec<Constant<Bits<16>>>,
+    _bias_slots: usize,
     // Capacity.
     /// The capacity multiplier's operands, registered so that the flow folds
     /// them into its input registers: T and k from ap_start, CF and T·k from
@@ -311,7 +320,6 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     c_pmask: Constant<Bits<64>>,
     c_pmask32: Constant<Bits<32>>,
     c_logcm: Constant<Bits<16>>,
-    c_logw: Constant<Bits<16>>,
     c_wbits: Constant<Bits<16>>,
     c_hmax: Constant<Bits<32>>,
     c_emax: Constant<Bits<32>>,
@@ -448,7 +456,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_pmask: k(p as u64 - 1),
             c_pmask32: k(p as u64 - 1),
             c_logcm: k(cm.trailing_zeros() as u64),
-            c_logw: k(W.trailing_zeros() as u64),
+            c_wones: Constant::new(Bits::<W>::mask()),
+            c_slot: (0..ZB.div_ceil(W)).map(|i| k(i as u64)).collect(),
+            c_slot_at: (0..ZB.div_ceil(W)).map(|i| k((i * W) as u64)).collect(),
+            _bias_slots: ZB.div_ceil(W),
             c_wbits: k(W as u64),
             c_hmax: k(cfg.h_max as u64),
             c_emax: k(cfg.e_max as u64),
@@ -483,7 +494,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, groups_of, recv_cnt,
-            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
+            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, bias_nx, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
             cap, ct, cg, cc, g_at, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
@@ -598,7 +609,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                         bit_cast::<16, 32>(((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val()) - 1);
                     self.t_m1.d.next = self.now.t.val() - 1;
                     self.emask.d.next = (bits::<EL>(1) << bit_cast::<16, 32>(self.now.e.val())) - 1;
-                    self.bias_bus.d.next = 0.into();
                     self.recv_cnt.d.next = 0.into();
                     self.recv_rows.d.next = 0.into();
                     self.w_in.d.next = false;
@@ -760,10 +770,16 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 self.row_end.d.next = self.one_beat.q.val();
             }
         }
+        self.bias_nx.next = self.bias_bus.q.val();
+        for i in 0..self._bias_slots {
+            if self.recv_cnt.q.val() == self.c_slot[i].val() {
+                self.bias_nx.next = (self.bias_bus.q.val()
+                    & !(bit_cast::<ZB, W>(self.c_wones.val()) << self.c_slot_at[i].val()))
+                    | (bit_cast::<ZB, W>(self.vitis.m_axi_gmem.rdata.val()) << self.c_slot_at[i].val());
+            }
+        }
         if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
-            self.bias_bus.d.next = self.bias_bus.q.val()
-                | (bit_cast::<ZB, W>(self.vitis.m_axi_gmem.rdata.val())
-                    << (bit_cast::<16, 16>(self.recv_cnt.q.val()) << self.c_logw.val()));
+            self.bias_bus.d.next = self.bias_nx.val();
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
         if self.rx.val() & ((self.phase.q.val() == Phase::WReq) | (self.phase.q.val() == Phase::WWait)) {
@@ -879,6 +895,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.posts[j].clock.next = self.vitis.ap_clk.val();
             self.posts[j].res.next = self.lanes[j].res.val();
             self.posts[j].bias.next = self.bias_bus.q.val();
+            self.posts[j].use_bias.next = self.run.use_bias.val();
             self.posts[j].boff.next = self.s3_goff.q.val();
             self.posts[j].smult.next = self.run.smult.val();
             self.posts[j].sshift.next = self.run.sshift.val();

@@ -112,6 +112,8 @@ pub struct PostLane<const ZB: usize> {
     pub clock: Signal<In, Clock>,
     pub res: Signal<In, Bits<32>>,
     pub bias: Signal<In, Bits<ZB>>,
+    /// FLAGS.bias: else the bias word is zero (the bus holds a past run's).
+    pub use_bias: Signal<In, Bit>,
     /// The group's first expert (`g · lanes`).
     pub boff: Signal<In, Bits<16>>,
     pub smult: Signal<In, Bits<32>>,
@@ -141,7 +143,7 @@ impl<const ZB: usize> PostLane<ZB> {
             z_dly: SkewLine::new(ScaleRoundPipe::LATENCY),
             c_j: k(j),
             c_top: k(ZB / 32 - 1),
-            .. clock, res, bias, boff, smult, sshift, z_o, t_o, off, off_bit, res_r, bias_r, zr, scale
+            .. clock, res, bias, use_bias, boff, smult, sshift, z_o, t_o, off, off_bit, res_r, bias_r, zr, scale
         })
     }
 }
@@ -156,7 +158,7 @@ impl<const ZB: usize> Logic for PostLane<ZB> {
         self.res_r.d.next = self.res.val();
         // Experts past the bus's slots only exist in a partial last group: never read past it.
         self.bias_r.d.next = 0.into();
-        if self.off.val() <= self.c_top.val() {
+        if self.use_bias.val() & (self.off.val() <= self.c_top.val()) {
             self.bias_r.d.next = self.bias.val().get_bits::<32>(self.off_bit.val().index());
         }
         self.zr.d.next = self.res_r.q.val() + self.bias_r.q.val();
