@@ -101,6 +101,18 @@ fn sim_device_runs_several_problems_and_refuses_oversized_ones() {
     let cfg = MoeConfig::small();
     let mut dev = SimDevice::new(cfg.clone(), MemoryConfig::default(), Engine::Verilator, None).unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
+    // A biased run first: the unit's bias bus keeps its words (it is written,
+    // not cleared), so the runs without FLAGS.bias that follow check the lanes
+    // ignore them.
+    let p = MoeProblem {
+        bias: true,
+        ..MoeProblem::new(9, 16, 12, 2, GateMode::TopkSoftmax, 1.0 / 32.0, 1.0 / 64.0).unwrap()
+    };
+    let x: Vec<i8> = (0..9 * 16).map(|_| rng.gen()).collect();
+    let w: Vec<i8> = (0..12 * 16).map(|_| rng.gen()).collect();
+    let bias: Vec<i32> = (0..12).map(|_| rng.gen_range(-20_000..20_000)).collect();
+    let (out, _) = ops::moe(&mut dev, &p, &x, &w, Some(&bias)).unwrap();
+    assert_eq!(out, route(&p, &x, &w, Some(&bias)).unwrap(), "biased run");
     for (t, h, e, k) in [(1, 1, 1, 1), (33, 64, 12, 8), (5, 17, 3, 2)] {
         let p = MoeProblem::new(t, h, e, k, GateMode::TopkSoftmax, 1.0 / 32.0, 1.0 / 64.0).unwrap();
         let x: Vec<i8> = (0..t * h).map(|_| rng.gen()).collect();
