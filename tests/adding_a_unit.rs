@@ -136,7 +136,6 @@ mod vadd {
                 self.now.words[i].next = self.shell.args[i].val();
                 self.run.words[i].next = self.shell.run[i].val();
             }
-            self.shell.idle.next = self.state.q.val() == State::Idle;
             self.shell.done.next = self.state.q.val() == State::Done;
             self.shell.fail.next = false;
             self.shell.span_load.next = false;

@@ -108,10 +108,40 @@ impl Logic for Occupancy {
     }
 }
 
+/// `K` flip-flops holding the same bit `d` (one edge late), each kept by
+/// synthesis (yosys merges equal flip-flops): a flag that enables hundreds of
+/// registers is split among copies, each placed near a share of its loads.
+/// On ECP5 one hop of a net with fan-out ≥ 65 costs 1.7–2.1 ns of routing, of
+/// fan-out 1–4 0.2–0.4 ns (docs/timing.md). `d` carries the reset, if any.
+#[derive(LogicBlock, Default)]
+pub struct Copies<const K: usize> {
+    pub clock: Signal<In, Clock>,
+    pub d: Signal<In, Bit>,
+    pub q: Signal<Out, Bits<K>>,
+}
+
+impl<const K: usize> Logic for Copies<K> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            self.q.next = if self.d.val() { Bits::<K>::mask() } else { 0.into() };
+        }
+    }
+    fn connect(&mut self) {
+        self.q.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let regs: String =
+            (0..K).map(|i| format!("reg q{i};\n(* keep *) always @(posedge clock) q{i} <= d;\n")).collect();
+        let all: Vec<String> = (0..K).rev().map(|i| format!("q{i}")).collect();
+        Verilog::Custom(format!("{regs}always @(*) q = {{{}}};", all.join(", ")))
+    }
+}
+
 /// First-word-fall-through FIFO with a run-time depth (a power of two).
 /// `dout` shows the head while `!empty`; `count` is the occupancy. `empty`
 /// compares the pointers rather than testing `count`, so the pop gates that
-/// read it carry no subtraction.
+/// read it carry no subtraction. [`Fifo::with_read_copies`] splits a wide
+/// FIFO's memory into slices, each read at its own copy of the read pointer.
 #[derive(LogicBlock)]
 pub struct Fifo<const D: usize> {
     pub clock: Signal<In, Clock>,
@@ -124,14 +154,24 @@ pub struct Fifo<const D: usize> {
     pub count: Signal<Out, Bits<16>>,
     _mem: Vec<Bits<D>>,
     _state: (usize, usize),
+    _copies: usize,
 }
 
 impl<const D: usize> Fifo<D> {
     pub fn new(depth: usize) -> Self {
+        Self::with_read_copies(depth, 1)
+    }
+
+    /// The memory as `copies` slices of the width, each read at a copy of the
+    /// read pointer of its own: one pointer addressing every LUT-RAM cell of a
+    /// 128-bit FIFO was a net of fan-out 514 (docs/timing.md).
+    pub fn with_read_copies(depth: usize, copies: usize) -> Self {
         assert!(depth.is_power_of_two() && depth <= 1 << 15);
+        assert!(copies >= 1 && D.is_multiple_of(copies), "{copies} slices of {D} bits");
         with_defaults!(Self {
             _mem: vec![Bits::default(); depth],
             _state: (0, 0),
+            _copies: copies,
             .. clock, reset, push, din, pop, dout, empty, count
         })
     }
@@ -172,35 +212,41 @@ impl<const D: usize> Logic for Fifo<D> {
     fn hdl(&self) -> Verilog {
         let depth = self._mem.len();
         let pb = depth.trailing_zeros() as usize + 1;
-        Verilog::Custom(format!(
+        let (k, w) = (self._copies, D / self._copies);
+        let (pmsb, amsb, last) = (pb - 1, pb.saturating_sub(2), depth - 1);
+        // Slice i: its memory `mem{i}`, bits [w·i, w·i + w) of the data, read
+        // at `rd{i}`; `rd0` also gives `empty` and `count`.
+        let mut v = format!("reg [{pmsb}:0] wr = 0;\n");
+        for i in 0..k {
+            let (lo, hi) = (w * i, w * i + w - 1);
+            v += &format!(
+                "\
+reg [{wm}:0] mem{i}[0:{last}];
+reg [{pmsb}:0] rd{i} = 0;
+(* keep *) always @(posedge clock)
+   if (reset) rd{i} <= 0;
+   else if (pop && (wr != rd0)) rd{i} <= rd{i} + 1;
+always @(posedge clock) if (!reset && push) mem{i}[wr[{amsb}:0]] <= din[{hi}:{lo}];
+",
+                wm = w - 1
+            );
+        }
+        let reads: Vec<String> = (0..k).rev().map(|i| format!("mem{i}[rd{i}[{amsb}:0]]")).collect();
+        v += &format!(
             "\
-reg [{msb}:0] mem[0:{last}];
-reg [{pmsb}:0] rd = 0;
-reg [{pmsb}:0] wr = 0;
-wire [{pmsb}:0] used = wr - rd;
+wire [{pmsb}:0] used = wr - rd0;
 always @(*) begin
-   dout = mem[rd[{amsb}:0]];
-   empty = (wr == rd);
+   dout = {{{reads}}};
+   empty = (wr == rd0);
    count = {{{pad}'d0, used}};
 end
-always @(posedge clock) begin
-   if (reset) begin
-      rd <= 0;
-      wr <= 0;
-   end else begin
-      if (push) begin
-         mem[wr[{amsb}:0]] <= din;
-         wr <= wr + 1;
-      end
-      if (pop && (wr != rd)) rd <= rd + 1;
-   end
-end",
-            msb = D - 1,
-            last = depth - 1,
-            pmsb = pb - 1,
-            amsb = pb.saturating_sub(2),
+always @(posedge clock)
+   if (reset) wr <= 0;
+   else if (push) wr <= wr + 1;",
+            reads = reads.join(", "),
             pad = 16 - pb,
-        ))
+        );
+        Verilog::Custom(v)
     }
 }
 

@@ -38,7 +38,11 @@ pub struct Control {
     pub start: Signal<Out, Bit>,
     /// One-cycle pulse from the core when the run is complete.
     pub core_done: Signal<In, Bit>,
-    pub core_idle: Signal<In, Bit>,
+    /// No run is going: a flip-flop, cleared by `start`, set the cycle after
+    /// `core_done` (the core is back in its idle state then); `idle_next` is
+    /// its value after this edge, for copies of it elsewhere.
+    pub idle: Signal<Out, Bit>,
+    pub idle_next: Signal<Out, Bit>,
     pub args: Vec<Signal<Out, Bits<32>>>,
     pub status: Vec<Signal<In, Bits<32>>>,
     arg_regs: Vec<DFF<Bits<32>>>,
@@ -77,6 +81,7 @@ pub struct Control {
     or_s: Vec<Signal<Local, Bits<32>>>,
     rsel: Signal<Local, Bits<32>>,
     ap_start: DFF<Bit>,
+    idle_r: DFF<Bit>,
     ap_done: DFF<Bit>,
     auto_restart: DFF<Bit>,
     gie: DFF<Bit>,
@@ -116,7 +121,7 @@ impl Control {
             or_s: crate::many(n_status),
             _n_args: n_args,
             _n_status: n_status,
-            .. clock, rst_n, s_axi_control, interrupt, start, core_done, core_idle, wstate, rstate, wd, wm, take_a, take_w,
+            .. clock, rst_n, s_axi_control, interrupt, start, core_done, idle, idle_next, idle_r, wstate, rstate, wd, wm, take_a, take_w,
             full, rdata_r, ap_start, ap_done, auto_restart, gie, ier, isr, rsel, wmask, go, ctrl_word
         })
     }
@@ -128,7 +133,22 @@ impl Control {
 impl Logic for Control {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, wstate, rstate, wd, wm, rdata_r, ap_start, ap_done, auto_restart, gie, ier, isr);
+        dff_setup!(
+            self,
+            clock,
+            wstate,
+            rstate,
+            wd,
+            wm,
+            rdata_r,
+            ap_start,
+            idle_r,
+            ap_done,
+            auto_restart,
+            gie,
+            ier,
+            isr
+        );
         for i in 0..self._n_args {
             self.arg_regs[i].clock.next = self.clock.val();
             self.arg_regs[i].d.next = self.arg_regs[i].q.val();
@@ -143,8 +163,11 @@ impl Logic for Control {
         }
 
         // Start handshake: ap_start is consumed when the core is idle.
-        self.go.next = self.ap_start.q.val() & self.core_idle.val();
+        self.go.next = self.ap_start.q.val() & self.idle_r.q.val();
         self.start.next = self.go.val();
+        self.idle_next.next = !self.rst_n.val() | self.core_done.val() | (self.idle_r.q.val() & !self.ap_start.q.val());
+        self.idle_r.d.next = self.idle_next.val();
+        self.idle.next = self.idle_r.q.val();
         if self.go.val() {
             self.ap_start.d.next = self.auto_restart.q.val();
             if self.ier.q.val().get_bit(1) {
@@ -160,7 +183,7 @@ impl Logic for Control {
         self.interrupt.next = self.gie.q.val() & self.isr.q.val().any();
         self.ctrl_word.next = bit_cast::<32, 1>(self.ap_start.q.val().into())
             | (bit_cast::<32, 1>(self.ap_done.q.val().into()) << 1)
-            | (bit_cast::<32, 1>((self.core_idle.val() & !self.ap_start.q.val()).into()) << 2)
+            | (bit_cast::<32, 1>((self.idle_r.q.val() & !self.ap_start.q.val()).into()) << 2)
             | (bit_cast::<32, 1>(self.go.val().into()) << 3)
             | (bit_cast::<32, 1>(self.auto_restart.q.val().into()) << 7);
 
@@ -406,7 +429,7 @@ mod tests {
     fn writes_take_address_and_data_in_either_order() {
         let mut c = Control::new(2, 1);
         c.connect_all();
-        c.core_idle.next = true;
+        c.core_done.next = false;
         c.rst_n.next = false;
         edge(&mut c);
         c.rst_n.next = true;

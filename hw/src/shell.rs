@@ -14,11 +14,15 @@
 //! top's `always @(*)` (ferrite_gemm_2x2_p128's top module: 1,338 lines, 1,468
 //! before). `LogicLink::link` is also an ordinary statement inside `update`,
 //! where a macro cannot be expanded.
+use crate::blocks::{Copies, Occupancy};
 use crate::control::Control;
 use crate::dff_setup;
 use crate::regmap::{Table, CTRL_ADDR_BITS, STATUS_WORDS};
 use crate::vitis::GMEM_ADDR_BITS;
 use rust_hdl::prelude::*;
+
+/// Flip-flops holding `idle`: one for the cycle count and the unit, three for the run words.
+const IDLE_COPIES: usize = 4;
 
 /// The `s_axi_control` AXI4-Lite slave, as the kernel sees it.
 #[derive(LogicInterface, Default)]
@@ -85,7 +89,7 @@ pub struct VitisPorts<const W: usize, const S: usize> {
     pub m_axi_gmem: AxiMaster<W, S>,
 }
 
-/// The shell. The unit drives `idle`, `done` and `fail`, reads its arguments
+/// The shell. The unit drives `done` and `fail`, reads `idle`, its arguments
 /// from `args` (as written, for the start cycle) and `run` (latched at `start`),
 /// reads `m_axi_gmem`'s R channel itself, and asks for reads and writes here:
 ///
@@ -98,7 +102,9 @@ pub struct VitisPorts<const W: usize, const S: usize> {
 ///   (`span_done` is low meanwhile), and a burst is issued the cycle after
 ///   `span_go` and a free slot decided it, at most every other cycle;
 /// - or one burst of its own: `ar_req` with `ar_req_addr`, `ar_req_len`,
-///   while `slot_free` and no span is going (`span_done`);
+///   while `slot_free` and no span is going (`span_done`); a request waits
+///   in a second AR register while the first is taken, so `slot_free` is a
+///   flip-flop;
 /// - a write: hold `wr_send` with the address, length, data, strobes and
 ///   `wr_last` until `wr_fire`; `wr_beat` marks each data beat taken.
 ///   `writes_done` says every write issued this run has its response.
@@ -109,7 +115,11 @@ pub struct Shell<const W: usize, const S: usize> {
     pub start: Signal<Out, Bit>,
     pub args: Vec<Signal<Out, Bits<32>>>,
     pub run: Vec<Signal<Out, Bits<32>>>,
-    pub idle: Signal<In, Bit>,
+    /// No run is going: a flip-flop, cleared by `start`, set the cycle after
+    /// `done` (the unit is back in its idle state then), and `idle_next`, its
+    /// value after this edge, for a unit to keep [`Copies`] of.
+    pub idle: Signal<Out, Bit>,
+    pub idle_next: Signal<Out, Bit>,
     /// One-cycle pulse: the run is complete.
     pub done: Signal<In, Bit>,
     /// Sets STATUS bit 0: the unit refused the arguments or saw bad data.
@@ -137,12 +147,32 @@ pub struct Shell<const W: usize, const S: usize> {
     pub wr_fire: Signal<Out, Bit>,
     pub writes_done: Signal<Out, Bit>,
     ctrl: Control,
+    /// The control slave's `idle`: copy 0 for the cycle count and the unit,
+    /// the others for the run words, which load while idle (not at `start`, whose
+    /// decode fanned out to every run bit, docs/timing.md).
+    idle_cp: Copies<IDLE_COPIES>,
     run_regs: Vec<DFF<Bits<32>>>,
+    run_en: Vec<Signal<Local, Bit>>,
     err: DFF<Bit>,
     cycles: DFF<Bits<64>>,
     ar_valid: DFF<Bit>,
     ar_addr: DFF<Bits<64>>,
     ar_len: DFF<Bits<8>>,
+    /// The second AR register: a request made while `ar_*` waits for
+    /// `arready`. Requests are taken while it is empty, so `slot_free` is
+    /// `!sk_valid` (it was `!ar_valid | arready`, and the path from there
+    /// through the GEMM's B read issue was its critical path). Three copies:
+    /// for the requesters, for `sk_addr`'s and `sk_len`'s 72 enables, and for
+    /// the AR register's 72 selects.
+    sk_valid: Copies<3>,
+    sk_addr: DFF<Bits<64>>,
+    sk_len: DFF<Bits<8>>,
+    /// A request this cycle (`ar_req` or the span reader's) and its address and length.
+    push: Signal<Local, Bit>,
+    push_addr: Signal<Local, Bits<64>>,
+    push_len: Signal<Local, Bits<8>>,
+    /// The AR register is empty or handing its request over this cycle.
+    head_free: Signal<Local, Bit>,
     rd_addr: DFF<Bits<64>>,
     rd_rem: DFF<Bits<16>>,
     row_beats: DFF<Bits<16>>,
@@ -207,14 +237,17 @@ pub struct Shell<const W: usize, const S: usize> {
     burst: Signal<Local, Bits<16>>,
     aw_done: DFF<Bit>,
     w_done: DFF<Bit>,
-    wr_issued: DFF<Bits<32>>,
-    wr_acked: DFF<Bits<32>>,
+    /// Writes issued and not yet answered (none at every run's end, so nothing
+    /// is cleared at `start`); `writes_done` is its flag, a flip-flop.
+    wr_out: Occupancy,
     c_logp: Constant<Bits<16>>,
     c_page: Constant<Bits<64>>,
     c_page_lo: Constant<Bits<64>>,
     c_page_beats: Constant<Bits<16>>,
     c_hwinfo: Constant<Bits<32>>,
     _n_args: usize,
+    _third: usize,
+    _two_thirds: usize,
 }
 
 impl<const W: usize, const S: usize> Shell<W, S> {
@@ -232,12 +265,15 @@ impl<const W: usize, const S: usize> Shell<W, S> {
             c_page_beats: Constant::new(((4096 / S) as u64).to_bits()),
             c_hwinfo: Constant::new((hwinfo as u64).to_bits()),
             _n_args: n,
-            .. vitis, start, idle, done, fail, slot_free, span_load, span_resume, span_addr, span_beats, span_rows,
+            _third: n / 3,
+            _two_thirds: 2 * n / 3,
+            run_en: crate::many(n),
+            .. vitis, start, idle, idle_next, idle_cp, done, fail, slot_free, span_load, span_resume, span_addr, span_beats, span_rows,
             span_pitch, span_go, span_row, span_done, ar_req, ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len,
             wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done, err, cycles, ar_valid, ar_addr, ar_len, rd_addr,
             rd_rem, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, gen, dec, row_last, ld, rs, ld_addr, ld_beats,
-            ld_rows, ld_pitch, ld_more, ld_to_pg, ld_last, at_row_nx, at_pg_nx, at_to_pg, ld_row_nx, ld_pg_nx, burst, aw_done, w_done, wr_issued,
-            wr_acked
+            ld_rows, ld_pitch, ld_more, ld_to_pg, ld_last, at_row_nx, at_pg_nx, at_to_pg, ld_row_nx, ld_pg_nx, burst, aw_done, w_done, wr_out,
+            sk_valid, sk_addr, sk_len, push, push_addr, push_len, head_free
         })
     }
 
@@ -254,19 +290,34 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         dff_setup!(
             self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_beats, pitch, row, left, more,
             row_nx, pg_nx, to_pg, gen, row_last, ld, rs, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, ld_to_pg, aw_done, w_done,
-            wr_issued, wr_acked
+            sk_addr, sk_len
         );
+        self.sk_valid.clock.next = self.vitis.ap_clk.val();
+        self.idle_cp.clock.next = self.vitis.ap_clk.val();
+        self.wr_out.clock.next = self.vitis.ap_clk.val();
         AxiLiteSlave::link(&mut self.vitis.s_axi_control, &mut self.ctrl.s_axi_control);
         self.ctrl.clock.next = self.vitis.ap_clk.val();
         self.ctrl.rst_n.next = self.vitis.ap_rst_n.val();
         self.vitis.interrupt.next = self.ctrl.interrupt.val();
-        self.ctrl.core_idle.next = self.idle.val();
+        self.idle.next = self.idle_cp.q.val().get_bit(0);
+        self.idle_next.next = self.ctrl.idle_next.val();
+        self.idle_cp.d.next = self.ctrl.idle_next.val();
         self.ctrl.core_done.next = self.done.val();
         self.start.next = self.ctrl.start.val();
+        // Copies 1, 2 and 3 enable a third of the run words each.
+        for i in 0..self._third {
+            self.run_en[i].next = self.idle_cp.q.val().get_bit(1);
+        }
+        for i in self._third..self._two_thirds {
+            self.run_en[i].next = self.idle_cp.q.val().get_bit(2);
+        }
+        for i in self._two_thirds..self._n_args {
+            self.run_en[i].next = self.idle_cp.q.val().get_bit(3);
+        }
         for i in 0..self._n_args {
             self.run_regs[i].clock.next = self.vitis.ap_clk.val();
             self.run_regs[i].d.next = self.run_regs[i].q.val();
-            if self.ctrl.start.val() {
+            if self.run_en[i].val() {
                 self.run_regs[i].d.next = self.ctrl.args[i].val();
             }
             self.args[i].next = self.ctrl.args[i].val();
@@ -276,47 +327,31 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.ctrl.status[1].next = self.cycles.q.val().get_bits::<32>(32);
         self.ctrl.status[2].next = self.c_hwinfo.val();
         self.ctrl.status[3].next = bit_cast::<32, 1>(self.err.q.val().into());
-        if !self.idle.val() {
+        if !self.idle_cp.q.val().get_bit(0) {
             self.cycles.d.next = self.cycles.q.val() + 1;
         }
         if self.vitis.m_axi_gmem.rvalid.val() & (self.vitis.m_axi_gmem.rresp.val() != 0) {
             self.err.d.next = true;
         }
-        if self.vitis.m_axi_gmem.bvalid.val() {
-            self.wr_acked.d.next = self.wr_acked.q.val() + 1;
-            if self.vitis.m_axi_gmem.bresp.val() != 0 {
-                self.err.d.next = true;
-            }
+        if self.vitis.m_axi_gmem.bvalid.val() & (self.vitis.m_axi_gmem.bresp.val() != 0) {
+            self.err.d.next = true;
         }
         if self.ctrl.start.val() {
             self.cycles.d.next = 1.into();
             self.err.d.next = false;
-            self.wr_issued.d.next = 0.into();
-            self.wr_acked.d.next = 0.into();
         }
         if self.fail.val() {
             self.err.d.next = true;
         }
 
-        // Reads: one request in flight on AR at a time.
+        // Reads: a request on AR and one waiting behind it.
         self.vitis.m_axi_gmem.arvalid.next = self.ar_valid.q.val();
         self.vitis.m_axi_gmem.araddr.next = self.ar_addr.q.val();
         self.vitis.m_axi_gmem.arlen.next = self.ar_len.q.val();
         self.vitis.m_axi_gmem.arsize.next = self.c_logp.val().get_bits::<3>(0);
         self.vitis.m_axi_gmem.arburst.next = 1.into();
         self.vitis.m_axi_gmem.rready.next = true;
-        // `slot_free` is an output only: the shell re-derives it where it needs it, as
-        // Verilator cannot split an always block that reads back what it writes, and the
-        // unit's requests (computed from `slot_free`) would close a combinational loop.
-        self.slot_free.next = !self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val();
-        if !self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val() {
-            self.ar_valid.d.next = false;
-            // A free AR register takes the unit's request address every cycle (it
-            // asks only while `slot_free`), so only `ar_valid` depends on `ar_req`:
-            // the 72 address and length bits are enabled by the slot alone.
-            self.ar_addr.d.next = self.ar_req_addr.val();
-            self.ar_len.d.next = self.ar_req_len.val();
-        }
+        self.slot_free.next = !self.sk_valid.q.val().get_bit(0);
         // Bursts end at the row's end or at the 4 KiB page's (AXI bursts must
         // not cross one), so the next read address is `row_nx` or `pg_nx`.
         self.burst.next = self.to_pg.q.val();
@@ -327,7 +362,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.span_done.next = !self.gen.q.val()
             & !self.ld.q.val()
             & !self.rs.q.val()
-            & (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val())
+            & !self.sk_valid.q.val().get_bit(0)
             & !self.more.q.val();
         // `span_load` is applied a cycle late, from registers.
         self.ld.d.next = self.span_load.val();
@@ -353,21 +388,23 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         if self.ld.q.val() {
             self.row_last.d.next = self.ld_last.val();
         }
-        // Decide: a burst is due, the AR register is free next cycle (no burst
-        // of the unit's own is requested while a span goes) and the span reader's
+        // Decide: a burst is due, the second AR register is free next cycle (no
+        // burst of the unit's own is requested while a span goes) and the span reader's
         // registers are current (not the issuing cycle; when a span is applied
         // or resumed, its rows' flag comes from `ld_more`).
         self.dec.next = self.span_go.val()
-            & (!self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val())
+            & !self.sk_valid.q.val().get_bit(0)
             & !self.gen.q.val()
             & ((self.more.q.val() & !(self.ld.q.val() | self.rs.q.val()))
                 | (self.ld_more.q.val() & (self.ld.q.val() | self.rs.q.val())));
         self.gen.d.next = self.dec.val();
         // Issue what the last cycle decided.
+        self.push.next = self.gen.q.val() | self.ar_req.val();
+        self.push_addr.next = self.ar_req_addr.val();
+        self.push_len.next = self.ar_req_len.val();
         if self.gen.q.val() {
-            self.ar_valid.d.next = true;
-            self.ar_addr.d.next = self.rd_addr.q.val();
-            self.ar_len.d.next = bit_cast::<8, 16>(self.burst.val() - 1);
+            self.push_addr.next = self.rd_addr.q.val();
+            self.push_len.next = bit_cast::<8, 16>(self.burst.val() - 1);
             self.rd_addr.d.next = self.pg_nx.q.val();
             self.pg_nx.d.next = self.pg_nx.q.val() + self.c_page.val();
             self.to_pg.d.next = self.c_page_beats.val();
@@ -384,8 +421,24 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
                 self.rd_rem.d.next = self.row_beats.q.val();
             }
         }
-        if self.ar_req.val() {
-            self.ar_valid.d.next = true;
+        // The AR register takes the waiting request, else this cycle's; a request
+        // that finds it busy waits. The empty second register loads every cycle, so
+        // only `sk_valid` depends on the handshake.
+        self.head_free.next = !self.ar_valid.q.val() | self.vitis.m_axi_gmem.arready.val();
+        if self.head_free.val() {
+            self.ar_valid.d.next = self.sk_valid.q.val().get_bit(0) | self.push.val();
+            self.ar_addr.d.next = self.push_addr.val();
+            self.ar_len.d.next = self.push_len.val();
+            if self.sk_valid.q.val().get_bit(2) {
+                self.ar_addr.d.next = self.sk_addr.q.val();
+                self.ar_len.d.next = self.sk_len.q.val();
+            }
+        }
+        self.sk_valid.d.next =
+            self.vitis.ap_rst_n.val() & !self.head_free.val() & (self.sk_valid.q.val().get_bit(0) | self.push.val());
+        if !self.sk_valid.q.val().get_bit(1) {
+            self.sk_addr.d.next = self.push_addr.val();
+            self.sk_len.d.next = self.push_len.val();
         }
         if self.ld.q.val() {
             self.rd_addr.d.next = self.ld_addr.q.val();
@@ -424,11 +477,13 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             & (self.aw_done.q.val() | self.vitis.m_axi_gmem.awready.val())
             & (self.w_done.q.val() | (self.vitis.m_axi_gmem.wready.val() & self.wr_last.val()));
         if self.wr_fire.val() {
-            self.wr_issued.d.next = self.wr_issued.q.val() + 1;
             self.aw_done.d.next = false;
             self.w_done.d.next = false;
         }
-        self.writes_done.next = self.wr_issued.q.val() == self.wr_acked.q.val();
+        self.wr_out.clear.next = !self.vitis.ap_rst_n.val();
+        self.wr_out.push.next = self.wr_fire.val();
+        self.wr_out.pop.next = self.vitis.m_axi_gmem.bvalid.val();
+        self.writes_done.next = !self.wr_out.any.val();
 
         if !self.vitis.ap_rst_n.val() {
             self.ar_valid.d.next = false;

@@ -331,7 +331,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.now.words[i].next = self.shell.args[i].val();
             self.run.words[i].next = self.shell.run[i].val();
         }
-        self.shell.idle.next = self.phase.q.val() == Phase::Idle;
         self.shell.done.next = self.phase.q.val() == Phase::Done;
         self.shell.fail.next = false;
 

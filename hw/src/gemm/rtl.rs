@@ -16,7 +16,7 @@ use super::array::{ColFeed, PeRow, RowFeed};
 use super::epilogue::EpilogueLane;
 use super::regs::{Args, TABLE};
 use super::GemmConfig;
-use crate::blocks::{Fifo, MulU32Pipe, Occupancy, Pack, RequantPipe, SyncRam};
+use crate::blocks::{Copies, Fifo, MulU32Pipe, Occupancy, Pack, RequantPipe, SyncRam};
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
 use crate::{clock, dff_setup};
@@ -46,6 +46,10 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// Per tile in the array: `i0`, `j0` and the block's rows inside M.
     tiles: Fifo<96>,
     row_mul: MulU32Pipe,
+    /// The shell's `idle`, four times: three enable a third of the run's
+    /// counters each, which load in every idle cycle (one phase decode enabled
+    /// all 400, docs/timing.md), the fourth selects the first span's arguments.
+    idle: Copies<4>,
 
     // Derived from the arguments at ap_start.
     row_beats: DFF<Bits<16>>,
@@ -143,8 +147,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The output FIFO has room for another tile's rows, as of last cycle: its
     /// count plus `promised` only grows when a tile ends, and the next tile can
     /// end no sooner than `c_gap ≥ 2` cycles later, so last cycle's answer is
-    /// never too optimistic.
-    room: DFF<Bit>,
+    /// never too optimistic. Three copies: one per gate below.
+    room: Copies<3>,
     /// The output FIFO's count plus `promised`, kept as tiles end, rows are
     /// dropped (past M) and popped, so `room` is one compare with a constant.
     o_occ: DFF<Bits<16>>,
@@ -154,6 +158,16 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     o_up: Signal<Local, Bits<16>>,
     o_dn: Signal<Local, Bits<16>>,
     f_go: Signal<Local, Bit>,
+    /// `f_go & f_last` (a tile's last k-step), as two gates of their own on
+    /// their own copies of `room`: with `f_go` they were one net of fan-out
+    /// 128 (docs/timing.md). `f_end` moves the feeder's column block,
+    /// `f_end2` the gap, the tile FIFO and the output FIFO's count.
+    f_end: Signal<Local, Bit>,
+    f_end2: Signal<Local, Bit>,
+    /// A tile's `i0`, `fj0` and rows, pushed into `tiles` a cycle after its
+    /// last k-step (the FIFO's 96-bit write enables on a flip-flop).
+    t_push: DFF<Bit>,
+    t_din: DFF<Bits<96>>,
     /// The phase streams B (`BStream` or `BDrain`), as a flag set and cleared
     /// with the phase, so the feeder's gate decodes no state.
     in_b: DFF<Bit>,
@@ -198,6 +212,10 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The writer is in `Idle`, as a flag set and cleared with it: the output
     /// FIFO's pop (into `o_occ` and the row registers' enables) decodes no state.
     w_idle: DFF<Bit>,
+    /// `w_idle` again, twice, for the pop's two gates: the FIFOs' read side
+    /// and `o_occ`, and the row's registers (one gate fanned out to 176).
+    w_idle_cp: Copies<2>,
+    pop_row: Signal<Local, Bit>,
     w_data: DFF<Bits<W>>,
     w_i: DFF<Bits<32>>,
     w_j0: DFF<Bits<32>>,
@@ -332,7 +350,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             rows: (0..r).map(|row| PeRow::new(row, c)).collect(),
             lanes: crate::many(c),
             bias_ram: SyncRam::new(cfg.n_max * 4 / p),
-            bfifo: Fifo::new(cfg.read_fifo_depth),
+            bfifo: Fifo::with_read_copies(cfg.read_fifo_depth, 4),
             ofifo: Fifo::new(ofifo),
             ometa: Fifo::new(ofifo),
             tiles: Fifo::new(4),
@@ -368,12 +386,12 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             c_wait: Constant::new(k(RequantPipe::LATENCY.max(MulU32Pipe::LATENCY) as u64 - 1)),
             _rows: r,
             _cols: c,
-            .. vitis, now, run, row_mul, row_beats, phase, i0,
+            .. vitis, now, run, row_mul, idle, row_beats, phase, i0,
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_occ,
             b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
-            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
+            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_sh, w_left,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear
         }))
     }
 }
@@ -386,11 +404,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats,
             b_beats, bj1, bj_done, in_bs, b_want, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
-            since_last, promised, f_last, k_m2, k_one, gap_ok, room, o_occ, in_a, in_b, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
+            since_last, promised, f_last, k_m2, k_one, gap_ok, o_occ, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear
         );
-        clock!(self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has);
+        clock!(self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has, idle, room, w_idle_cp);
         for r in 0..self._rows {
             self.a_sel[r].clock.next = self.vitis.ap_clk.val();
             self.a_sel[r].d.next = self.a_sel[r].q.val();
@@ -402,7 +420,6 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.now.words[i].next = self.shell.args[i].val();
             self.run.words[i].next = self.shell.run[i].val();
         }
-        self.shell.idle.next = self.phase.q.val() == Phase::Idle;
         self.shell.done.next = self.phase.q.val() == Phase::Done;
         self.shell.fail.next = false;
         self.shell.span_load.next = false;
@@ -465,54 +482,62 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // ---------------- Phase machine and read requests ----------------
         self.aw_go.next = (self.phase.q.val() == Phase::AWait)
             & (((self.recv_row.q.val() ^ self.rows_valid.q.val()) & self.c_rowbits.val()) == 0);
+        // The run's counters, loaded from the arguments as written in every idle
+        // cycle, not only the start's (nothing reads them while idle), on the
+        // shell's `idle` flip-flop, copied three ways (docs/timing.md).
+        self.idle.d.next = self.shell.idle_next.val();
+        if self.idle.q.val().get_bit(0) {
+            self.row_beats.d.next = self.a_beats.q.val();
+            self.bias_beats.d.next = self.b_beats.q.val();
+            self.i0.d.next = 0.into();
+            self.m_left.d.next = self.now.m.val();
+            self.rows_valid.d.next = self.first_rows.q.val();
+            self.recv_cnt.d.next = 0.into();
+            self.recv_row.d.next = 0.into();
+            self.since_last.d.next = self.c_gap.val();
+            self.gap_ok.d.next = true;
+            self.promised.d.next = 0.into();
+            self.o_occ.d.next = 0.into();
+            self.b_occ.d.next = 0.into();
+        }
+        if self.idle.q.val().get_bit(1) {
+            // The B stream's counters start here and are left so by each
+            // stream's end (below), so entering BStream sets none of them.
+            self.bk.d.next = 0.into();
+            self.bk_last.d.next = self.now.k.val() == 1;
+            self.bj1.d.next = self.c_cols.val();
+            self.bj_done.d.next = false;
+            self.baddr.d.next = self.now.b.val();
+            self.nb_one.d.next = self.now.n.val() <= self.c_cols.val();
+            self.bj1_end.d.next = self.now.n.val() <= self.c_cols.val();
+            self.n_mc.d.next = self.now.n.val() - self.c_cols.val();
+            self.k_m2.d.next = self.now.k.val() - 2;
+            self.k_one.d.next = self.now.k.val() == 1;
+        }
+        if self.idle.q.val().get_bit(2) {
+            self.fj0.d.next = 0.into();
+            self.f_left.d.next = self.now.n.val();
+            self.feed_done.d.next = false;
+            for r in 0..self._rows {
+                self.a_sel[r].d.next = false;
+            }
+            self.a_sel[0].d.next = true;
+        }
+        // The first span's arguments, whether or not the run starts: the shell
+        // registers them every cycle, so only `span_load` waits on `start` (it
+        // was the select of these muxes).
+        if self.idle.q.val().get_bit(3) {
+            self.shell.span_addr.next = self.now.a.val();
+            self.shell.span_beats.next = self.a_beats.q.val();
+            self.shell.span_pitch.next = self.now.lda.val();
+            if self.now.use_bias.val() {
+                // Bias first: ceil(4N / beat) beats into the bias RAM.
+                self.shell.span_addr.next = self.now.bias.val();
+                self.shell.span_beats.next = self.b_beats.q.val();
+            }
+        }
         match self.phase.q.val() {
             Phase::Idle => {
-                // The first span's arguments, whether or not the run starts: the
-                // shell registers them every cycle, so only `span_load` waits
-                // on `start` (it was the select of these muxes).
-                self.shell.span_addr.next = self.now.a.val();
-                self.shell.span_beats.next = self.a_beats.q.val();
-                self.shell.span_pitch.next = self.now.lda.val();
-                if self.now.use_bias.val() {
-                    // Bias first: ceil(4N / beat) beats into the bias RAM.
-                    self.shell.span_addr.next = self.now.bias.val();
-                    self.shell.span_beats.next = self.b_beats.q.val();
-                }
-                // The run's counters, loaded from the arguments as written in every
-                // idle cycle, not only the start's (nothing reads them while idle):
-                // their enables decode the phase alone, where `start` fanned out to
-                // a thousand flip-flops (docs/timing.md).
-                self.row_beats.d.next = self.a_beats.q.val();
-                self.bias_beats.d.next = self.b_beats.q.val();
-                self.i0.d.next = 0.into();
-                self.m_left.d.next = self.now.m.val();
-                self.rows_valid.d.next = self.first_rows.q.val();
-                self.recv_cnt.d.next = 0.into();
-                self.recv_row.d.next = 0.into();
-                self.since_last.d.next = self.c_gap.val();
-                self.gap_ok.d.next = true;
-                self.promised.d.next = 0.into();
-                self.o_occ.d.next = 0.into();
-                self.b_occ.d.next = 0.into();
-                // The B stream's counters start here and are left so by each
-                // stream's end (below), so entering BStream sets none of them.
-                self.bk.d.next = 0.into();
-                self.bk_last.d.next = self.now.k.val() == 1;
-                self.bj1.d.next = self.c_cols.val();
-                self.bj_done.d.next = false;
-                self.baddr.d.next = self.now.b.val();
-                self.nb_one.d.next = self.now.n.val() <= self.c_cols.val();
-                self.bj1_end.d.next = self.now.n.val() <= self.c_cols.val();
-                self.n_mc.d.next = self.now.n.val() - self.c_cols.val();
-                self.k_m2.d.next = self.now.k.val() - 2;
-                self.k_one.d.next = self.now.k.val() == 1;
-                self.fj0.d.next = 0.into();
-                self.f_left.d.next = self.now.n.val();
-                self.feed_done.d.next = false;
-                for r in 0..self._rows {
-                    self.a_sel[r].d.next = false;
-                }
-                self.a_sel[0].d.next = true;
                 if self.shell.start.val() {
                     self.in_a.d.next = true;
                     self.shell.span_load.next = true;
@@ -681,11 +706,23 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bfifo.din.next = self.vitis.m_axi_gmem.rdata.val();
 
         // ---------------- Feeder: one k-step per cycle into the array ----------------
-        self.room.d.next = self.o_occ.q.val() <= self.c_room.val();
+        self.room.d.next = self.vitis.ap_rst_n.val() & (self.o_occ.q.val() <= self.c_room.val());
         self.f_go.next = self.in_b.q.val()
             & !self.feed_done.q.val()
             & self.b_has.any.val()
-            & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val()));
+            & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val().get_bit(0)));
+        self.f_end.next = self.in_b.q.val()
+            & !self.feed_done.q.val()
+            & self.b_has.any.val()
+            & self.f_last.q.val()
+            & self.gap_ok.q.val()
+            & self.room.q.val().get_bit(1);
+        self.f_end2.next = self.in_b.q.val()
+            & !self.feed_done.q.val()
+            & self.b_has.any.val()
+            & self.f_last.q.val()
+            & self.gap_ok.q.val()
+            & self.room.q.val().get_bit(2);
         self.bfifo.pop.next = self.f_go.val();
         self.b_has.clear.next = !self.vitis.ap_rst_n.val() | (self.phase.q.val() == Phase::Idle);
         self.b_has.push.next = self.b_recv.val();
@@ -708,8 +745,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // Whether `since_last` reaches the gap next cycle.
         self.gap_ok.d.next = self.since_last.q.val() >= self.c_gap1.val();
         self.tiles.reset.next = !self.vitis.ap_rst_n.val();
-        self.tiles.push.next = self.f_go.val() & self.f_last.q.val();
-        self.tiles.din.next = bit_cast::<96, 32>(self.i0.q.val())
+        self.t_push.d.next = self.f_end2.val();
+        self.tiles.push.next = self.t_push.q.val();
+        self.tiles.din.next = self.t_din.q.val();
+        self.t_din.d.next = bit_cast::<96, 32>(self.i0.q.val())
             | (bit_cast::<96, 32>(self.fj0.q.val()) << 32)
             | (bit_cast::<96, 32>(self.rows_valid.q.val()) << 64);
         // Outside the B phases (`in_b`, a flag) the k-step starts over: no phase
@@ -724,18 +763,22 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             if self.f_last.q.val() {
                 self.fk.d.next = 0.into();
                 self.f_last.d.next = self.k_one.q.val();
-                self.since_last.d.next = 0.into();
-                self.gap_ok.d.next = false;
-                if self.f_fin.q.val() {
-                    self.feed_done.d.next = true;
-                } else {
-                    self.fj0.d.next = self.fj0.q.val() + self.c_cols.val();
-                    self.f_left.d.next = self.f_left.q.val() - self.c_cols.val();
-                }
             } else {
                 self.fk.d.next = self.fk.q.val() + 1;
                 self.f_last.d.next = self.fk.q.val() == self.k_m2.q.val();
             }
+        }
+        if self.f_end.val() {
+            if self.f_fin.q.val() {
+                self.feed_done.d.next = true;
+            } else {
+                self.fj0.d.next = self.fj0.q.val() + self.c_cols.val();
+                self.f_left.d.next = self.f_left.q.val() - self.c_cols.val();
+            }
+        }
+        if self.f_end2.val() {
+            self.since_last.d.next = 0.into();
+            self.gap_ok.d.next = false;
         }
         for r in 0..self._rows {
             self.feeds[r].clock.next = self.vitis.ap_clk.val();
@@ -801,13 +844,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.ofifo.din.next = self.cap_d.q.val();
         self.ometa.din.next = self.cap_m.q.val();
         // A captured row stays promised until it is pushed (or dropped, past M).
-        if self.f_go.val() & self.f_last.q.val() & !self.cap_v.q.val() {
+        if self.f_end2.val() & !self.cap_v.q.val() {
             self.promised.d.next = self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val());
         }
-        if !(self.f_go.val() & self.f_last.q.val()) & self.cap_v.q.val() {
+        if !self.f_end2.val() & self.cap_v.q.val() {
             self.promised.d.next = self.promised.q.val() - 1;
         }
-        if self.f_go.val() & self.f_last.q.val() & self.cap_v.q.val() {
+        if self.f_end2.val() & self.cap_v.q.val() {
             self.promised.d.next = self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val()) - 1;
         }
 
@@ -848,14 +891,17 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // folds this register into the block RAM, docs/timing.md) and added by
         // the lanes in `Fetch`.
         self.w_bias.d.next = self.bias_row.val();
-        if self.w_idle.q.val() & self.o_has.any.val() {
+        if self.w_idle_cp.q.val().get_bit(0) & self.o_has.any.val() {
             self.ofifo.pop.next = true;
             self.ometa.pop.next = true;
+            self.wstate.d.next = WriterState::Fetch;
+            self.w_idle.d.next = false;
+        }
+        self.pop_row.next = self.w_idle_cp.q.val().get_bit(1) & self.o_has.any.val();
+        if self.pop_row.val() {
             self.w_data.d.next = self.ofifo.dout.val();
             self.w_i.d.next = self.ometa.dout.val().get_bits::<32>(0);
             self.w_j0.d.next = self.ometa.dout.val().get_bits::<32>(32);
-            self.wstate.d.next = WriterState::Fetch;
-            self.w_idle.d.next = false;
         }
         match self.wstate.q.val() {
             WriterState::Idle => {
@@ -928,7 +974,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.o_has.push.next = self.ofifo.push.val();
         self.o_has.pop.next = self.ofifo.pop.val();
         self.o_up.next = 0.into();
-        if self.f_go.val() & self.f_last.q.val() {
+        if self.f_end2.val() {
             self.o_up.next = bit_cast::<16, 32>(self.c_rows.val());
         }
         self.o_dn.next = 0.into();
@@ -951,11 +997,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.f_last.d.next = false;
             self.feed_done.d.next = false;
             self.gap_ok.d.next = false;
-            self.room.d.next = false;
             self.cap_v.d.next = false;
+            self.t_push.d.next = false;
             self.wstate.d.next = WriterState::Idle;
             self.w_idle.d.next = true;
         }
+        self.w_idle_cp.d.next = self.w_idle.d.val();
     }
 }
 

@@ -530,7 +530,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.now.words[i].next = self.shell.args[i].val();
             self.run.words[i].next = self.shell.run[i].val();
         }
-        self.shell.idle.next = self.phase.q.val() == Phase::Idle;
         self.shell.done.next = self.phase.q.val() == Phase::Done;
         self.shell.fail.next = false;
         self.shell.span_load.next = false;
