@@ -133,22 +133,8 @@ impl Control {
 impl Logic for Control {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(
-            self,
-            clock,
-            wstate,
-            rstate,
-            wd,
-            wm,
-            rdata_r,
-            ap_start,
-            idle_r,
-            ap_done,
-            auto_restart,
-            gie,
-            ier,
-            isr
-        );
+        #[rustfmt::skip]
+        dff_setup!(self, clock, wstate, rstate, wd, wm, rdata_r, ap_start, idle_r, ap_done, auto_restart, gie, ier, isr);
         for i in 0..self._n_args {
             self.arg_regs[i].clock.next = self.clock.val();
             self.arg_regs[i].d.next = self.arg_regs[i].q.val();

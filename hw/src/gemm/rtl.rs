@@ -484,7 +484,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             & (((self.recv_row.q.val() ^ self.rows_valid.q.val()) & self.c_rowbits.val()) == 0);
         // The run's counters, loaded from the arguments as written in every idle
         // cycle, not only the start's (nothing reads them while idle), on the
-        // shell's `idle` flip-flop, copied three ways (docs/timing.md).
+        // shell's `idle` flip-flop, copied: three copies share them (docs/timing.md).
         self.idle.d.next = self.shell.idle_next.val();
         if self.idle.q.val().get_bit(0) {
             self.row_beats.d.next = self.a_beats.q.val();
