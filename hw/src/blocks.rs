@@ -137,6 +137,29 @@ impl<const K: usize> Logic for Copies<K> {
     }
 }
 
+/// A `D`-bit register kept by synthesis, as [`Copies`] keeps bits: a copy of
+/// a wide value (a RAM's write address) for one share of its loads.
+#[derive(LogicBlock, Default)]
+pub struct Kept<const D: usize> {
+    pub clock: Signal<In, Clock>,
+    pub d: Signal<In, Bits<D>>,
+    pub q: Signal<Out, Bits<D>>,
+}
+
+impl<const D: usize> Logic for Kept<D> {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            self.q.next = self.d.val();
+        }
+    }
+    fn connect(&mut self) {
+        self.q.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        Verilog::Custom("(* keep *) always @(posedge clock) q <= d;".into())
+    }
+}
+
 /// First-word-fall-through FIFO with a run-time depth (a power of two).
 /// `dout` shows the head while `!empty`; `count` is the occupancy. `empty`
 /// compares the pointers rather than testing `count`, so the pop gates that

@@ -8,7 +8,7 @@
 //! exactly once, so the memory port only streams int8 operands. A `last` flag
 //! travels with A; when it reaches a PE, that PE moves its sum to a result
 //! register and starts the next tile without a bubble.
-use crate::blocks::{Pack, RamPort, SkewLine, SyncRam};
+use crate::blocks::{Copies, Pack, RamPort, SkewLine, SyncRam};
 use crate::clock;
 use rust_hdl::prelude::*;
 
@@ -32,13 +32,16 @@ pub struct AStepIn {
 }
 
 /// One multiply-accumulate cell: int8×int8 → int32. The product is
-/// registered before the accumulate (the multiplier and the 32-bit add in one
-/// cycle were too slow a path for the clock, docs/timing.md), so a sum
-/// finishes two cycles after its `last` arrives.
+/// registered twice before the accumulate, so a sum finishes three cycles
+/// after its `last` arrives: the multiplier and the 32-bit add in one cycle
+/// were too slow a path for the clock, and with one register (`prod_r`, which
+/// the flow folds into the MULT18X18D) the route from the multiplier column to
+/// the adder was (docs/timing.md); `prod_q` is a fabric register the placer
+/// can put between them.
 ///
 /// Hand-written Verilog: the registers of the rust-hdl block of `DFF`s it
-/// replaces (`a_r`, `b_r`, `v_r`, `l_r`, `prod_r`, `v_p`, `l_p`, `acc`,
-/// `res`) and its logic in the same order (yosys proves the two equivalent
+/// replaces (`a_r`, `b_r`, `v_r`, `l_r`, `prod_r`, `v_p`, `l_p`, `prod_q`,
+/// `v_q`, `l_q`, `acc`, `res`) and its logic in the same order (yosys proves the two equivalent
 /// and maps both to the same ECP5 cells). rust-hdl computes each `DFF`'s
 /// input in the parent's combinational block and the `DFF` copies it, so
 /// Verilator stored nine inputs and copied them into the registers every
@@ -68,6 +71,9 @@ struct PeRegs {
     prod_r: i32,
     v_p: bool,
     l_p: bool,
+    prod_q: i32,
+    v_q: bool,
+    l_q: bool,
     acc: i32,
     res: u32,
 }
@@ -76,7 +82,7 @@ impl Logic for Pe {
     fn update(&mut self) {
         if self.clock.pos_edge() {
             let o = self._r;
-            let sum = o.acc.wrapping_add(o.prod_r);
+            let sum = o.acc.wrapping_add(o.prod_q);
             let clear = self.clear.val();
             self._r = PeRegs {
                 a_r: self.a_in.a.val().to_u64() as u8,
@@ -86,14 +92,17 @@ impl Logic for Pe {
                 prod_r: i32::from(o.a_r as i8) * i32::from(o.b_r as i8),
                 v_p: o.v_r & !clear,
                 l_p: o.l_r,
-                acc: if clear || (o.v_p && o.l_p) {
+                prod_q: o.prod_r,
+                v_q: o.v_p & !clear,
+                l_q: o.l_p,
+                acc: if clear || (o.v_q && o.l_q) {
                     0
-                } else if o.v_p {
+                } else if o.v_q {
                     sum
                 } else {
                     o.acc
                 },
-                res: if o.v_p && o.l_p { sum as u32 } else { o.res },
+                res: if o.v_q && o.l_q { sum as u32 } else { o.res },
             };
             let r = self._r;
             self.a_out.a.next = u64::from(r.a_r).to_bits();
@@ -120,9 +129,12 @@ reg l_r = 1'b0;
 reg signed [31:0] prod_r = 32'h0;
 reg v_p = 1'b0;
 reg l_p = 1'b0;
+reg signed [31:0] prod_q = 32'h0;
+reg v_q = 1'b0;
+reg l_q = 1'b0;
 reg signed [31:0] acc = 32'h0;
 reg [31:0] res = 32'h0;
-wire signed [31:0] sum = acc + prod_r;
+wire signed [31:0] sum = acc + prod_q;
 always @(posedge clock) begin
    a_r <= a_in$a;
    b_r <= b_in;
@@ -131,8 +143,11 @@ always @(posedge clock) begin
    prod_r <= $signed(a_r) * $signed(b_r);
    v_p <= v_r;
    l_p <= l_r;
-   if (v_p) begin
-      if (l_p) begin
+   prod_q <= prod_r;
+   v_q <= v_p;
+   l_q <= l_p;
+   if (v_q) begin
+      if (l_q) begin
          res <= sum;
          acc <= 32'h0;
       end else begin
@@ -142,6 +157,7 @@ always @(posedge clock) begin
    if (clear) begin
       acc <= 32'h0;
       v_p <= 1'b0;
+      v_q <= 1'b0;
    end
 end
 always @(*) begin
@@ -176,7 +192,11 @@ pub struct PeRow<const W: usize> {
     bpack: Pack<8, W>,
     rpack: Pack<32, W>,
     cap_p: DFF<Bit>,
+    cap_q: DFF<Bit>,
     cap_r: DFF<Bit>,
+    /// `cap_r` again, one kept copy per column to gate its 32-bit sum (one
+    /// flip-flop gating the row's sums was a net of fan-out 129, docs/timing.md).
+    cap_cp: Vec<Copies<1>>,
     row_idx: Constant<Bits<32>>,
     _cols: usize,
 }
@@ -187,9 +207,10 @@ impl<const W: usize> PeRow<W> {
             pes: (0..cols).map(|_| Pe::default()).collect(),
             bpack: Pack::new(cols),
             rpack: Pack::new(cols),
+            cap_cp: (0..cols).map(|_| Copies::default()).collect(),
             row_idx: Constant::new((row as u64).to_bits()),
             _cols: cols,
-            .. clock, clear, a_in, b_in, b_out, cap, res_sel, idx_sel, cap_p, cap_r
+            .. clock, clear, a_in, b_in, b_out, cap, res_sel, idx_sel, cap_p, cap_q, cap_r
         })
     }
 }
@@ -197,11 +218,13 @@ impl<const W: usize> PeRow<W> {
 impl<const W: usize> Logic for PeRow<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, cap_p, cap_r);
+        dff_setup!(self, clock, cap_p, cap_q, cap_r);
         for c in 0..self._cols {
             self.pes[c].clock.next = self.clock.val();
             self.pes[c].clear.next = self.clear.val();
             self.pes[c].b_in.next = self.b_in.val().get_bits::<8>(c * 8);
+            self.cap_cp[c].clock.next = self.clock.val();
+            self.cap_cp[c].d.next = self.cap_q.q.val();
         }
         self.pes[0].a_in.a.next = self.a_in.a.val();
         self.pes[0].a_in.valid.next = self.a_in.valid.val();
@@ -213,17 +236,18 @@ impl<const W: usize> Logic for PeRow<W> {
         }
         for c in 0..self._cols {
             self.bpack.lanes[c].next = self.pes[c].b_out.val();
-            self.rpack.lanes[c].next = self.pes[c].res_out.val();
+            self.rpack.lanes[c].next = 0.into();
+            if self.cap_cp[c].q.val().any() {
+                self.rpack.lanes[c].next = self.pes[c].res_out.val();
+            }
         }
         self.b_out.next = self.bpack.out.val();
         for l in (self._cols - 1)..self._cols {
-            // The last PE finishes its sum two cycles after it shows `last`.
+            // The last PE finishes its sum three cycles after it shows `last`.
             self.cap_p.d.next = self.pes[l].a_out.valid.val() & self.pes[l].a_out.last.val();
-            self.cap_r.d.next = self.cap_p.q.val();
-            self.res_sel.next = 0.into();
-            if self.cap_r.q.val() {
-                self.res_sel.next = self.rpack.out.val();
-            }
+            self.cap_q.d.next = self.cap_p.q.val();
+            self.cap_r.d.next = self.cap_q.q.val();
+            self.res_sel.next = self.rpack.out.val();
         }
         self.cap.next = self.cap_r.q.val();
         self.idx_sel.next = 0.into();

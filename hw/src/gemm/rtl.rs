@@ -16,7 +16,7 @@ use super::array::{ColFeed, PeRow, RowFeed};
 use super::epilogue::EpilogueLane;
 use super::regs::{Args, TABLE};
 use super::GemmConfig;
-use crate::blocks::{Copies, Fifo, MulU32Pipe, Occupancy, Pack, RequantPipe, SyncRam};
+use crate::blocks::{Copies, Fifo, Kept, MulU32Pipe, Occupancy, Pack, RequantPipe, SyncRam};
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
 use crate::{clock, dff_setup};
@@ -94,7 +94,21 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     bk: DFF<Bits<32>>,
     /// `bk` is the last k (`bk == K − 1`), kept a cycle ahead as `f_last` is.
     bk_last: DFF<Bit>,
+    /// The next B read's address. Its add of LDB is split at bit 32: the low
+    /// half's carry selects the high half or the high half plus one, each
+    /// from the register (a 64-bit carry chain in one cycle was a critical
+    /// path, docs/timing.md).
     baddr: DFF<Bits<64>>,
+    b_lo: Signal<Local, Bits<33>>,
+    /// The next column block's first address (`B + j0`, `j0` = `bj1` masked to
+    /// the beat), registered from `bj1`, which is steady for a cycle at least
+    /// before each column block's end (below); added as `baddr` is, with B's
+    /// high half plus one (`b_hi1`) registered, since B is steady for the run.
+    bnext: DFF<Bits<64>>,
+    bn_lo: Signal<Local, Bits<33>>,
+    b_hi1: DFF<Bits<32>>,
+    /// `bj1 ≥ N − cols`, registered from `bj1` as `bnext` is.
+    bj1_ge: DFF<Bit>,
     /// B reads in flight plus B FIFO entries, counted as reads are issued and
     /// entries popped (a beat arriving moves a read from one to the other).
     b_occ: DFF<Bits<16>>,
@@ -102,15 +116,22 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// (`in_bs`), not every column block is requested (`bj_done`), and the B
     /// FIFO has room for one more read by last cycle's `b_occ` with one slot
     /// to spare (a read issued last cycle is not in it). Decided a cycle ahead
-    /// from those flags' next values, so the issue's enables (`bk`, `bj1`,
-    /// `baddr`, `b_occ`) fan out from one flip-flop and the slot.
-    b_want: DFF<Bit>,
+    /// from those flags' next values, so the issue's enables fan out from
+    /// flip-flops and the slot: three copies, one each for the counters
+    /// (`b_issue`), the address (`b_issue_a`) and `b_occ` with the request
+    /// (`b_issue_o`); one flip-flop was a net of fan-out 77–100. With K = 1
+    /// every read ends a column block, and a read is not issued in the cycle
+    /// after one that did (K = 1 tiles end `c_gap` ≥ 2 cycles apart anyway),
+    /// so that `bnext` and `bj1_ge` have a cycle to follow `bj1`.
+    b_want: Copies<3>,
     b_issue: Signal<Local, Bit>,
+    b_issue_a: Signal<Local, Bit>,
+    b_issue_o: Signal<Local, Bit>,
     /// The A panel is in (`AWait` ends).
     aw_go: Signal<Local, Bit>,
     /// `bj1` is past N (the column block being issued is the last), kept as
-    /// `bj1` moves from N − cols and N ≤ cols (`nb_one`), latched at start, so
-    /// `b_want` reads a flag, not a 32-bit compare.
+    /// `bj1` moves (from `bj1_ge`) and N ≤ cols (`nb_one`), latched at start,
+    /// so `b_want` reads a flag, not a 32-bit compare.
     bj1_end: DFF<Bit>,
     n_mc: DFF<Bits<32>>,
     nb_one: DFF<Bit>,
@@ -128,10 +149,25 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// the phase nor `recv_row` (that decode was the GEMM's critical path).
     in_a: DFF<Bit>,
     a_sel: Vec<DFF<Bit>>,
+    /// Read data, registered before the A-panel and bias RAMs' writes, with
+    /// each row's write enable and a kept copy of its address (`recv_cnt`
+    /// addressing every row's RAM cells and the bias RAM's was a net of
+    /// fan-out 137, the decode of the bias phases one of 47, docs/timing.md):
+    /// the RAMs are read no sooner than a B read's round trip later.
+    a_wd: DFF<Bits<W>>,
+    a_we: Vec<DFF<Bit>>,
+    a_wa: Vec<Kept<16>>,
+    bi_we: DFF<Bit>,
+    bi_wa: Kept<16>,
+    bias_rx: Signal<Local, Bit>,
     // Feeder.
     fk: DFF<Bits<32>>,
     fj0: DFF<Bits<32>>,
     feed_done: DFF<Bit>,
+    /// `feed_done` again, three kept copies: the feeder's gates, and the two
+    /// halves of `BDrain`'s exit loads (one flip-flop was a net of fan-out
+    /// 134, docs/timing.md).
+    fd_cp: Copies<3>,
     since_last: DFF<Bits<16>>,
     promised: DFF<Bits<16>>,
     // The feeder's gate `f_go` reads only registers (it fans out to the B FIFO,
@@ -142,6 +178,11 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// K − 2 and K = 1, latched at start, to update `f_last`.
     k_m2: DFF<Bits<32>>,
     k_one: DFF<Bit>,
+    /// K = 1 and N ≤ cols, registered every cycle from the arguments as
+    /// written (as `refuse` is), for the idle cycles' loads of `k_one`,
+    /// `bk_last`, `nb_one` and `bj1_end`: no 32-bit compare behind them.
+    k_is1: DFF<Bit>,
+    n_le_c: DFF<Bit>,
     /// `since_last ≥ c_gap`.
     gap_ok: DFF<Bit>,
     /// The output FIFO has room for another tile's rows, as of last cycle: its
@@ -154,9 +195,24 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     o_occ: DFF<Bits<16>>,
     /// Output FIFO depth less a tile's rows: `room` while `o_occ` is at most this.
     c_room: Constant<Bits<16>>,
-    /// This cycle's change of `o_occ`: a tile's rows promised, and rows dropped or popped.
-    o_up: Signal<Local, Bits<16>>,
-    o_dn: Signal<Local, Bits<16>>,
+    /// This cycle's decrease of `o_occ`: a row dropped (past M) and a row
+    /// popped last cycle (`o_occ` counts a pop a cycle late: `room` errs on
+    /// the safe side), registered a cycle ahead, and `c_rows` less it; and
+    /// `c_rows` less this cycle's decrease of `promised` (a row captured).
+    o_dn: DFF<Bits<16>>,
+    o_rdn: DFF<Bits<16>>,
+    p_rdn: DFF<Bits<16>>,
+    /// `o_occ` and `promised` after this cycle without and with a tile's
+    /// rows promised, each one add of registers: the tile's end (`f_end2`, a
+    /// gate of the feeder's flags) only selects one.
+    o_nup: Signal<Local, Bits<16>>,
+    o_yup: Signal<Local, Bits<16>>,
+    p_nup: Signal<Local, Bits<16>>,
+    p_yup: Signal<Local, Bits<16>>,
+    /// `Finish` may end: everything written, registered in `Finish` (each
+    /// condition, once true there, stays true), so the phase's exit compares
+    /// nothing.
+    fin_ok: DFF<Bit>,
     f_go: Signal<Local, Bit>,
     /// `f_go & f_last` (a tile's last k-step), as two gates of their own on
     /// their own copies of `room`: with `f_go` they were one net of fan-out
@@ -182,7 +238,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     f_left: DFF<Bits<32>>,
     s1_valid: DFF<Bit>,
     s1_last: DFF<Bit>,
-    s1_sel: DFF<Bits<8>>,
+    /// The A byte's index in its beat, a kept copy per row of feeds (one
+    /// register selecting every row's byte was a net of fan-out 197).
+    s1_sel: Vec<Kept<8>>,
     s1_b: DFF<Bits<W>>,
     /// Byte lane `c` of `s1_b` lies inside N (`N − fj0 > c`): the column feeds
     /// zero the others (a registered enable per column, from two small compares).
@@ -220,8 +278,24 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     w_i: DFF<Bits<32>>,
     w_j0: DFF<Bits<32>>,
     w_addr: DFF<Bits<64>>,
-    /// The row's address less `w_i · LDC`, which `row_mul` computes meanwhile.
+    /// The row's address less `w_i · LDC`, which `row_mul` computes meanwhile:
+    /// C plus `w_coff`, split at bit 32 as `baddr` is (C's high half plus
+    /// one in `c_hi1`).
     w_base: DFF<Bits<64>>,
+    wb_lo: Signal<Local, Bits<33>>,
+    c_hi1: DFF<Bits<32>>,
+    /// The row's byte offset from C's row start (`w_j0` bytes with requant,
+    /// else 4·`w_j0`, masked to the beat) and within the beat, registered in
+    /// `Fetch`: `Bias` and `Pack` add and shift by registers, not by a select
+    /// of shifts of `w_j0`.
+    w_coff: DFF<Bits<32>>,
+    w_boff: DFF<Bits<16>>,
+    /// The writer is in `Send`, as a flag set and cleared with it: the shell's
+    /// write request decodes no state.
+    w_send: DFF<Bit>,
+    /// The writer is in `Pack`, as two kept flags set with it: the beat's and
+    /// the strobes' loads (144 enables on a decode of `wstate`).
+    w_pack: Copies<2>,
     /// Cycles spent in `Wait`.
     w_wait: DFF<Bits<4>>,
     /// The strobe mask's shift, `lanes − 4·cols` (`lanes − cols` with requant)
@@ -346,14 +420,17 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
             feeds: (0..r).map(|row| RowFeed::new(row, cfg.k_max / p)).collect(),
             a_sel: crate::many(r),
+            s1_sel: (0..r).map(|_| Kept::default()).collect(),
+            a_we: crate::many(r),
+            a_wa: (0..r).map(|_| Kept::default()).collect(),
             cols: (0..c).map(ColFeed::new).collect(),
             rows: (0..r).map(|row| PeRow::new(row, c)).collect(),
             lanes: crate::many(c),
             bias_ram: SyncRam::new(cfg.n_max * 4 / p),
-            bfifo: Fifo::with_read_copies(cfg.read_fifo_depth, 4),
+            bfifo: Fifo::with_read_copies(cfg.read_fifo_depth, 8),
             ofifo: Fifo::new(ofifo),
             ometa: Fifo::new(ofifo),
-            tiles: Fifo::new(4),
+            tiles: Fifo::with_read_copies(4, 3),
             bpack: Pack::new(c),
             rchain: crate::many(r),
             ichain: crate::many(r),
@@ -387,11 +464,11 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             _rows: r,
             _cols: c,
             .. vitis, now, run, row_mul, idle, row_beats, phase, i0,
-            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_occ,
-            b_want, b_issue, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
-            promised, f_last, k_m2, k_one, gap_ok, room, o_occ, o_up, o_dn, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_sel, s1_b, any_cap,
-            cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, w_wait, w_sh, w_left,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear
+            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_lo, bnext, bn_lo, b_hi1, bj1_ge, b_occ,
+            b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
+            promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, room, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, any_cap,
+            cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left,
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, bi_wa, bias_rx, fd_cp, w_pack
         }))
     }
 }
@@ -402,16 +479,36 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats,
-            b_beats, bj1, bj_done, in_bs, b_want, bj1_end, n_mc, nb_one,
-            bk, bk_last, baddr, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
-            since_last, promised, f_last, k_m2, k_one, gap_ok, o_occ, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_sel, s1_b, wstate, w_data,
-            w_i, w_j0, w_addr, w_base, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
-            f_left, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear
+            b_beats, bj1, bj_done, in_bs, bj1_end, n_mc, nb_one,
+            bk, bk_last, baddr, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
+            since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, wstate, w_data,
+            w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
+            f_left, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we
         );
-        clock!(self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has, idle, room, w_idle_cp);
+        clock!(
+            self,
+            vitis.ap_clk,
+            bias_ram,
+            bfifo,
+            b_has,
+            tiles,
+            ofifo,
+            ometa,
+            row_mul,
+            o_has,
+            idle,
+            room,
+            w_idle_cp,
+            b_want,
+            bi_wa,
+            fd_cp,
+            w_pack
+        );
         for r in 0..self._rows {
             self.a_sel[r].clock.next = self.vitis.ap_clk.val();
             self.a_sel[r].d.next = self.a_sel[r].q.val();
+            self.a_we[r].clock.next = self.vitis.ap_clk.val();
+            self.a_wa[r].clock.next = self.vitis.ap_clk.val();
         }
         // ---------------- Shell ----------------
         self.array_clear.d.next = !self.vitis.ap_rst_n.val();
@@ -500,19 +597,21 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.o_occ.d.next = 0.into();
             self.b_occ.d.next = 0.into();
         }
+        self.k_is1.d.next = self.now.k.val() == 1;
+        self.n_le_c.d.next = self.now.n.val() <= self.c_cols.val();
         if self.idle.q.val().get_bit(1) {
             // The B stream's counters start here and are left so by each
             // stream's end (below), so entering BStream sets none of them.
             self.bk.d.next = 0.into();
-            self.bk_last.d.next = self.now.k.val() == 1;
+            self.bk_last.d.next = self.k_is1.q.val();
             self.bj1.d.next = self.c_cols.val();
             self.bj_done.d.next = false;
             self.baddr.d.next = self.now.b.val();
-            self.nb_one.d.next = self.now.n.val() <= self.c_cols.val();
-            self.bj1_end.d.next = self.now.n.val() <= self.c_cols.val();
+            self.nb_one.d.next = self.n_le_c.q.val();
+            self.bj1_end.d.next = self.n_le_c.q.val();
             self.n_mc.d.next = self.now.n.val() - self.c_cols.val();
             self.k_m2.d.next = self.now.k.val() - 2;
-            self.k_one.d.next = self.now.k.val() == 1;
+            self.k_one.d.next = self.k_is1.q.val();
         }
         if self.idle.q.val().get_bit(2) {
             self.fj0.d.next = 0.into();
@@ -594,13 +693,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 // The exit below, on `feed_done` alone.
             }
             Phase::Finish => {
-                if self.tiles.empty.val()
+                self.fin_ok.d.next = self.tiles.empty.val()
                     & (self.promised.q.val() == 0)
                     & self.ofifo.empty.val()
                     & self.w_idle.q.val()
-                    & self.shell.writes_done.val()
-                {
+                    & self.shell.writes_done.val();
+                if self.fin_ok.q.val() {
                     self.phase.d.next = Phase::Done;
+                    self.fin_ok.d.next = false;
                 }
             }
             Phase::Done => {
@@ -615,18 +715,20 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // last k-step needs the last B beat, which arrives after the AR handshake
         // that ends `BStream`) and cleared here, so the enables below decode no
         // phase (that decode was the GEMM's critical path, docs/timing.md).
-        if self.feed_done.q.val() {
-            self.i0.d.next = self.i0.q.val() + self.c_rows.val();
-            self.m_left.d.next = self.m_rest.q.val();
-            self.recv_cnt.d.next = 0.into();
-            self.recv_row.d.next = 0.into();
-            // The next block's rows of A follow the last one's.
-            self.shell.span_resume.next = true;
+        if self.fd_cp.q.val().get_bit(2) {
             // `fk` and `f_last` are 0 and `k_one` already: the tile that set
             // `feed_done` cleared them, and no k-step ran since.
             self.fj0.d.next = 0.into();
             self.f_left.d.next = self.run.n.val();
             self.feed_done.d.next = false;
+            self.i0.d.next = self.i0.q.val() + self.c_rows.val();
+            self.m_left.d.next = self.m_rest.q.val();
+        }
+        if self.fd_cp.q.val().get_bit(1) {
+            self.recv_cnt.d.next = 0.into();
+            self.recv_row.d.next = 0.into();
+            // The next block's rows of A follow the last one's.
+            self.shell.span_resume.next = true;
             self.rows_valid.d.next = self.next_rows.q.val();
             self.phase.d.next = Phase::AReq;
             self.in_a.d.next = true;
@@ -641,8 +743,22 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
         // ---------------- B read issue (BStream) ----------------
-        self.b_issue.next = self.b_want.q.val() & self.shell.slot_free.val();
-        self.shell.ar_req.next = self.b_issue.val();
+        self.b_issue.next = self.b_want.q.val().get_bit(0) & self.shell.slot_free.val();
+        self.b_issue_a.next = self.b_want.q.val().get_bit(1) & self.shell.slot_free.val();
+        self.b_issue_o.next = self.b_want.q.val().get_bit(2) & self.shell.slot_free.val();
+        self.shell.ar_req.next = self.b_issue_o.val();
+        self.b_hi1.d.next = self.run.b.val().get_bits::<32>(32) + 1;
+        self.bn_lo.next = bit_cast::<33, 32>(self.run.b.val().get_bits::<32>(0))
+            + bit_cast::<33, 32>(self.bj1.q.val() & bit_cast::<32, 64>(!self.c_pmask.val()));
+        self.bnext.d.next = bit_cast::<64, 32>(self.bn_lo.val().get_bits::<32>(0))
+            | (bit_cast::<64, 32>(self.run.b.val().get_bits::<32>(32)) << 32);
+        if self.bn_lo.val().get_bit(32) {
+            self.bnext.d.next =
+                bit_cast::<64, 32>(self.bn_lo.val().get_bits::<32>(0)) | (bit_cast::<64, 32>(self.b_hi1.q.val()) << 32);
+        }
+        self.bj1_ge.d.next = self.bj1.q.val() >= self.n_mc.q.val();
+        self.b_lo.next =
+            bit_cast::<33, 32>(self.baddr.q.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.run.ldb.val());
         if self.b_issue.val() {
             // One single-beat read per k: B[k][j0 .. j0+cols] sits in one beat.
             if self.bk_last.q.val() {
@@ -654,16 +770,28 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 if self.bj1_end.q.val() {
                     self.bj1.d.next = self.c_cols.val();
                     self.bj1_end.d.next = self.nb_one.q.val();
-                    self.baddr.d.next = self.run.b.val();
                 } else {
                     self.bj1.d.next = self.bj1.q.val() + self.c_cols.val();
-                    self.bj1_end.d.next = self.bj1.q.val() >= self.n_mc.q.val();
-                    self.baddr.d.next = self.run.b.val() + (bit_cast::<64, 32>(self.bj1.q.val()) & !self.c_pmask.val());
+                    self.bj1_end.d.next = self.bj1_ge.q.val();
                 }
             } else {
                 self.bk.d.next = self.bk.q.val() + 1;
                 self.bk_last.d.next = self.bk.q.val() == self.k_m2.q.val();
-                self.baddr.d.next = self.baddr.q.val() + bit_cast::<64, 32>(self.run.ldb.val());
+            }
+        }
+        if self.b_issue_a.val() {
+            if self.bk_last.q.val() {
+                self.baddr.d.next = self.bnext.q.val();
+                if self.bj1_end.q.val() {
+                    self.baddr.d.next = self.run.b.val();
+                }
+            } else {
+                self.baddr.d.next = bit_cast::<64, 32>(self.b_lo.val().get_bits::<32>(0))
+                    | (bit_cast::<64, 32>(self.baddr.q.val().get_bits::<32>(32)) << 32);
+                if self.b_lo.val().get_bit(32) {
+                    self.baddr.d.next = bit_cast::<64, 32>(self.b_lo.val().get_bits::<32>(0))
+                        | (bit_cast::<64, 32>(self.baddr.q.val().get_bits::<32>(32) + 1) << 32);
+                }
             }
         }
         if self.in_bs.q.val() & self.bj_done.q.val() & self.shell.slot_free.val() {
@@ -675,18 +803,23 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // `in_bs`, and set when the drain clears it), and the room.
         self.b_want.d.next = ((self.in_bs.q.val()
             & !self.bj_done.q.val()
-            & !(self.b_issue.val() & self.bk_last.q.val() & self.bj1_end.q.val()))
+            & !(self.b_issue.val() & self.bk_last.q.val() & self.bj1_end.q.val())
+            & !(self.b_issue.val() & self.k_one.q.val()))
             | self.aw_go.val())
             & (self.b_occ.q.val() < self.c_rspare.val());
 
         // ---------------- Read-data receiver ----------------
         // `in_b` is set and cleared with BStream/BDrain: the same function, no phase decode.
         self.b_recv.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_b.q.val();
-        self.bias_ram.port.we.next = self.vitis.m_axi_gmem.rvalid.val()
+        self.bias_rx.next = self.vitis.m_axi_gmem.rvalid.val()
             & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait));
-        self.bias_ram.port.waddr.next = self.recv_cnt.q.val();
-        self.bias_ram.port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
-        if self.bias_ram.port.we.val() {
+        self.a_wd.d.next = self.vitis.m_axi_gmem.rdata.val();
+        self.bi_we.d.next = self.bias_rx.val();
+        self.bi_wa.d.next = self.recv_cnt.q.val();
+        self.bias_ram.port.we.next = self.bi_we.q.val();
+        self.bias_ram.port.waddr.next = self.bi_wa.q.val();
+        self.bias_ram.port.wdata.next = self.a_wd.q.val();
+        if self.bias_rx.val() {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
         if self.vitis.m_axi_gmem.rvalid.val() & self.in_a.q.val() {
@@ -708,17 +841,17 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // ---------------- Feeder: one k-step per cycle into the array ----------------
         self.room.d.next = self.vitis.ap_rst_n.val() & (self.o_occ.q.val() <= self.c_room.val());
         self.f_go.next = self.in_b.q.val()
-            & !self.feed_done.q.val()
+            & !self.fd_cp.q.val().get_bit(0)
             & self.b_has.any.val()
             & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val().get_bit(0)));
         self.f_end.next = self.in_b.q.val()
-            & !self.feed_done.q.val()
+            & !self.fd_cp.q.val().get_bit(0)
             & self.b_has.any.val()
             & self.f_last.q.val()
             & self.gap_ok.q.val()
             & self.room.q.val().get_bit(1);
         self.f_end2.next = self.in_b.q.val()
-            & !self.feed_done.q.val()
+            & !self.fd_cp.q.val().get_bit(0)
             & self.b_has.any.val()
             & self.f_last.q.val()
             & self.gap_ok.q.val()
@@ -728,15 +861,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.b_has.push.next = self.b_recv.val();
         self.b_has.pop.next = self.f_go.val();
         self.f_fin.d.next = self.f_left.q.val() <= self.c_cols.val();
-        if self.b_issue.val() & !self.f_go.val() {
+        if self.b_issue_o.val() & !self.f_go.val() {
             self.b_occ.d.next = self.b_occ.q.val() + 1;
         }
-        if !self.b_issue.val() & self.f_go.val() {
+        if !self.b_issue_o.val() & self.f_go.val() {
             self.b_occ.d.next = self.b_occ.q.val() - 1;
         }
         self.s1_valid.d.next = self.f_go.val();
         self.s1_last.d.next = self.f_go.val() & self.f_last.q.val();
-        self.s1_sel.d.next = bit_cast::<8, 32>(self.fk.q.val() & bit_cast::<32, 64>(self.c_pmask.val()));
         self.s1_b.d.next = self.bfifo.dout.val()
             >> (bit_cast::<16, 32>(self.fj0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3);
         if self.since_last.q.val() < self.c_gap.val() {
@@ -782,12 +914,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         for r in 0..self._rows {
             self.feeds[r].clock.next = self.vitis.ap_clk.val();
-            self.feeds[r].ram_port.we.next =
-                self.vitis.m_axi_gmem.rvalid.val() & self.in_a.q.val() & self.a_sel[r].q.val();
-            self.feeds[r].ram_port.waddr.next = self.recv_cnt.q.val();
-            self.feeds[r].ram_port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
+            self.a_we[r].d.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_a.q.val() & self.a_sel[r].q.val();
+            self.a_wa[r].d.next = self.recv_cnt.q.val();
+            self.feeds[r].ram_port.we.next = self.a_we[r].q.val();
+            self.feeds[r].ram_port.waddr.next = self.a_wa[r].q.val();
+            self.feeds[r].ram_port.wdata.next = self.a_wd.q.val();
             self.feeds[r].ram_port.raddr.next = bit_cast::<16, 32>(self.fk.q.val() >> self.c_logp.val());
-            self.feeds[r].sel.next = self.s1_sel.q.val();
+            self.s1_sel[r].clock.next = self.vitis.ap_clk.val();
+            self.s1_sel[r].d.next = bit_cast::<8, 32>(self.fk.q.val() & bit_cast::<32, 64>(self.c_pmask.val()));
+            self.feeds[r].sel.next = self.s1_sel[r].q.val();
             self.feeds[r].valid_in.next = self.s1_valid.q.val();
             self.feeds[r].last_in.next = self.s1_last.q.val();
             self.rows[r].clock.next = self.vitis.ap_clk.val();
@@ -844,14 +979,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.ofifo.din.next = self.cap_d.q.val();
         self.ometa.din.next = self.cap_m.q.val();
         // A captured row stays promised until it is pushed (or dropped, past M).
-        if self.f_end2.val() & !self.cap_v.q.val() {
-            self.promised.d.next = self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val());
+        self.p_nup.next = self.promised.q.val();
+        if self.cap_v.q.val() {
+            self.p_nup.next = self.promised.q.val() - 1;
         }
-        if !self.f_end2.val() & self.cap_v.q.val() {
-            self.promised.d.next = self.promised.q.val() - 1;
-        }
-        if self.f_end2.val() & self.cap_v.q.val() {
-            self.promised.d.next = self.promised.q.val() + bit_cast::<16, 32>(self.c_rows.val()) - 1;
+        self.p_yup.next = self.promised.q.val() + self.p_rdn.q.val();
+        self.promised.d.next = self.p_nup.val();
+        if self.f_end2.val() {
+            self.promised.d.next = self.p_yup.val();
         }
 
         // ---------------- Writer: epilogue and one beat per output row ----------------
@@ -880,7 +1015,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.p32.lanes[c].next = self.lanes[c].out32.val();
             self.p8.lanes[c].next = self.lanes[c].out8.val();
         }
-        self.shell.wr_send.next = self.wstate.q.val() == WriterState::Send;
+        self.shell.wr_send.next = self.w_send.q.val();
+        // Every cycle: `w_sh` is steady from `Bias` to the next row's.
+        self.w_mask.d.next = self.c_ones.val() >> self.w_sh.q.val();
+        self.c_hi1.d.next = self.run.c.val().get_bits::<32>(32) + 1;
+        self.wb_lo.next =
+            bit_cast::<33, 32>(self.run.c.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.w_coff.q.val());
         self.shell.wr_addr.next = self.w_addr.q.val();
         self.shell.wr_len.next = 0.into();
         self.shell.wr_data.next = self.w_beat.q.val();
@@ -903,21 +1043,38 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.w_i.d.next = self.ometa.dout.val().get_bits::<32>(0);
             self.w_j0.d.next = self.ometa.dout.val().get_bits::<32>(32);
         }
+        self.w_pack.d.next = false;
+        if self.w_pack.q.val().get_bit(0) {
+            self.w_beat.d.next = self.p32.out.val() << (self.w_boff.q.val() << 3);
+            if self.run.requant.val() {
+                self.w_beat.d.next = self.p8.out.val() << (self.w_boff.q.val() << 3);
+            }
+        }
+        if self.w_pack.q.val().get_bit(1) {
+            self.w_strb.d.next = self.w_mask.q.val() << self.w_boff.q.val();
+        }
         match self.wstate.q.val() {
             WriterState::Idle => {
                 // The pop above, on `w_idle`.
             }
             WriterState::Fetch => {
                 self.w_left.d.next = self.run.n.val() - self.w_j0.q.val();
+                self.w_coff.d.next = (self.w_j0.q.val() << 2) & bit_cast::<32, 64>(!self.c_pmask.val());
+                self.w_boff.d.next =
+                    bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val()));
+                if self.run.requant.val() {
+                    self.w_coff.d.next = self.w_j0.q.val() & bit_cast::<32, 64>(!self.c_pmask.val());
+                    self.w_boff.d.next = bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val()));
+                }
                 self.wstate.d.next = WriterState::Bias;
             }
             WriterState::Bias => {
                 // Lanes add bias / apply ReLU this cycle; the row address less w_i · LDC.
-                self.w_base.d.next =
-                    self.run.c.val() + (bit_cast::<64, 32>(self.w_j0.q.val() << 2) & !self.c_pmask.val());
-                if self.run.requant.val() {
-                    self.w_base.d.next =
-                        self.run.c.val() + (bit_cast::<64, 32>(self.w_j0.q.val()) & !self.c_pmask.val());
+                self.w_base.d.next = bit_cast::<64, 32>(self.wb_lo.val().get_bits::<32>(0))
+                    | (bit_cast::<64, 32>(self.run.c.val().get_bits::<32>(32)) << 32);
+                if self.wb_lo.val().get_bit(32) {
+                    self.w_base.d.next = bit_cast::<64, 32>(self.wb_lo.val().get_bits::<32>(0))
+                        | (bit_cast::<64, 32>(self.c_hi1.q.val()) << 32);
                 }
                 // Columns of the row inside N (fewer than `cols` ≤ lanes / 4 when
                 // short, so eight bits hold them).
@@ -935,57 +1092,44 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.wstate.d.next = WriterState::Wait;
             }
             WriterState::Wait => {
-                self.w_mask.d.next = self.c_ones.val() >> self.w_sh.q.val();
                 self.w_wait.d.next = self.w_wait.q.val() + 1;
                 if self.w_wait.q.val() == self.c_wait.val() {
                     self.w_addr.d.next = self.w_base.q.val() + self.row_mul.p.val();
                     self.wstate.d.next = WriterState::Pack;
+                    self.w_pack.d.next = true;
                 }
             }
             WriterState::Pack => {
                 // `w_j0` is a multiple of `cols`: its offset in the beat has known-zero bits.
-                self.w_beat.d.next = self.p32.out.val()
-                    << (bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val())) << 3);
-                if self.run.requant.val() {
-                    self.w_beat.d.next = self.p8.out.val()
-                        << (bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3);
-                }
-                self.w_strb.d.next = self.w_mask.q.val()
-                    << bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val()));
-                if self.run.requant.val() {
-                    self.w_strb.d.next = self.w_mask.q.val()
-                        << bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val()));
-                }
+                // The beat and strobes load on `w_pack`, below.
                 self.wstate.d.next = WriterState::Send;
+                self.w_send.d.next = true;
             }
             WriterState::Send => {
-                if self.shell.wr_fire.val() {
-                    self.wstate.d.next = WriterState::Idle;
-                    self.w_idle.d.next = true;
-                }
+                // The exit below, on `w_send`.
             }
             _ => {
                 self.wstate.d.next = WriterState::Idle;
                 self.w_idle.d.next = true;
+                self.w_send.d.next = false;
             }
+        }
+        if self.w_send.q.val() & self.shell.wr_fire.val() {
+            self.wstate.d.next = WriterState::Idle;
+            self.w_idle.d.next = true;
+            self.w_send.d.next = false;
         }
 
         self.o_has.clear.next = !self.vitis.ap_rst_n.val();
         self.o_has.push.next = self.ofifo.push.val();
         self.o_has.pop.next = self.ofifo.pop.val();
-        self.o_up.next = 0.into();
-        if self.f_end2.val() {
-            self.o_up.next = bit_cast::<16, 32>(self.c_rows.val());
-        }
-        self.o_dn.next = 0.into();
-        if self.cap_v.q.val() & !self.cap_ok.q.val() {
-            self.o_dn.next = 1.into();
-        }
-        if self.ofifo.pop.val() {
-            self.o_dn.next = self.o_dn.val() + 1;
-        }
+        self.o_nup.next = self.o_occ.q.val() - self.o_dn.q.val();
+        self.o_yup.next = self.o_occ.q.val() + self.o_rdn.q.val();
         if self.phase.q.val() != Phase::Idle {
-            self.o_occ.d.next = self.o_occ.q.val() + self.o_up.val() - self.o_dn.val();
+            self.o_occ.d.next = self.o_nup.val();
+            if self.f_end2.val() {
+                self.o_occ.d.next = self.o_yup.val();
+            }
         }
 
         if !self.vitis.ap_rst_n.val() {
@@ -1001,8 +1145,24 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.t_push.d.next = false;
             self.wstate.d.next = WriterState::Idle;
             self.w_idle.d.next = true;
+            self.w_send.d.next = false;
+            self.w_pack.d.next = false;
+            self.fin_ok.d.next = false;
         }
         self.w_idle_cp.d.next = self.w_idle.d.val();
+        self.fd_cp.d.next = self.feed_done.d.val();
+        self.o_dn.d.next = 0.into();
+        if self.cap_v.d.val() & !self.cap_ok.d.val() {
+            self.o_dn.d.next = 1.into();
+        }
+        if self.ofifo.pop.val() {
+            self.o_dn.d.next = self.o_dn.d.val() + 1;
+        }
+        self.o_rdn.d.next = bit_cast::<16, 32>(self.c_rows.val()) - self.o_dn.d.val();
+        self.p_rdn.d.next = bit_cast::<16, 32>(self.c_rows.val());
+        if self.cap_v.d.val() {
+            self.p_rdn.d.next = bit_cast::<16, 32>(self.c_rows.val()) - 1;
+        }
     }
 }
 
