@@ -99,6 +99,23 @@ fn back_to_back_runs_reuse_the_unit() {
     }
 }
 
+/// K = 1 over many column blocks: every B read ends a column block, and the
+/// next block's address and end flag are registered from the last one's, so
+/// the unit must not issue two such reads in consecutive cycles.
+#[test]
+fn one_k_step_over_many_column_blocks() {
+    let Some(engine) = engine() else { return };
+    let mut dev = SimDevice::new(GemmConfig::small(4, 4), MemoryConfig::default(), engine, None).unwrap();
+    for (m, n, bias) in [(9usize, 200usize, true), (64, 256, false)] {
+        let p = GemmProblem { bias, ..GemmProblem::new(m, n, 1) };
+        let a: Vec<i8> = (0..m).map(|i| (i as i32 * 29 - 128) as i8).collect();
+        let b: Vec<i8> = (0..n).map(|i| (i as i32 * 13 - 90) as i8).collect();
+        let bias = bias.then(|| (0..n as i32).map(|j| j * 1000 - 7).collect::<Vec<_>>());
+        let (got, _) = ops::gemm(&mut dev, &p, &a, &b, bias.as_deref()).unwrap();
+        assert_eq!(got, gemm(&p, &a, &b, bias.as_deref()).unwrap(), "{p:?}");
+    }
+}
+
 #[test]
 fn memory_that_never_answers_times_out() {
     let Some(engine) = engine() else { return };
