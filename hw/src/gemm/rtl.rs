@@ -227,6 +227,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The phase streams B (`BStream` or `BDrain`), as a flag set and cleared
     /// with the phase, so the feeder's gate decodes no state.
     in_b: DFF<Bit>,
+    /// `in_b` again, a kept copy for each of the feeder's three gates.
+    in_b_cp: Copies<3>,
     /// Whether the B FIFO holds a beat, as a flag: the feeder's gate reads it.
     b_has: Occupancy,
     /// This tile is the last column block (`fj0 + cols ≥ N`, i.e. `f_left ≤
@@ -328,6 +330,12 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The epilogue lanes' int32 and int8 results, packed as lanes of a beat.
     p32: Pack<32, W>,
     p8: Pack<8, W>,
+    /// The beat before its shift: `p8` with requant, else `p32`, a quarter of
+    /// the bits (`c_quarter`) on each of four kept copies of the flag (one
+    /// argument bit selected 197 bits, docs/timing.md).
+    w_src: Signal<Local, Bits<W>>,
+    rq_cp: Copies<4>,
+    c_quarter: Vec<Constant<Bits<W>>>,
 
     // Generation-time parameters.
     c_logp: Constant<Bits<16>>,
@@ -427,7 +435,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             rows: (0..r).map(|row| PeRow::new(row, c)).collect(),
             lanes: crate::many(c),
             bias_ram: SyncRam::new(cfg.n_max * 4 / p),
-            bfifo: Fifo::with_read_copies(cfg.read_fifo_depth, 8),
+            bfifo: Fifo::with_read_copies(cfg.read_fifo_depth, 16),
             ofifo: Fifo::new(ofifo),
             ometa: Fifo::new(ofifo),
             tiles: Fifo::with_read_copies(4, 3),
@@ -437,6 +445,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             cchain: crate::many(r),
             p32: Pack::new(c),
             p8: Pack::new(c),
+            c_quarter: (0..4).map(|i| Constant::new(Bits::<W>::mask() >> ((W - W / 4) as u64) << ((i * W / 4) as u64))).collect(),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
             c_pmask: Constant::new(k(p as u64 - 1)),
             c_rmask: Constant::new(k((p as u64 - 1) & !(4 * c as u64 - 1))),
@@ -468,7 +477,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, room, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, bi_wa, bias_rx, fd_cp, w_pack
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, in_b_cp
         }))
     }
 }
@@ -485,24 +494,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we
         );
+        #[rustfmt::skip]
         clock!(
-            self,
-            vitis.ap_clk,
-            bias_ram,
-            bfifo,
-            b_has,
-            tiles,
-            ofifo,
-            ometa,
-            row_mul,
-            o_has,
-            idle,
-            room,
-            w_idle_cp,
-            b_want,
-            bi_wa,
-            fd_cp,
-            w_pack
+            self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has, idle, room, w_idle_cp, b_want, bi_wa,
+            fd_cp, w_pack, rq_cp, in_b_cp
         );
         for r in 0..self._rows {
             self.a_sel[r].clock.next = self.vitis.ap_clk.val();
@@ -840,17 +835,17 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
 
         // ---------------- Feeder: one k-step per cycle into the array ----------------
         self.room.d.next = self.vitis.ap_rst_n.val() & (self.o_occ.q.val() <= self.c_room.val());
-        self.f_go.next = self.in_b.q.val()
+        self.f_go.next = self.in_b_cp.q.val().get_bit(0)
             & !self.fd_cp.q.val().get_bit(0)
             & self.b_has.any.val()
             & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val().get_bit(0)));
-        self.f_end.next = self.in_b.q.val()
+        self.f_end.next = self.in_b_cp.q.val().get_bit(1)
             & !self.fd_cp.q.val().get_bit(0)
             & self.b_has.any.val()
             & self.f_last.q.val()
             & self.gap_ok.q.val()
             & self.room.q.val().get_bit(1);
-        self.f_end2.next = self.in_b.q.val()
+        self.f_end2.next = self.in_b_cp.q.val().get_bit(2)
             & !self.fd_cp.q.val().get_bit(0)
             & self.b_has.any.val()
             & self.f_last.q.val()
@@ -1044,11 +1039,17 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.w_j0.d.next = self.ometa.dout.val().get_bits::<32>(32);
         }
         self.w_pack.d.next = false;
-        if self.w_pack.q.val().get_bit(0) {
-            self.w_beat.d.next = self.p32.out.val() << (self.w_boff.q.val() << 3);
-            if self.run.requant.val() {
-                self.w_beat.d.next = self.p8.out.val() << (self.w_boff.q.val() << 3);
+        self.rq_cp.d.next = self.run.requant.val();
+        self.w_src.next = 0.into();
+        for i in 0..4 {
+            if self.rq_cp.q.val().get_bit(i) {
+                self.w_src.next = self.w_src.val() | (self.p8.out.val() & self.c_quarter[i].val());
+            } else {
+                self.w_src.next = self.w_src.val() | (self.p32.out.val() & self.c_quarter[i].val());
             }
+        }
+        if self.w_pack.q.val().get_bit(0) {
+            self.w_beat.d.next = self.w_src.val() << (self.w_boff.q.val() << 3);
         }
         if self.w_pack.q.val().get_bit(1) {
             self.w_strb.d.next = self.w_mask.q.val() << self.w_boff.q.val();
@@ -1151,6 +1152,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         self.w_idle_cp.d.next = self.w_idle.d.val();
         self.fd_cp.d.next = self.feed_done.d.val();
+        self.in_b_cp.d.next = self.in_b.d.val();
         self.o_dn.d.next = 0.into();
         if self.cap_v.d.val() & !self.cap_ok.d.val() {
             self.o_dn.d.next = 1.into();
