@@ -298,6 +298,11 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The writer is in `Pack`, as two kept flags set with it: the beat's and
     /// the strobes' loads (144 enables on a decode of `wstate`).
     w_pack: Copies<2>,
+    /// The writer is in `Fetch`, `Bias`, `Wait`: flags from the next state,
+    /// for those states' loads (one decode of `wstate` enabled 226 bits).
+    ws_fetch: DFF<Bit>,
+    ws_bias: DFF<Bit>,
+    ws_wait: DFF<Bit>,
     /// Cycles spent in `Wait`.
     w_wait: DFF<Bits<4>>,
     /// The strobe mask's shift, `lanes − 4·cols` (`lanes − cols` with requant)
@@ -477,7 +482,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, room, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, in_b_cp
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, in_b_cp, ws_fetch, ws_bias, ws_wait
         }))
     }
 }
@@ -490,7 +495,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats,
             b_beats, bj1, bj_done, in_bs, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
-            since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, wstate, w_data,
+            since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, wstate, w_data,
             w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we
         );
@@ -1059,43 +1064,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 // The pop above, on `w_idle`.
             }
             WriterState::Fetch => {
-                self.w_left.d.next = self.run.n.val() - self.w_j0.q.val();
-                self.w_coff.d.next = (self.w_j0.q.val() << 2) & bit_cast::<32, 64>(!self.c_pmask.val());
-                self.w_boff.d.next =
-                    bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val()));
-                if self.run.requant.val() {
-                    self.w_coff.d.next = self.w_j0.q.val() & bit_cast::<32, 64>(!self.c_pmask.val());
-                    self.w_boff.d.next = bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val()));
-                }
                 self.wstate.d.next = WriterState::Bias;
             }
             WriterState::Bias => {
-                // Lanes add bias / apply ReLU this cycle; the row address less w_i · LDC.
-                self.w_base.d.next = bit_cast::<64, 32>(self.wb_lo.val().get_bits::<32>(0))
-                    | (bit_cast::<64, 32>(self.run.c.val().get_bits::<32>(32)) << 32);
-                if self.wb_lo.val().get_bit(32) {
-                    self.w_base.d.next = bit_cast::<64, 32>(self.wb_lo.val().get_bits::<32>(0))
-                        | (bit_cast::<64, 32>(self.c_hi1.q.val()) << 32);
-                }
-                // Columns of the row inside N (fewer than `cols` ≤ lanes / 4 when
-                // short, so eight bits hold them).
-                self.w_sh.d.next = self.c_sh32.val();
-                if self.run.requant.val() {
-                    self.w_sh.d.next = self.c_sh8.val();
-                }
-                if self.w_left.q.val() < self.c_cols.val() {
-                    self.w_sh.d.next = self.c_lanes.val() - (bit_cast::<8, 32>(self.w_left.q.val()) << 2);
-                    if self.run.requant.val() {
-                        self.w_sh.d.next = self.c_lanes.val() - bit_cast::<8, 32>(self.w_left.q.val());
-                    }
-                }
                 self.w_wait.d.next = 0.into();
                 self.wstate.d.next = WriterState::Wait;
             }
             WriterState::Wait => {
                 self.w_wait.d.next = self.w_wait.q.val() + 1;
                 if self.w_wait.q.val() == self.c_wait.val() {
-                    self.w_addr.d.next = self.w_base.q.val() + self.row_mul.p.val();
                     self.wstate.d.next = WriterState::Pack;
                     self.w_pack.d.next = true;
                 }
@@ -1114,6 +1091,41 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.w_idle.d.next = true;
                 self.w_send.d.next = false;
             }
+        }
+        // The loads of `Fetch`, `Bias` and `Wait`, on flags of those states.
+        if self.ws_fetch.q.val() {
+            self.w_left.d.next = self.run.n.val() - self.w_j0.q.val();
+            self.w_coff.d.next = (self.w_j0.q.val() << 2) & bit_cast::<32, 64>(!self.c_pmask.val());
+            self.w_boff.d.next = bit_cast::<16, 32>((self.w_j0.q.val() << 2) & bit_cast::<32, 64>(self.c_rmask.val()));
+            if self.run.requant.val() {
+                self.w_coff.d.next = self.w_j0.q.val() & bit_cast::<32, 64>(!self.c_pmask.val());
+                self.w_boff.d.next = bit_cast::<16, 32>(self.w_j0.q.val() & bit_cast::<32, 64>(self.c_bmask.val()));
+            }
+        }
+        if self.ws_bias.q.val() {
+            // Lanes add bias / apply ReLU this cycle; the row address less w_i · LDC.
+            self.w_base.d.next = bit_cast::<64, 32>(self.wb_lo.val().get_bits::<32>(0))
+                | (bit_cast::<64, 32>(self.run.c.val().get_bits::<32>(32)) << 32);
+            if self.wb_lo.val().get_bit(32) {
+                self.w_base.d.next = bit_cast::<64, 32>(self.wb_lo.val().get_bits::<32>(0))
+                    | (bit_cast::<64, 32>(self.c_hi1.q.val()) << 32);
+            }
+            // Columns of the row inside N (fewer than `cols` ≤ lanes / 4 when
+            // short, so eight bits hold them).
+            self.w_sh.d.next = self.c_sh32.val();
+            if self.run.requant.val() {
+                self.w_sh.d.next = self.c_sh8.val();
+            }
+            if self.w_left.q.val() < self.c_cols.val() {
+                self.w_sh.d.next = self.c_lanes.val() - (bit_cast::<8, 32>(self.w_left.q.val()) << 2);
+                if self.run.requant.val() {
+                    self.w_sh.d.next = self.c_lanes.val() - bit_cast::<8, 32>(self.w_left.q.val());
+                }
+            }
+        }
+        // Every cycle of `Wait`: the last one's sum is the row's address.
+        if self.ws_wait.q.val() {
+            self.w_addr.d.next = self.w_base.q.val() + self.row_mul.p.val();
         }
         if self.w_send.q.val() & self.shell.wr_fire.val() {
             self.wstate.d.next = WriterState::Idle;
@@ -1153,6 +1165,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.w_idle_cp.d.next = self.w_idle.d.val();
         self.fd_cp.d.next = self.feed_done.d.val();
         self.in_b_cp.d.next = self.in_b.d.val();
+        self.ws_fetch.d.next = self.wstate.d.val() == WriterState::Fetch;
+        self.ws_bias.d.next = self.wstate.d.val() == WriterState::Bias;
+        self.ws_wait.d.next = self.wstate.d.val() == WriterState::Wait;
         self.o_dn.d.next = 0.into();
         if self.cap_v.d.val() & !self.cap_ok.d.val() {
             self.o_dn.d.next = 1.into();
