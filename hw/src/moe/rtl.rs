@@ -12,7 +12,7 @@
 use super::config::{MoeConfig, EXPERT_SLOTS, E_LIMIT, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
 use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_TOK, POST_LATENCY, RB};
-use crate::blocks::{AddTree16Pipe, Fifo, MulRoundSat16Pipe, MulU32Pipe, Occupancy, Pack, SkewLine, SyncRam};
+use crate::blocks::{AddTree16Pipe, Copies, Fifo, MulRoundSat16Pipe, MulU32Pipe, Occupancy, Pack, SkewLine, SyncRam};
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
 use crate::{clock, dff_setup};
@@ -24,6 +24,9 @@ const DIV_STAGES: usize = 27;
 const OUT_DEPTH: usize = 64;
 /// Output FIFO word: route record and token index.
 const OB: usize = RB + 32;
+/// Half a route record: the writer's record register is two halves, each
+/// enabled by a kept copy of its own.
+const RB2: usize = RB / 2;
 /// Cycles from s3 to the `s4_*` registers' inputs, so that s4 meets the posts' outputs.
 const POST_DLY: usize = POST_LATENCY - 1;
 
@@ -106,8 +109,16 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// without FLAGS.bias.
     bias_nx: Signal<Local, Bits<ZB>>,
     c_wones: Constant<Bits<W>>,
-    c_slot: Vec<Constant<Bits<16>>>,
     c_slot_at: Vec<Constant<Bits<16>>>,
+    /// The bias slot the next beat goes into (`recv_cnt` in the bias phases),
+    /// one-hot: set to slot 0 at `start`, shifted by each beat received in
+    /// `BiasReq`/`BiasWait` (`in_bias`). Each slot's W enables hang off its
+    /// flag, `in_bias` and `rvalid`, where they hung off a decode of `phase`
+    /// and a compare of `recv_cnt` (the router's worst group, fan-out 128
+    /// into 512 bits, docs/timing.md).
+    bias_hot: Vec<DFF<Bit>>,
+    /// The phase is `BiasReq` or `BiasWait`, as a flag set and cleared with it.
+    in_bias: DFF<Bit>,
     _bias_slots: usize,
     // Capacity.
     /// The capacity multiplier's operands, registered so that the flow folds
@@ -122,6 +133,16 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     cap_den: DFF<Bits<32>>,
     cap_dm1: DFF<Bits<32>>,
     cap_i: DFF<Bits<8>>,
+    /// `cap_i` at its last count in `CapPrep`, `CapMul` and `CapDiv`, as
+    /// flip-flops set the cycle before from `phase` and `cap_i` (each load
+    /// hung off a compare of `cap_i` and a decode of `phase`, fan-out 160 to
+    /// 194, docs/timing.md). `cap_me`: 0 `cap_num`, `cap_i` and `phase`, 1
+    /// `cap_rem` and `cap_q`; `cap_de`: 0 `cap` and `phase`, 1 the statistics'
+    /// clear.
+    cap_pe: DFF<Bit>,
+    cap_me: Copies<2>,
+    cap_de: Copies<2>,
+    c_mlat_m1: Constant<Bits<8>>,
     cap_r2: Signal<Local, Bits<32>>,
     cap: DFF<Bits<32>>,
     // Gate projection sequencer and its flag pipeline.
@@ -286,7 +307,27 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     out_done: DFF<Bit>,
     // Writer.
     wstate: DFF<WriterState>,
-    w_beats: DFF<Bits<RB>>,
+    /// `wstate`'s decodes as kept flip-flops ([`Copies`], their `d` the decode
+    /// of `wstate`'s next value, so each equals the decode every cycle): the
+    /// idle pop enabled ~1 000 row bits and the record burst's shift 512, all
+    /// off one decode of `wstate` (docs/timing.md). Idle: 0 the pop (FIFO,
+    /// `o_occ`, the state, `w_left`, `w_tok`, `rb`), 1 and 2 the record's
+    /// halves, 3 `w_slots`, 4 `w_ids`, `w_addr` and `route_ptr`.
+    w_idle_cp: Copies<5>,
+    /// In `Rec`: 0 the write port's selects, 1 and 2 the record's halves' shift.
+    w_rec_cp: Copies<3>,
+    /// In `Rec` or `WSend`: the shell's `wr_send`, a flip-flop.
+    w_send: DFF<Bit>,
+    /// The route record, low and high half: the burst shifts it down a beat
+    /// at a time (`w_bcat` the two together).
+    w_beats_lo: DFF<Bits<RB2>>,
+    w_beats_hi: DFF<Bits<RB2>>,
+    w_bcat: Signal<Local, Bits<RB>>,
+    w_bsh: Signal<Local, Bits<RB>>,
+    pop_lo: Signal<Local, Bit>,
+    pop_hi: Signal<Local, Bit>,
+    pop_sl: Signal<Local, Bit>,
+    pop_id: Signal<Local, Bit>,
     /// The popped record's ids and slots, shifted down a choice at a time, and
     /// the choices left: the writer's current choice is always at bit 0.
     w_ids: DFF<Bits<64>>,
@@ -297,7 +338,10 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     w_none: DFF<Bit>,
     /// The next token's route record address: tokens leave the FIFO in order.
     route_ptr: DFF<Bits<64>>,
-    d_shift: Signal<Local, Bit>,
+    /// `DPrep` with a choice left: the dispatch reader's shift, as kept
+    /// copies of the decode (it enabled 320 bits): 0 `w_ids`, `w_left`,
+    /// `w_none` and the read address, 1 `w_slots`.
+    d_shift: Copies<2>,
     w_tok: DFF<Bits<32>>,
     w_addr: DFF<Bits<64>>,
     w_word: DFF<Bits<32>>,
@@ -321,6 +365,7 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     c_pmask32: Constant<Bits<32>>,
     c_logcm: Constant<Bits<16>>,
     c_wbits: Constant<Bits<16>>,
+    c_rb2: Constant<Bits<16>>,
     c_hmax: Constant<Bits<32>>,
     c_emax: Constant<Bits<32>>,
     c_tb_last: Constant<Bits<16>>,
@@ -437,7 +482,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             qd_v: SkewLine::new(q_at - rounds_lat),
             cd_meta: SkewLine::new(MulRoundSat16Pipe::LATENCY),
             cd_v: SkewLine::new(MulRoundSat16Pipe::LATENCY),
-            ofifo: Fifo::new(OUT_DEPTH),
+            ofifo: Fifo::with_read_copies(OUT_DEPTH, 8),
             dbase: SyncRam::new(cfg.e_max),
             post_tag: SkewLine::new(POST_DLY),
             lane_tag: SkewLine::new(GateLane::<W>::latency() - 2),
@@ -457,14 +502,16 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_pmask32: k(p as u64 - 1),
             c_logcm: k(cm.trailing_zeros() as u64),
             c_wones: Constant::new(Bits::<W>::mask()),
-            c_slot: (0..ZB.div_ceil(W)).map(|i| k(i as u64)).collect(),
             c_slot_at: (0..ZB.div_ceil(W)).map(|i| k((i * W) as u64)).collect(),
+            bias_hot: (0..ZB.div_ceil(W)).map(|_| DFF::default()).collect(),
             _bias_slots: ZB.div_ceil(W),
             c_wbits: k(W as u64),
+            c_rb2: k(RB2 as u64),
             c_hmax: k(cfg.h_max as u64),
             c_emax: k(cfg.e_max as u64),
             c_tb_last: k(cfg.e_max as u64 - 1),
             c_mlat: k(MulU32Pipe::LATENCY as u64),
+            c_mlat_m1: k(MulU32Pipe::LATENCY as u64 - 1),
             c_kmax: k(cfg.k_max as u64),
             c_tlim: k(T_LIMIT as u64),
             c_lanes: k(l as u64),
@@ -494,12 +541,12 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, groups_of, recv_cnt,
-            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, bias_nx, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_r2,
+            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
             cap, ct, cg, cc, g_at, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
-            o_tok, tokens_out, out_done, o_occ, wstate, w_beats, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, w_word,
+            o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, w_beats_lo, w_beats_hi, w_bcat, w_bsh, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, w_word,
             w_stats, rb, si, si_end, e_p1, stats_done, xmask, lane_off
         }))
     }
@@ -513,17 +560,21 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, recv_cnt, row_end, beats_m2, one_beat,
-            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, bias_bus, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, bias_bus, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
-            wstate, w_beats, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask, s_load
+            wstate, w_send, w_beats_lo, w_beats_hi, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask, s_load
         );
         #[rustfmt::skip]
         clock!(
             self, vitis.ap_clk, cap_mul, dbase, xbuf, lane_tag, post_tag, r0, xd_z, xd_mask, xd_meta, xd_v, psum, sd,
-            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ
+            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de
         );
+        for i in 0..self._bias_slots {
+            self.bias_hot[i].clock.next = self.vitis.ap_clk.val();
+            self.bias_hot[i].d.next = self.bias_hot[i].q.val();
+        }
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
@@ -614,6 +665,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.recv_lane.d.next = 0.into();
                     self.recv_grp.d.next = 0.into();
                     self.cap_i.d.next = 0.into();
+                    for i in 0..self._bias_slots {
+                        self.bias_hot[i].d.next = false;
+                    }
+                    self.bias_hot[0].d.next = true;
                     self.cap_a.d.next = self.now.t.val();
                     self.cap_b.d.next = self.now.k.val();
                     self.tb_on.d.next = true;
@@ -632,7 +687,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 self.cap_den.d.next = self.run.e.val() << 16;
                 self.cap_dm1.d.next = (self.run.e.val() << 16) - 1;
                 self.cap_i.d.next = self.cap_i.q.val() + 1;
-                if self.cap_i.q.val() == self.c_mlat.val() {
+                if self.cap_pe.q.val() {
                     self.cap_a.d.next = self.run.cf.val();
                     self.cap_b.d.next = self.cap_mul.p.val().get_bits::<32>(0);
                     self.cap_i.d.next = 0.into();
@@ -642,10 +697,9 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             Phase::CapMul => {
                 // ceil(CF·T·k / (E·2^16)) = floor((CF·T·k + E·2^16 − 1) / (E·2^16)).
                 self.cap_i.d.next = self.cap_i.q.val() + 1;
-                if self.cap_i.q.val() == self.c_mlat.val() {
+                if self.cap_me.q.val().get_bit(0) {
+                    // `cap_rem` and `cap_q` clear below, on copy 1.
                     self.cap_num.d.next = self.cap_mul.p.val() + bit_cast::<64, 32>(self.cap_dm1.q.val());
-                    self.cap_rem.d.next = 0.into();
-                    self.cap_q.d.next = 0.into();
                     self.cap_i.d.next = 0.into();
                     self.phase.d.next = Phase::CapDiv;
                 }
@@ -659,7 +713,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.cap_rem.d.next = self.cap_r2.val() - self.cap_den.q.val();
                     self.cap_q.d.next = (self.cap_q.q.val() << 1) | 1;
                 }
-                if self.cap_i.q.val() == 64 {
+                if self.cap_de.q.val().get_bit(0) {
                     // Bounded by T (an expert takes a token at most once), T when unlimited.
                     self.cap.d.next = self.run.t.val();
                     if self.run.capacity.val() & (self.cap_q.q.val() < bit_cast::<64, 32>(self.run.t.val())) {
@@ -678,11 +732,13 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.shell.span_beats.next = self.bias_beats.q.val();
                     self.shell.span_rows.next = 1.into();
                     self.phase.d.next = Phase::BiasReq;
+                    self.in_bias.d.next = true;
                 }
                 if bit_cast::<64, 32>(self.run.dpitch.val()) < (bit_cast::<64, 32>(self.cap.q.val()) << 2) {
                     self.shell.span_load.next = false;
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
+                    self.in_bias.d.next = false;
                 }
             }
             Phase::BiasReq => {
@@ -695,6 +751,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.recv_cnt.d.next = 0.into();
                     self.shell.span_load.next = true;
                     self.phase.d.next = Phase::WReq;
+                    self.in_bias.d.next = false;
                 }
             }
             Phase::WReq => {
@@ -731,7 +788,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             Phase::Run => {
-                if self.out_done.q.val() & !self.o_occ.any.val() & (self.wstate.q.val() == WriterState::Idle) {
+                if self.out_done.q.val() & !self.o_occ.any.val() & self.w_idle_cp.q.val().get_bit(0) {
                     self.si.d.next = 0.into();
                     self.si_end.d.next = false;
                     self.stats_done.d.next = false;
@@ -757,6 +814,22 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 self.phase.d.next = Phase::Idle;
             }
         }
+        // `CapMul`'s last cycle, on copy 1: the division's remainder and quotient.
+        if self.cap_me.q.val().get_bit(1) {
+            self.cap_rem.d.next = 0.into();
+            self.cap_q.d.next = 0.into();
+        }
+        // The capacity phases' last cycles, a cycle ahead: each of these phases
+        // is entered with `cap_i = 0` and left only at its last count (or by the
+        // reset), so `cap_i` one short of it now means the last count next.
+        self.cap_pe.d.next = (self.phase.q.val() == Phase::CapPrep)
+            & (self.cap_i.q.val() == self.c_mlat_m1.val())
+            & self.vitis.ap_rst_n.val();
+        self.cap_me.d.next = (self.phase.q.val() == Phase::CapMul)
+            & (self.cap_i.q.val() == self.c_mlat_m1.val())
+            & self.vitis.ap_rst_n.val();
+        self.cap_de.d.next =
+            (self.phase.q.val() == Phase::CapDiv) & (self.cap_i.q.val() == 63) & self.vitis.ap_rst_n.val();
 
         // ---------------- Read-data receiver ----------------
         self.rx.next = self.vitis.m_axi_gmem.rvalid.val();
@@ -771,14 +844,23 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         self.bias_nx.next = self.bias_bus.q.val();
         for i in 0..self._bias_slots {
-            if self.recv_cnt.q.val() == self.c_slot[i].val() {
+            if self.bias_hot[i].q.val() & self.in_bias.q.val() {
                 self.bias_nx.next = (self.bias_bus.q.val()
                     & !(bit_cast::<ZB, W>(self.c_wones.val()) << self.c_slot_at[i].val()))
                     | (bit_cast::<ZB, W>(self.vitis.m_axi_gmem.rdata.val()) << self.c_slot_at[i].val());
             }
         }
-        if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
+        // Outside the bias phases `bias_nx` is the bus.
+        if self.rx.val() {
             self.bias_bus.d.next = self.bias_nx.val();
+        }
+        if self.rx.val() & self.in_bias.q.val() {
+            self.bias_hot[0].d.next = false;
+            for i in 1..self._bias_slots {
+                self.bias_hot[i].d.next = self.bias_hot[i - 1].q.val();
+            }
+        }
+        if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
         if self.rx.val() & ((self.phase.q.val() == Phase::WReq) | (self.phase.q.val() == Phase::WWait)) {
@@ -1088,7 +1170,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // Each run's statistics start from zero. This comes after the accumulation
         // above so that it wins (an earlier clear was overwritten, and a second run
         // on the same unit counted on from the first).
-        if (self.phase.q.val() == Phase::CapDiv) & (self.cap_i.q.val() == 64) {
+        if self.cap_de.q.val().get_bit(1) {
             for e in 0..self._emax {
                 self.loads[e].d.next = 0.into();
             }
@@ -1134,14 +1216,55 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.ofifo.pop.next = false;
         // The dispatch row of the current choice (w_ids[7:0]) is read a cycle
         // ahead; when DPrep moves on to the next choice it reads that one's.
-        self.d_shift.next = (self.wstate.q.val() == WriterState::DPrep) & !self.w_none.q.val();
+        // `d_shift` is `DPrep & !w_none`, kept (see its field).
         self.dbase.port.raddr.next = bit_cast::<16, 8>(self.w_ids.q.val().get_bits::<8>(0));
-        if self.d_shift.val() {
+        if self.d_shift.q.val().get_bit(0) {
             self.dbase.port.raddr.next = bit_cast::<16, 8>(self.w_ids.q.val().get_bits::<8>(8));
             self.w_ids.d.next = self.w_ids.q.val() >> 8;
-            self.w_slots.d.next = self.w_slots.q.val() >> 32;
             self.w_left.d.next = self.w_left.q.val() - 1;
             self.w_none.d.next = self.w_left.q.val() == 1;
+        }
+        if self.d_shift.q.val().get_bit(1) {
+            self.w_slots.d.next = self.w_slots.q.val() >> 32;
+        }
+        // The record burst: a beat taken shifts the record down (`Rec`, on
+        // copies 1 and 2 of `w_rec_cp`).
+        self.w_bcat.next = (bit_cast::<RB, RB2>(self.w_beats_hi.q.val()) << self.c_rb2.val())
+            | bit_cast::<RB, RB2>(self.w_beats_lo.q.val());
+        self.w_bsh.next = self.w_bcat.val() >> self.c_wbits.val();
+        if self.w_rec_cp.q.val().get_bit(1) & self.shell.wr_beat.val() {
+            self.rb.d.next = self.rb.q.val() + 1;
+            self.w_beats_lo.d.next = bit_cast::<RB2, RB>(self.w_bsh.val());
+        }
+        if self.w_rec_cp.q.val().get_bit(2) & self.shell.wr_beat.val() {
+            self.w_beats_hi.d.next = bit_cast::<RB2, RB>(self.w_bsh.val() >> self.c_rb2.val());
+        }
+        // The idle pop, its loads split among the copies of `w_idle_cp`.
+        self.pop_lo.next = self.w_idle_cp.q.val().get_bit(1) & self.o_occ.any.val() & self.in_run.q.val();
+        self.pop_hi.next = self.w_idle_cp.q.val().get_bit(2) & self.o_occ.any.val() & self.in_run.q.val();
+        self.pop_sl.next = self.w_idle_cp.q.val().get_bit(3) & self.o_occ.any.val() & self.in_run.q.val();
+        self.pop_id.next = self.w_idle_cp.q.val().get_bit(4) & self.o_occ.any.val() & self.in_run.q.val();
+        if self.pop_lo.val() {
+            self.w_beats_lo.d.next = self.ofifo.dout.val().get_bits::<RB2>(0);
+        }
+        if self.pop_hi.val() {
+            self.w_beats_hi.d.next = self.ofifo.dout.val().get_bits::<RB2>(self.c_rb2.val().index());
+        }
+        if self.pop_sl.val() {
+            self.w_slots.d.next = self.ofifo.dout.val().get_bits::<256>(256);
+        }
+        if self.pop_id.val() {
+            self.w_ids.d.next = self.ofifo.dout.val().get_bits::<64>(0);
+            self.w_addr.d.next = self.route_ptr.q.val();
+            self.route_ptr.d.next = self.route_ptr.q.val() + 64;
+        }
+        if self.w_idle_cp.q.val().get_bit(0) & self.o_occ.any.val() & self.in_run.q.val() {
+            self.ofifo.pop.next = true;
+            self.w_left.d.next = bit_cast::<8, 32>(self.run.k.val());
+            self.w_none.d.next = false;
+            self.w_tok.d.next = self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index());
+            self.rb.d.next = 0.into();
+            self.wstate.d.next = WriterState::Rec;
         }
         self.lane_off.next = self.w_addr.q.val() & self.c_pmask.val();
         self.s_load.d.next = 0.into();
@@ -1150,41 +1273,27 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 self.s_load.d.next = self.loads[e].q.val();
             }
         }
-        self.shell.wr_send.next = false;
+        self.shell.wr_send.next = self.w_send.q.val();
         self.shell.wr_addr.next = self.w_addr.q.val() & !self.c_pmask.val();
         self.shell.wr_len.next = 0.into();
         self.shell.wr_data.next =
             bit_cast::<W, 32>(self.w_word.q.val()) << (bit_cast::<16, 64>(self.lane_off.val()) << 3);
         self.shell.wr_strb.next = self.c_strb.val() << bit_cast::<16, 64>(self.lane_off.val());
         self.shell.wr_last.next = true;
+        if self.w_rec_cp.q.val().get_bit(0) {
+            // The 64-byte record as one burst of full beats.
+            self.shell.wr_addr.next = self.w_addr.q.val();
+            self.shell.wr_len.next = self.c_nb.val() - 1;
+            self.shell.wr_data.next = self.w_bcat.val().get_bits::<W>(0);
+            self.shell.wr_strb.next = self.c_ones.val();
+            self.shell.wr_last.next = self.rb.q.val() == self.c_nb.val() - 1;
+        }
         match self.wstate.q.val() {
             WriterState::Idle => {
-                if self.o_occ.any.val() & self.in_run.q.val() {
-                    self.ofifo.pop.next = true;
-                    self.w_beats.d.next = self.ofifo.dout.val().get_bits::<RB>(0);
-                    self.w_ids.d.next = self.ofifo.dout.val().get_bits::<64>(0);
-                    self.w_slots.d.next = self.ofifo.dout.val().get_bits::<256>(256);
-                    self.w_left.d.next = bit_cast::<8, 32>(self.run.k.val());
-                    self.w_none.d.next = false;
-                    self.w_tok.d.next = self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index());
-                    self.w_addr.d.next = self.route_ptr.q.val();
-                    self.route_ptr.d.next = self.route_ptr.q.val() + 64;
-                    self.rb.d.next = 0.into();
-                    self.wstate.d.next = WriterState::Rec;
-                }
+                // The pop above, on `w_idle_cp`.
             }
             WriterState::Rec => {
-                // The 64-byte record as one burst of full beats.
-                self.shell.wr_send.next = true;
-                self.shell.wr_addr.next = self.w_addr.q.val();
-                self.shell.wr_len.next = self.c_nb.val() - 1;
-                self.shell.wr_data.next = self.w_beats.q.val().get_bits::<W>(0);
-                self.shell.wr_strb.next = self.c_ones.val();
-                self.shell.wr_last.next = self.rb.q.val() == self.c_nb.val() - 1;
-                if self.shell.wr_beat.val() {
-                    self.rb.d.next = self.rb.q.val() + 1;
-                    self.w_beats.d.next = self.w_beats.q.val() >> self.c_wbits.val();
-                }
+                // The burst above, on `w_rec_cp`.
                 if self.shell.wr_fire.val() {
                     self.wstate.d.next = WriterState::DPrep;
                 }
@@ -1221,7 +1330,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             WriterState::WSend => {
-                self.shell.wr_send.next = true;
                 if self.shell.wr_fire.val() {
                     if self.w_stats.q.val() {
                         self.si.d.next = self.si.q.val() + 1;
@@ -1250,6 +1358,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
+            self.in_bias.d.next = false;
             self.wstate.d.next = WriterState::Idle;
             self.a_valid.d.next = false;
             self.s1_valid.d.next = false;
@@ -1263,6 +1372,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.ahead_nz.d.next = false;
             self.in_run.d.next = false;
         }
+        // The writer's kept decodes, from `wstate`'s next value (after the reset).
+        self.w_idle_cp.d.next = self.wstate.d.val() == WriterState::Idle;
+        self.w_rec_cp.d.next = self.wstate.d.val() == WriterState::Rec;
+        self.w_send.d.next = (self.wstate.d.val() == WriterState::Rec) | (self.wstate.d.val() == WriterState::WSend);
+        self.d_shift.d.next = (self.wstate.d.val() == WriterState::DPrep) & !self.w_none.d.val();
     }
 }
 
