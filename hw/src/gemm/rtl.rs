@@ -40,6 +40,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     array_clear: DFF<Bit>,
     lanes: Vec<EpilogueLane>,
     bias_ram: SyncRam<W>,
+    /// B beats, read in sixteen slices, each at a kept copy of the read pointer
+    /// (fan-out 33 each; the pop enables all sixteen copies, docs/timing.md).
     bfifo: Fifo<W>,
     ofifo: Fifo<W>,
     ometa: Fifo<64>,
