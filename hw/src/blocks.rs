@@ -238,19 +238,22 @@ impl<const D: usize> Logic for Fifo<D> {
         let (k, w) = (self._copies, D / self._copies);
         let (pmsb, amsb, last) = (pb - 1, pb.saturating_sub(2), depth - 1);
         // Slice i: its memory `mem{i}`, bits [w·i, w·i + w) of the data, read
-        // at `rd{i}`; `rd0` also gives `empty` and `count`.
-        let mut v = format!("reg [{pmsb}:0] wr = 0;\n");
+        // at `rd{i}`; `rd0` also gives `empty` and `count`. Every copy loads
+        // the next pointer `rd_nx`, computed once: `pop` then drives its few
+        // bits, not the enables of every copy (fan-out 112 in the GEMM's B
+        // FIFO, docs/timing.md).
+        let mut v = format!(
+            "reg [{pmsb}:0] wr = 0;\nreg [{pmsb}:0] rd0 = 0;\nwire [{pmsb}:0] rd_nx = (pop && (wr != rd0)) ? rd0 + 1 : rd0;\n"
+        );
         for i in 0..k {
             let (lo, hi) = (w * i, w * i + w - 1);
             v += &format!(
                 "\
 reg [{wm}:0] mem{i}[0:{last}];
-reg [{pmsb}:0] rd{i} = 0;
-(* keep *) always @(posedge clock)
-   if (reset) rd{i} <= 0;
-   else if (pop && (wr != rd0)) rd{i} <= rd{i} + 1;
+{decl}(* keep *) always @(posedge clock) rd{i} <= reset ? {pb}'d0 : rd_nx;
 always @(posedge clock) if (!reset && push) mem{i}[wr[{amsb}:0]] <= din[{hi}:{lo}];
 ",
+                decl = if i == 0 { String::new() } else { format!("reg [{pmsb}:0] rd{i} = 0;\n") },
                 wm = w - 1
             );
         }
@@ -347,7 +350,16 @@ impl Logic for RequantPipe {
             "\
 {}
 // q fits int8 when q[63:7] is all sign: reductions, no comparator carry chains.
-always @(posedge clock) y <= ((&q[63:7]) | ~(|q[63:7])) ? q[7:0] : (q[63] ? 8'h80 : 8'h7f);",
+// As q = t >>> sr[2:0] with sr[2:0] ≤ 7, q[63:7] is all sign exactly when
+// t[63:14] is (reduced beside the shift, registered) and q[13:7] is: the
+// saturation's 57-input reductions in one cycle were the GEMM's critical path.
+reg hi_ones = 0;
+reg hi_zeros = 0;
+always @(posedge clock) begin
+   hi_ones <= &t[63:14];
+   hi_zeros <= ~|t[63:14];
+   y <= ((hi_ones & (&q[13:7])) | (hi_zeros & ~(|q[13:7]))) ? q[7:0] : (q[63] ? 8'h80 : 8'h7f);
+end",
             mul_shift_verilog()
         ))
     }

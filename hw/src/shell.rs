@@ -198,18 +198,28 @@ pub struct Shell<const W: usize, const S: usize> {
     /// unit's `span_go` and the AR handshake. The cycle that issues decides
     /// nothing (its registers are not yet advanced): at most a burst every
     /// other cycle, which the R channel's one beat a cycle hides for bursts
-    /// of two beats or more.
-    gen: DFF<Bit>,
+    /// of two beats or more. Three copies (the AR request; the read address
+    /// registers; the row registers): one flag enabled all 300 (docs/timing.md).
+    gen: Copies<3>,
     dec: Signal<Local, Bit>,
     /// This burst ends its row (`rd_rem ≤ to_pg`), registered: the registers
-    /// it reads changed at least a cycle before any issue.
-    row_last: DFF<Bit>,
+    /// it reads changed at least a cycle before any issue (a span applied
+    /// decides nothing in its first cycle, so no select by `ld` stands in front
+    /// of the compare). Copies as `gen`'s.
+    row_last: Copies<3>,
     /// `span_load` and its arguments, registered (the arguments every cycle,
     /// so only `ld` depends on `span_load`) and applied the next cycle, which
     /// also computes the first row's `row_nx`, `pg_nx` and `to_pg`; likewise
     /// `span_resume` (`rs`), which sets only the rows.
-    ld: DFF<Bit>,
+    /// `ld` in three copies (the unit's `span_done` and the decision; the read
+    /// address registers; the row registers): one flag enabled 325 loads.
+    ld: Copies<3>,
     rs: DFF<Bit>,
+    /// `ld` a cycle later, when the first row's successor and page load
+    /// (`ld_row_nx`, `ld_pg_nx`: registered sums of `ld_addr`, whose 64-bit
+    /// adds in front of a select were the GEMM's critical path). Nothing reads
+    /// `row_nx` or `pg_nx` before: a span applied decides no burst.
+    ld_p: DFF<Bit>,
     ld_addr: DFF<Bits<64>>,
     ld_beats: DFF<Bits<16>>,
     ld_rows: DFF<Bits<32>>,
@@ -219,12 +229,6 @@ pub struct Shell<const W: usize, const S: usize> {
     /// beside `ld_addr` (a subtract of the address's low twelve bits): the
     /// page-end compare below and the first row's `to_pg` read a register.
     ld_to_pg: DFF<Bits<16>>,
-    /// The loaded span's first burst ends its row (its beats fit before the
-    /// first page end), from `ld_beats` and `ld_to_pg` alone: not from the
-    /// unit's `span_*` (a decode of its phase and the start handshake, the
-    /// GEMM's and MoE router's critical path as a register) nor behind a
-    /// subtract (the GEMM's, docs/timing.md).
-    ld_last: Signal<Local, Bit>,
     /// The next row's successor, page and beats to its page's end, from
     /// `row_nx` (a row's last burst) and, for a span applied, the first row's
     /// successor and page from `ld_addr` (each from its own registers: a
@@ -232,8 +236,8 @@ pub struct Shell<const W: usize, const S: usize> {
     at_row_nx: Signal<Local, Bits<64>>,
     at_pg_nx: Signal<Local, Bits<64>>,
     at_to_pg: Signal<Local, Bits<16>>,
-    ld_row_nx: Signal<Local, Bits<64>>,
-    ld_pg_nx: Signal<Local, Bits<64>>,
+    ld_row_nx: DFF<Bits<64>>,
+    ld_pg_nx: DFF<Bits<64>>,
     burst: Signal<Local, Bits<16>>,
     aw_done: DFF<Bit>,
     w_done: DFF<Bit>,
@@ -271,8 +275,8 @@ impl<const W: usize, const S: usize> Shell<W, S> {
             .. vitis, start, idle, idle_next, idle_cp, done, fail, slot_free, span_load, span_resume, span_addr, span_beats, span_rows,
             span_pitch, span_go, span_row, span_done, ar_req, ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len,
             wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done, err, cycles, ar_valid, ar_addr, ar_len, rd_addr,
-            rd_rem, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, gen, dec, row_last, ld, rs, ld_addr, ld_beats,
-            ld_rows, ld_pitch, ld_more, ld_to_pg, ld_last, at_row_nx, at_pg_nx, at_to_pg, ld_row_nx, ld_pg_nx, burst, aw_done, w_done, wr_out,
+            rd_rem, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, gen, dec, row_last, ld, rs, ld_p, ld_addr, ld_beats,
+            ld_rows, ld_pitch, ld_more, ld_to_pg, at_row_nx, at_pg_nx, at_to_pg, ld_row_nx, ld_pg_nx, burst, aw_done, w_done, wr_out,
             sk_valid, sk_addr, sk_len, push, push_addr, push_len, head_free
         })
     }
@@ -289,10 +293,14 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_beats, pitch, row, left, more,
-            row_nx, pg_nx, to_pg, gen, row_last, ld, rs, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, ld_to_pg, aw_done, w_done,
+            row_nx, pg_nx, to_pg, rs, ld_p, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, ld_to_pg, ld_row_nx, ld_pg_nx,
+            aw_done, w_done,
             sk_addr, sk_len
         );
         self.sk_valid.clock.next = self.vitis.ap_clk.val();
+        self.gen.clock.next = self.vitis.ap_clk.val();
+        self.ld.clock.next = self.vitis.ap_clk.val();
+        self.row_last.clock.next = self.vitis.ap_clk.val();
         self.idle_cp.clock.next = self.vitis.ap_clk.val();
         self.wr_out.clock.next = self.vitis.ap_clk.val();
         AxiLiteSlave::link(&mut self.vitis.s_axi_control, &mut self.ctrl.s_axi_control);
@@ -355,17 +363,17 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         // Bursts end at the row's end or at the 4 KiB page's (AXI bursts must
         // not cross one), so the next read address is `row_nx` or `pg_nx`.
         self.burst.next = self.to_pg.q.val();
-        if self.row_last.q.val() {
+        if self.row_last.q.val().get_bit(0) {
             self.burst.next = self.rd_rem.q.val();
         }
         self.span_row.next = self.row.q.val();
-        self.span_done.next = !self.gen.q.val()
-            & !self.ld.q.val()
+        self.span_done.next = !self.gen.q.val().get_bit(0)
+            & !self.ld.q.val().get_bit(0)
             & !self.rs.q.val()
             & !self.sk_valid.q.val().get_bit(0)
             & !self.more.q.val();
         // `span_load` is applied a cycle late, from registers.
-        self.ld.d.next = self.span_load.val();
+        self.ld.d.next = self.span_load.val() & self.vitis.ap_rst_n.val();
         self.rs.d.next = self.span_resume.val();
         self.ld_addr.d.next = self.span_addr.val();
         self.ld_beats.d.next = self.span_beats.val();
@@ -374,7 +382,6 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.ld_more.d.next = self.span_rows.val() != 0;
         self.ld_to_pg.d.next =
             (bits::<16>(4096) - bit_cast::<16, 12>(self.span_addr.val().get_bits::<12>(0))) >> self.c_logp.val();
-        self.ld_last.next = self.ld_beats.q.val() <= self.ld_to_pg.q.val();
         // The row the reader starts next, after this one: its successor, the
         // page after its start's and the beats to that page's end; and, when a
         // span is applied, its first row's successor and page.
@@ -382,44 +389,46 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.at_pg_nx.next = (self.row_nx.q.val() | self.c_page_lo.val()) + 1;
         self.at_to_pg.next =
             (bits::<16>(4096) - bit_cast::<16, 12>(self.row_nx.q.val().get_bits::<12>(0))) >> self.c_logp.val();
-        self.ld_row_nx.next = self.ld_addr.q.val() + bit_cast::<64, 32>(self.ld_pitch.q.val());
-        self.ld_pg_nx.next = (self.ld_addr.q.val() | self.c_page_lo.val()) + 1;
+        self.ld_p.d.next = self.ld.q.val().get_bit(2) & self.vitis.ap_rst_n.val();
+        self.ld_row_nx.d.next = self.ld_addr.q.val() + bit_cast::<64, 32>(self.ld_pitch.q.val());
+        self.ld_pg_nx.d.next = (self.ld_addr.q.val() | self.c_page_lo.val()) + 1;
         self.row_last.d.next = self.rd_rem.q.val() <= self.to_pg.q.val();
-        if self.ld.q.val() {
-            self.row_last.d.next = self.ld_last.val();
-        }
         // Decide: a burst is due, the second AR register is free next cycle (no
         // burst of the unit's own is requested while a span goes) and the span reader's
-        // registers are current (not the issuing cycle; when a span is applied
-        // or resumed, its rows' flag comes from `ld_more`).
+        // registers are current (not the issuing cycle, nor the cycle a span is
+        // applied in; when a span is resumed, its rows' flag comes from `ld_more`).
         self.dec.next = self.span_go.val()
             & !self.sk_valid.q.val().get_bit(0)
-            & !self.gen.q.val()
-            & ((self.more.q.val() & !(self.ld.q.val() | self.rs.q.val()))
-                | (self.ld_more.q.val() & (self.ld.q.val() | self.rs.q.val())));
-        self.gen.d.next = self.dec.val();
+            & !self.gen.q.val().get_bit(0)
+            & !self.ld.q.val().get_bit(0)
+            & ((self.more.q.val() & !self.rs.q.val()) | (self.ld_more.q.val() & self.rs.q.val()));
+        self.gen.d.next = self.dec.val() & self.vitis.ap_rst_n.val();
         // Issue what the last cycle decided.
-        self.push.next = self.gen.q.val() | self.ar_req.val();
+        self.push.next = self.gen.q.val().get_bit(0) | self.ar_req.val();
         self.push_addr.next = self.ar_req_addr.val();
         self.push_len.next = self.ar_req_len.val();
-        if self.gen.q.val() {
+        if self.gen.q.val().get_bit(0) {
             self.push_addr.next = self.rd_addr.q.val();
             self.push_len.next = bit_cast::<8, 16>(self.burst.val() - 1);
+        }
+        if self.gen.q.val().get_bit(1) {
             self.rd_addr.d.next = self.pg_nx.q.val();
             self.pg_nx.d.next = self.pg_nx.q.val() + self.c_page.val();
             self.to_pg.d.next = self.c_page_beats.val();
             self.rd_rem.d.next = self.rd_rem.q.val() - self.to_pg.q.val();
-            if self.row_last.q.val() {
+            if self.row_last.q.val().get_bit(1) {
                 // The row's last burst: the next row follows.
-                self.row.d.next = self.row.q.val() + 1;
-                self.left.d.next = self.left.q.val() - 1;
-                self.more.d.next = self.left.q.val() != 1;
-                self.row_nx.d.next = self.at_row_nx.val();
                 self.rd_addr.d.next = self.row_nx.q.val();
                 self.pg_nx.d.next = self.at_pg_nx.val();
                 self.to_pg.d.next = self.at_to_pg.val();
                 self.rd_rem.d.next = self.row_beats.q.val();
             }
+        }
+        if self.gen.q.val().get_bit(2) & self.row_last.q.val().get_bit(2) {
+            self.row.d.next = self.row.q.val() + 1;
+            self.left.d.next = self.left.q.val() - 1;
+            self.more.d.next = self.left.q.val() != 1;
+            self.row_nx.d.next = self.at_row_nx.val();
         }
         // The AR register takes the waiting request, else this cycle's; a request
         // that finds it busy waits. The empty second register loads every cycle, so
@@ -440,16 +449,18 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
             self.sk_addr.d.next = self.push_addr.val();
             self.sk_len.d.next = self.push_len.val();
         }
-        if self.ld.q.val() {
+        if self.ld.q.val().get_bit(1) {
             self.rd_addr.d.next = self.ld_addr.q.val();
             self.rd_rem.d.next = self.ld_beats.q.val();
             self.row_beats.d.next = self.ld_beats.q.val();
             self.pitch.d.next = self.ld_pitch.q.val();
-            self.row_nx.d.next = self.ld_row_nx.val();
-            self.pg_nx.d.next = self.ld_pg_nx.val();
             self.to_pg.d.next = self.ld_to_pg.q.val();
         }
-        if self.ld.q.val() | self.rs.q.val() {
+        if self.ld_p.q.val() {
+            self.row_nx.d.next = self.ld_row_nx.q.val();
+            self.pg_nx.d.next = self.ld_pg_nx.q.val();
+        }
+        if self.ld.q.val().get_bit(2) | self.rs.q.val() {
             self.row.d.next = 0.into();
             self.left.d.next = self.ld_rows.q.val();
             self.more.d.next = self.ld_more.q.val();
@@ -488,8 +499,6 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         if !self.vitis.ap_rst_n.val() {
             self.ar_valid.d.next = false;
             self.more.d.next = false;
-            self.gen.d.next = false;
-            self.ld.d.next = false;
             self.rs.d.next = false;
             self.aw_done.d.next = false;
             self.w_done.d.next = false;

@@ -160,6 +160,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     a_we: Vec<DFF<Bit>>,
     a_wa: Vec<Kept<16>>,
     bi_we: DFF<Bit>,
+    /// The phase is `BiasReq` or `BiasWait`: a flag loaded from the next phase,
+    /// so the bias receive (into the RAM's write port) decodes no phase.
+    in_bias: DFF<Bit>,
     bi_wa: Kept<16>,
     bias_rx: Signal<Local, Bit>,
     // Feeder.
@@ -198,8 +201,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// Output FIFO depth less a tile's rows: `room` while `o_occ` is at most this.
     c_room: Constant<Bits<16>>,
     /// This cycle's decrease of `o_occ`: a row dropped (past M) and a row
-    /// popped last cycle (`o_occ` counts a pop a cycle late: `room` errs on
-    /// the safe side), registered a cycle ahead, and `c_rows` less it; and
+    /// popped last cycle (`o_occ` counts both a cycle late: `room` errs on
+    /// the safe side, and the drop's compare behind the tile FIFO's read is
+    /// off this path), registered a cycle ahead, and `c_rows` less it; and
     /// `c_rows` less this cycle's decrease of `promised` (a row captured).
     o_dn: DFF<Bits<16>>,
     o_rdn: DFF<Bits<16>>,
@@ -245,7 +249,12 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The A byte's index in its beat, a kept copy per row of feeds (one
     /// register selecting every row's byte was a net of fan-out 197).
     s1_sel: Vec<Kept<8>>,
+    /// The B FIFO's head beat as read, and the bit offset of this column
+    /// block's bytes in it (`fj0` within the beat): the byte select follows the
+    /// register, so the FIFO read is all that lies in front of it.
     s1_b: DFF<Bits<W>>,
+    s1_sh: DFF<Bits<16>>,
+    s1_col: Signal<Local, Bits<W>>,
     /// Byte lane `c` of `s1_b` lies inside N (`N − fj0 > c`): the column feeds
     /// zero the others (a registered enable per column, from two small compares).
     s1_en: Vec<DFF<Bit>>,
@@ -482,9 +491,9 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             .. vitis, now, run, row_mul, idle, row_beats, phase, i0,
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_lo, bnext, bn_lo, b_hi1, bj1_ge, b_occ,
             b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
-            promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, room, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, any_cap,
+            promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, room, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, s1_sh, s1_col, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, in_b_cp, ws_fetch, ws_bias, ws_wait
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, in_b_cp, ws_fetch, ws_bias, ws_wait
         }))
     }
 }
@@ -497,9 +506,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats,
             b_beats, bj1, bj_done, in_bs, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
-            since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, wstate, w_data,
+            since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, s1_sh, wstate, w_data,
             w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
-            f_left, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we
+            f_left, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
         );
         #[rustfmt::skip]
         clock!(
@@ -813,8 +822,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // ---------------- Read-data receiver ----------------
         // `in_b` is set and cleared with BStream/BDrain: the same function, no phase decode.
         self.b_recv.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_b.q.val();
-        self.bias_rx.next = self.vitis.m_axi_gmem.rvalid.val()
-            & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait));
+        self.bias_rx.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_bias.q.val();
         self.a_wd.d.next = self.vitis.m_axi_gmem.rdata.val();
         self.bi_we.d.next = self.bias_rx.val();
         self.bi_wa.d.next = self.recv_cnt.q.val();
@@ -871,8 +879,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         self.s1_valid.d.next = self.f_go.val();
         self.s1_last.d.next = self.f_go.val() & self.f_last.q.val();
-        self.s1_b.d.next = self.bfifo.dout.val()
-            >> (bit_cast::<16, 32>(self.fj0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3);
+        self.s1_b.d.next = self.bfifo.dout.val();
+        self.s1_sh.d.next = bit_cast::<16, 32>(self.fj0.q.val() & bit_cast::<32, 64>(self.c_bmask.val())) << 3;
+        self.s1_col.next = self.s1_b.q.val() >> self.s1_sh.q.val();
         if self.since_last.q.val() < self.c_gap.val() {
             self.since_last.d.next = self.since_last.q.val() + 1;
         }
@@ -941,7 +950,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.cols[c].clock.next = self.vitis.ap_clk.val();
             self.cols[c].din.next = 0.into();
             if self.s1_en[c].q.val() {
-                self.cols[c].din.next = self.s1_b.q.val().get_bits::<8>(c * 8);
+                self.cols[c].din.next = self.s1_col.val().get_bits::<8>(c * 8);
             }
         }
         for c in 0..self._cols {
@@ -1167,11 +1176,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.w_idle_cp.d.next = self.w_idle.d.val();
         self.fd_cp.d.next = self.feed_done.d.val();
         self.in_b_cp.d.next = self.in_b.d.val();
+        self.in_bias.d.next = (self.phase.d.val() == Phase::BiasReq) | (self.phase.d.val() == Phase::BiasWait);
         self.ws_fetch.d.next = self.wstate.d.val() == WriterState::Fetch;
         self.ws_bias.d.next = self.wstate.d.val() == WriterState::Bias;
         self.ws_wait.d.next = self.wstate.d.val() == WriterState::Wait;
         self.o_dn.d.next = 0.into();
-        if self.cap_v.d.val() & !self.cap_ok.d.val() {
+        if self.cap_v.q.val() & !self.cap_ok.q.val() {
             self.o_dn.d.next = 1.into();
         }
         if self.ofifo.pop.val() {
