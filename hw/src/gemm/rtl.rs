@@ -364,6 +364,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// registers are steady for three cycles before the write of `ap_start`
     /// can start a run.
     refuse: DFF<Bit>,
+    /// A size is 0 (`bad_zero`) or past the buffers (`bad_size`): two
+    /// registers, so neither stands behind the other's reductions.
+    bad_zero: DFF<Bit>,
     bad_size: DFF<Bit>,
     bad_pitch: DFF<Bit>,
     /// QSHIFT is out of range: a register of its own beside `bad_size` (its
@@ -391,6 +394,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     c_rspare: Constant<Bits<16>>,
     c_ofifo: Constant<Bits<16>>,
     c_kmax: Constant<Bits<32>>,
+    /// The bits a k-step index can have (k < K ≤ k_max): the last-step compares
+    /// (`fk`, `bk` against `k_m2`) look at these only.
+    c_kbits: Constant<Bits<32>>,
     c_nmax: Constant<Bits<32>>,
     c_lanes: Constant<Bits<8>>,
     /// `w_sh` for a row of `cols` columns: `lanes − 4·cols`, `lanes − cols`.
@@ -477,6 +483,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             c_ofifo: Constant::new(k(ofifo as u64)),
             c_room: Constant::new(k((ofifo - r) as u64)),
             c_kmax: Constant::new(k(cfg.k_max as u64)),
+            c_kbits: Constant::new(k((cfg.k_max as u64).next_power_of_two() - 1)),
             c_nmax: Constant::new(k(cfg.n_max as u64)),
             c_lanes: Constant::new(k(S as u64)),
             c_sh32: Constant::new(k((S - 4 * c) as u64)),
@@ -493,7 +500,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, room, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, s1_sh, s1_col, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, in_b_cp, ws_fetch, ws_bias, ws_wait
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_zero, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, in_b_cp, ws_fetch, ws_bias, ws_wait
         }))
     }
 }
@@ -508,7 +515,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             bk, bk_last, baddr, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, s1_sh, wstate, w_data,
             w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
-            f_left, ldc_min, refuse, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
+            f_left, ldc_min, refuse, bad_zero, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
         );
         #[rustfmt::skip]
         clock!(
@@ -571,10 +578,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // Refuse what the buffers cannot hold and what the map rules out
         // (docs/gemm.md); the host checks first, this keeps a bad register
         // write from corrupting anything.
-        self.bad_size.d.next = (self.now.m.val() == 0)
-            | (self.now.n.val() == 0)
-            | (self.now.k.val() == 0)
-            | (self.now.k.val() > self.c_kmax.val())
+        self.bad_zero.d.next = (self.now.m.val() == 0) | (self.now.n.val() == 0) | (self.now.k.val() == 0);
+        self.bad_size.d.next = (self.now.k.val() > self.c_kmax.val())
             | (self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val()));
         self.bad_shift.d.next = self.now.bad_shift.val();
         self.bad_pitch.d.next = ((bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val())
@@ -582,7 +587,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             != 0)
             | (self.now.lda.val() < self.now.k.val())
             | (self.now.ldb.val() < self.now.n.val());
-        self.refuse.d.next = self.bad_size.q.val()
+        self.refuse.d.next = self.bad_zero.q.val()
+            | self.bad_size.q.val()
             | self.bad_pitch.q.val()
             | self.bad_shift.q.val()
             | (bit_cast::<64, 32>(self.now.ldc.val()) < self.ldc_min.q.val());
@@ -787,7 +793,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             } else {
                 self.bk.d.next = self.bk.q.val() + 1;
-                self.bk_last.d.next = self.bk.q.val() == self.k_m2.q.val();
+                self.bk_last.d.next = ((self.bk.q.val() ^ self.k_m2.q.val()) & self.c_kbits.val()) == 0;
             }
         }
         if self.b_issue_a.val() {
@@ -908,7 +914,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.f_last.d.next = self.k_one.q.val();
             } else {
                 self.fk.d.next = self.fk.q.val() + 1;
-                self.f_last.d.next = self.fk.q.val() == self.k_m2.q.val();
+                self.f_last.d.next = ((self.fk.q.val() ^ self.k_m2.q.val()) & self.c_kbits.val()) == 0;
             }
         }
         if self.f_end.val() {
