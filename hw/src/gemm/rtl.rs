@@ -314,8 +314,11 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     ws_fetch: DFF<Bit>,
     ws_bias: DFF<Bit>,
     ws_wait: DFF<Bit>,
-    /// Cycles spent in `Wait`.
+    /// Cycles spent in `Wait`, and its last (registered from FLAGS.requant):
+    /// a row waits for the requantizer only when it is requantized, else for
+    /// the row address's product (the int32 result is ready a cycle after `Bias`).
     w_wait: DFF<Bits<4>>,
+    w_wend: DFF<Bits<4>>,
     /// The strobe mask's shift, `lanes − 4·cols` (`lanes − cols` with requant)
     /// for the row's columns inside N, registered in `Bias` where they are
     /// decided, so `Wait` only shifts (the subtract and the shift in one cycle
@@ -405,7 +408,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// Each column's index, for its lane enable.
     c_col: Vec<Constant<Bits<8>>>,
     c_ones: Constant<Bits<S>>,
-    c_wait: Constant<Bits<4>>,
+    c_wait_rq: Constant<Bits<4>>,
+    c_wait_mul: Constant<Bits<4>>,
     _rows: usize,
     _cols: usize,
 }
@@ -457,7 +461,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             rows: (0..r).map(|row| PeRow::new(row, c)).collect(),
             lanes: crate::many(c),
             bias_ram: SyncRam::new(cfg.n_max * 4 / p),
-            bfifo: Fifo::with_read_copies(cfg.read_fifo_depth, 16),
+            bfifo: Fifo::with_read_copies(cfg.read_fifo_depth, 8),
             ofifo: Fifo::new(ofifo),
             ometa: Fifo::new(ofifo),
             tiles: Fifo::with_read_copies(4, 3),
@@ -492,14 +496,15 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             s1_en: (0..c).map(|_| DFF::default()).collect(),
             c_ones: Constant::new(Bits::<S>::mask()),
             // `Wait` lasts until the int8 results are out; the row product is ready before.
-            c_wait: Constant::new(k(RequantPipe::LATENCY.max(MulU32Pipe::LATENCY) as u64 - 1)),
+            c_wait_rq: Constant::new(k(RequantPipe::LATENCY.max(MulU32Pipe::LATENCY) as u64 - 1)),
+            c_wait_mul: Constant::new(k(MulU32Pipe::LATENCY as u64 - 1)),
             _rows: r,
             _cols: c,
             .. vitis, now, run, row_mul, idle, row_beats, phase, i0,
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_lo, bnext, bn_lo, b_hi1, bj1_ge, b_occ,
             b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, room, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, s1_sh, s1_col, any_cap,
-            cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left,
+            cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left,
             w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_zero, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, in_b_cp, ws_fetch, ws_bias, ws_wait
         }))
     }
@@ -514,7 +519,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             b_beats, bj1, bj_done, in_bs, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, s1_sh, wstate, w_data,
-            w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
+            w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_zero, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
         );
         #[rustfmt::skip]
@@ -579,8 +584,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // (docs/gemm.md); the host checks first, this keeps a bad register
         // write from corrupting anything.
         self.bad_zero.d.next = (self.now.m.val() == 0) | (self.now.n.val() == 0) | (self.now.k.val() == 0);
-        self.bad_size.d.next = (self.now.k.val() > self.c_kmax.val())
-            | (self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val()));
+        self.bad_size.d.next =
+            (self.now.k.val() > self.c_kmax.val()) | (self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val()));
         self.bad_shift.d.next = self.now.bad_shift.val();
         self.bad_pitch.d.next = ((bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val())
             & self.c_pmask.val())
@@ -1062,6 +1067,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         self.w_pack.d.next = false;
         self.rq_cp.d.next = self.run.requant.val();
+        self.w_wend.d.next = self.c_wait_mul.val();
+        if self.run.requant.val() {
+            self.w_wend.d.next = self.c_wait_rq.val();
+        }
         self.w_src.next = 0.into();
         for i in 0..4 {
             if self.rq_cp.q.val().get_bit(i) {
@@ -1089,7 +1098,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
             WriterState::Wait => {
                 self.w_wait.d.next = self.w_wait.q.val() + 1;
-                if self.w_wait.q.val() == self.c_wait.val() {
+                if self.w_wait.q.val() == self.w_wend.q.val() {
                     self.wstate.d.next = WriterState::Pack;
                     self.w_pack.d.next = true;
                 }
