@@ -123,7 +123,7 @@ pub struct Lane<const W: usize> {
     m40: Signal<Local, Signed<40>>,
     u: Signal<Local, Signed<40>>,
     delta_bits: Signal<Local, Bits<32>>,
-    d3: DFF<Bits<6>>,
+    d3: DFF<Bits<32>>,
     upd3: DFF<Bit>,
     first3: DFF<Bit>,
     /// S3b's `u` enters here; its first stage is S3b's register, `p` (= p3) S3c's.
@@ -273,19 +273,21 @@ impl<const W: usize> Logic for Lane<W> {
         self.upd3.d.next = self.f3.q.val().get_bit(0) & !self.f3.q.val().get_bit(2);
         self.first3.d.next = self.f3.q.val().get_bit(1);
         self.delta_bits.next = unsigned_cast(self.delta.val());
-        self.d3.d.next = self.delta_bits.val().get_bits::<6>(0);
-        // δ > 62 as a signed int32, by reductions rather than a comparator carry chain.
-        if !self.delta_bits.val().get_bit(31)
-            & (self.delta_bits.val().get_bits::<25>(6).any() | self.delta_bits.val().get_bits::<6>(0).all())
-        {
-            self.d3.d.next = 62.into();
-        }
-        if self.f3.q.val().get_bit(1) {
-            self.d3.d.next = 0.into();
-        }
+        self.d3.d.next = self.delta_bits.val();
 
-        // S3c: p = 2^u (`exp2`'s second stage).
-        self.d3c.d.next = self.d3.q.val();
+        // S3c: p = 2^u (`exp2`'s second stage); δ clamped to 62 (δ > 62 as a
+        // signed int32, by reductions rather than a comparator carry chain),
+        // 0 on a block's first step: the subtraction and the clamp are a
+        // cycle each.
+        self.d3c.d.next = self.d3.q.val().get_bits::<6>(0);
+        if !self.d3.q.val().get_bit(31)
+            & (self.d3.q.val().get_bits::<25>(6).any() | self.d3.q.val().get_bits::<6>(0).all())
+        {
+            self.d3c.d.next = 62.into();
+        }
+        if self.first3.q.val() {
+            self.d3c.d.next = 0.into();
+        }
         self.upd3c.d.next = self.upd3.q.val();
         self.first3c.d.next = self.first3.q.val();
 

@@ -195,8 +195,11 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     all_idle: DFF<Bit>,
     /// Every lane's backlog has room for the steps in flight (registered).
     all_room: DFF<Bit>,
-    /// The finalizer snapshots the lanes' l and o (their `div_start`).
+    /// The finalizer snapshots the lanes' l and o (their `div_start`):
+    /// registered from the next values of `drain`, `all_idle` and `fin`, on
+    /// two kept copies (the top's loads, the lanes' 800 snapshot enables).
     snap: Signal<Local, Bit>,
+    snap_r: Copies<2>,
     /// Cycles after `ap_rst_n` in which steps of an aborted run may still
     /// leave S3: the lanes' backlogs are held empty (`lane_rst`) meanwhile.
     flush: DFF<Bits<8>>,
@@ -258,7 +261,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_ser_end: Constant<Bits<16>>,
     c_ser_end_m1: Constant<Bits<16>>,
     c_rpb_m2: Constant<Bits<16>>,
-    c_sh32: Constant<Bits<64>>,
+    c_sel_mask: Constant<Bits<32>>,
     ar_lo: Signal<Local, Bits<64>>,
     ar_hi: Signal<Local, Bits<64>>,
     c_lo32: Constant<Bits<64>>,
@@ -352,7 +355,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_ser_end: Constant::new(k(d / 2 - 1 + SER_LAT as u64)),
             c_ser_end_m1: Constant::new(k(d / 2 - 2 + SER_LAT as u64)),
             c_rpb_m2: Constant::new(k((p / d).wrapping_sub(2) & 0xffff)),
-            c_sh32: Constant::new(k(32)),
+            c_sel_mask: Constant::new(k(if l == 1 { 0 } else { 0xffff_ffff })),
             c_lo32: Constant::new(k(0xffff_ffff)),
             q_lb: (0..l).map(|_| Default::default()).collect(),
             q_dc: (0..l).map(|_| Default::default()).collect(),
@@ -370,7 +373,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             in_st, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, lp_zero, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
-            go, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
+            go, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
             row_byte, beats_per_row
         }))
@@ -395,7 +398,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             in_q, in_st, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, lp_zero, fxe
         );
         #[rustfmt::skip]
-        clock!(self, vitis.ap_clk, tv, p_take, w_sel);
+        clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r);
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
@@ -509,7 +512,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.wrow.shift.next = self.w_shift.q.val();
         self.w_load.d.next = false;
         self.w_shift.d.next = false;
-        self.wrow.sel.next = self.w_sel.q.val();
+        // With one lane every row is row 0 (`wi` < lanes): the select is 0.
+        self.wrow.sel.next = self.w_sel.q.val() & self.c_sel_mask.val();
         self.wrow.out8.next = self.run.out8.val();
         // Bytes per output row: d·4 (Q16) or d (int8), as a power of two.
         self.row_bytes_log.next = self.c_logd.val() + 2;
@@ -554,14 +558,17 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
-                    self.h.d.next = 0.into();
-                    self.hb.d.next = 0.into();
-                    self.b.d.next = 0.into();
-                    self.bh.d.next = 0.into();
                     self.phase.d.next = Phase::Check;
                 }
             }
+            // h, hb, b and bh clear here rather than on `start` (whose decode
+            // enabled their 128 bits): the head products settle in `HeadWait`,
+            // the KVLEN word is read from `KvAddr` on.
             Phase::Check => {
+                self.h.d.next = 0.into();
+                self.hb.d.next = 0.into();
+                self.b.d.next = 0.into();
+                self.bh.d.next = 0.into();
                 self.bad_t.d.next = self.bad_zero.val();
                 self.bad_c.d.next = self.bad_cmp.val();
                 self.sm_r.d.next = (bit_cast::<64, 32>(self.run.smult.val()) << self.c_logd.val()) >> 24;
@@ -795,7 +802,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // ---------------- Finalizer: divide, serialize, write the block's rows ----------------
         // It snapshots l and o once the block's last step is in the backlogs and
         // every lane has caught up; it is idle then (a block's last step waits for it).
-        self.snap.next = self.drain.q.val() & self.all_idle.q.val() & (self.fin.q.val() == Fin::Idle);
+        self.snap.next = self.snap_r.q.val().get_bit(0);
         match self.fin.q.val() {
             Fin::Idle => {
                 if self.snap.val() {
@@ -986,7 +993,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].smult.next = self.run.smult.val();
             self.lanes[i].sshift.next = self.run.sshift.val();
             self.lanes[i].reset.next = self.lane_rst.q.val();
-            self.lanes[i].div_start.next = self.snap.val();
+            self.lanes[i].div_start.next = self.snap_r.q.val().get_bit(1);
             self.lanes[i].ser_v.next = self.ser_v.q.val();
             self.lanes[i].omult.next = self.run.omult.val();
             self.lanes[i].oshift.next = self.run.oshift.val();
@@ -1020,6 +1027,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.kvr.d.next = self.phase.d.val() == Phase::KvReq;
         self.tv.d.next = self.kv_turn.d.val();
         self.w_sel.d.next = self.wi.d.val();
+        self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & (self.fin.d.val() == Fin::Idle);
     }
 }
 
