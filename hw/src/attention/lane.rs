@@ -165,6 +165,10 @@ pub struct Lane<const W: usize> {
     l_acc: RescaleAcc<48>,
     o_row: RescaleRow<W>,
     div_cnt: DFF<Bits<6>>,
+    /// `div_cnt` ≠ 0 and `div_cnt` = 33, kept as it moves (registered from
+    /// its next value): `div_busy` and the first step's dividend bit are flags.
+    div_nz: DFF<Bit>,
+    div_first: DFF<Bit>,
     dl: DFF<Bits<40>>,
     rem: DFF<Bits<40>>,
     quo: DFF<Bits<40>>,
@@ -191,7 +195,7 @@ impl<const W: usize> Lane<W> {
             f1: SkewLine::new(DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE)),
             o_row: RescaleRow::new(d),
             v_log: RowBacklog::new(8 * d, backlog_depth(d)),
-            meta_fifo: Fifo::new(backlog_depth(d)),
+            meta_fifo: Fifo::with_read_copies(backlog_depth(d), 4),
             sh32: SkewLine::new(MulRound16Pipe::LATENCY),
             sh8: SkewLine::new(RequantPipe::LATENCY),
             f2: SkewLine::new(ScaleRoundPipe::LATENCY),
@@ -205,7 +209,7 @@ impl<const W: usize> Lane<W> {
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
             idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, flags0, scale, mask0, e, m, t3,
             mn3, mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, meta_in,
-            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot, lo, hold, l_acc, div_cnt, dl, rem,
+            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot, lo, hold, l_acc, div_cnt, div_nz, div_first, dl, rem,
             quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
     }
@@ -216,7 +220,7 @@ impl<const W: usize> Logic for Lane<W> {
     fn update(&mut self) {
         dff_setup!(
             self, clock, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xp, xd, xfirst,
-            xrise, yval, yp, yfirst, hot, lo, hold, div_cnt, dl, rem, quo
+            xrise, yval, yp, yfirst, hot, lo, hold, div_cnt, div_nz, div_first, dl, rem, quo
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
@@ -359,9 +363,11 @@ impl<const W: usize> Logic for Lane<W> {
 
         // Finalize: r = floor(2^32 / l) by 33 restoring steps on the snapshot `dl`;
         // the compare is the borrow of the one 41-bit subtraction.
-        self.div_busy.next = self.div_cnt.q.val() != 0;
+        self.div_busy.next = self.div_nz.q.val();
+        self.div_nz.d.next = self.div_start.val() | (self.div_cnt.q.val() > 1);
+        self.div_first.d.next = self.div_start.val();
         self.rem_sh.next = self.rem.q.val() << 1;
-        if self.div_cnt.q.val() == 33 {
+        if self.div_first.q.val() {
             self.rem_sh.next = (self.rem.q.val() << 1) | 1;
         }
         self.rem_sub.next = bit_cast::<41, 40>(self.rem_sh.val()) - bit_cast::<41, 40>(self.dl.q.val());

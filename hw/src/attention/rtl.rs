@@ -132,6 +132,8 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// (registered from the next phase): the K/V and KVLEN requests and the
     /// wide loads they make decode no phase.
     in_st: DFF<Bit>,
+    /// The phase is `Next` (set with it, for its loads of q0, h, hb, b).
+    in_nx: DFF<Bit>,
     kva: DFF<Bit>,
     kvr: DFF<Bit>,
     /// Kept copies of `kv_turn`: the request address's low and high halves
@@ -262,6 +264,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_ser_end_m1: Constant<Bits<16>>,
     c_rpb_m2: Constant<Bits<16>>,
     c_sel_mask: Constant<Bits<32>>,
+    c_rib_mask: Constant<Bits<16>>,
     ar_lo: Signal<Local, Bits<64>>,
     ar_hi: Signal<Local, Bits<64>>,
     c_lo32: Constant<Bits<64>>,
@@ -356,6 +359,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_ser_end_m1: Constant::new(k(d / 2 - 2 + SER_LAT as u64)),
             c_rpb_m2: Constant::new(k((p / d).wrapping_sub(2) & 0xffff)),
             c_sel_mask: Constant::new(k(if l == 1 { 0 } else { 0xffff_ffff })),
+            c_rib_mask: Constant::new(k(if p == d { 0 } else { 0xffff })),
             c_lo32: Constant::new(k(0xffff_ffff)),
             q_lb: (0..l).map(|_| Default::default()).collect(),
             q_dc: (0..l).map(|_| Default::default()).collect(),
@@ -370,7 +374,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
             kv_word, k_addr, v_addr, q0, lv, nk, qs, q_total, qb, q_in, q_total_m1, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
-            in_st, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, lp_zero, p_take, fxe, w_sel, ar_lo, ar_hi,
+            in_st, in_nx, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, lp_zero, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
             go, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
@@ -395,7 +399,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
             wi_last,
             w_rb, w_bpr, w_rowaddr, w_off, w_strb_r,
-            in_q, in_st, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, lp_zero, fxe
+            in_q, in_st, in_nx, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, lp_zero, fxe
         );
         #[rustfmt::skip]
         clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r);
@@ -555,6 +559,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
 
         // ---------------- Phase machine ----------------
         self.binit.next = false;
+        self.kva.d.next = false;
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
@@ -587,25 +592,30 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 if self.run.use_kvlen.val() {
                     self.kv_chk.d.next = true;
                     self.phase.d.next = Phase::KvAddr;
+                    self.kva.d.next = true;
                 }
                 if self.bad_r.q.val() {
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
+                    self.kva.d.next = false;
                 }
             }
             Phase::KvCheckTest => {
                 self.b.d.next = self.b.q.val() + 1;
                 self.bh.d.next = self.bh_nx.q.val().get_bits::<32>(0);
                 self.phase.d.next = Phase::KvAddr;
+                self.kva.d.next = true;
                 if self.bh_end.q.val() {
                     self.b.d.next = 0.into();
                     self.kv_chk.d.next = false;
                     self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
+                    self.kva.d.next = false;
                 }
                 if self.kv_zero.q.val() | self.kv_over.q.val() {
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
+                    self.kva.d.next = false;
                 }
             }
             Phase::HeadWait => {
@@ -625,16 +635,19 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.phase.d.next = Phase::BlockPre1;
                 if self.run.use_kvlen.val() {
                     self.phase.d.next = Phase::KvAddr;
+                    self.kva.d.next = true;
                 }
             }
             // `k_addr` takes the KVLEN word's address (after the match, on `kva`).
             Phase::KvAddr => {
                 self.phase.d.next = Phase::KvReq;
+                self.kvr.d.next = true;
             }
             Phase::KvReq => {
                 // Requested on `kvr` above.
                 if self.shell.slot_free.val() {
                     self.phase.d.next = Phase::KvWait;
+                    self.kvr.d.next = false;
                 }
             }
             Phase::KvWait => {
@@ -713,16 +726,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             Phase::Next => {
                 // Next block, next head, or finish: the next Q load and K/V
-                // prefetch overlap this block's finalization.
-                self.q0.d.next = self.q0.q.val() + self.c_lanes.val();
+                // prefetch overlap this block's finalization (q0, h, hb, b
+                // move after the match, on `in_nx`).
                 self.phase.d.next = Phase::BlockPre1;
                 if self.q_last.q.val() {
-                    self.h.d.next = self.h.q.val() + 1;
-                    self.hb.d.next = self.hb.q.val() + 1;
-                    if self.hb_last.q.val() {
-                        self.hb.d.next = 0.into();
-                        self.b.d.next = self.b.q.val() + 1;
-                    }
                     self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
                     if self.h_last.q.val() {
@@ -771,6 +778,19 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         if self.go.val() & self.is_last.q.val() {
             self.in_st.d.next = false;
+        }
+        // `Next` (the cycle after a block's last step): the next block or head.
+        self.in_nx.d.next = self.go.val() & self.is_last.q.val();
+        if self.in_nx.q.val() {
+            self.q0.d.next = self.q0.q.val() + self.c_lanes.val();
+            if self.q_last.q.val() {
+                self.h.d.next = self.h.q.val() + 1;
+                self.hb.d.next = self.hb.q.val() + 1;
+                if self.hb_last.q.val() {
+                    self.hb.d.next = 0.into();
+                    self.b.d.next = self.b.q.val() + 1;
+                }
+            }
         }
         self.p_take.d.next = self.go.val() & self.is_last.q.val();
         if self.p_take.q.val().get_bit(0) {
@@ -917,10 +937,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.k_row.clock.next = self.vitis.ap_clk.val();
         self.k_row.en.next = true;
         self.k_row.d.next = self.kst.dout.val();
-        self.k_row.sh.next = self.rib.q.val() << self.c_logd8.val();
+        // With one row per beat `rib` is 0 whenever a step reads it (the rows' shift is 0).
+        self.k_row.sh.next = (self.rib.q.val() & self.c_rib_mask.val()) << self.c_logd8.val();
         self.v_dly.clock.next = self.vitis.ap_clk.val();
         self.v_dly.din.next = self.vst.dout.val();
-        self.v_dly.sh.next = self.rib.q.val() << self.c_logd8.val();
+        self.v_dly.sh.next = (self.rib.q.val() & self.c_rib_mask.val()) << self.c_logd8.val();
         self.nk_m2.d.next = self.nk.q.val() - 2;
         if self.go.val() {
             self.j.d.next = self.j.q.val() + 1;
@@ -1021,10 +1042,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.ser_v.d.next = false;
             self.in_q.d.next = false;
             self.in_st.d.next = false;
+            self.kva.d.next = false;
+            self.kvr.d.next = false;
+            self.in_nx.d.next = false;
         }
         self.lp_zero.d.next = self.last_pipe.d.val() == 0;
-        self.kva.d.next = self.phase.d.val() == Phase::KvAddr;
-        self.kvr.d.next = self.phase.d.val() == Phase::KvReq;
         self.tv.d.next = self.kv_turn.d.val();
         self.w_sel.d.next = self.wi.d.val();
         self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & (self.fin.d.val() == Fin::Idle);
