@@ -10,7 +10,7 @@ use super::config::KV_BURST_BEATS;
 use super::lane::{v_at, Lane, ROW32_BITS, ROW8_BITS, SER_LAT};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
-use crate::blocks::{Copies, Fifo, Kept, MulU32Pipe, Occupancy, RowDelay, RowPick, ShrReg};
+use crate::blocks::{Copies, Fifo, Kept, MulU32Pipe, RowDelay, RowPick, ShrReg};
 use crate::clock;
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
@@ -176,13 +176,17 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// moves: the K/V pops and `rib`'s wrap follow a flag, not an add and compare.
     rib_last: DFF<Bit>,
     go: Signal<Local, Bit>,
+    /// `go`, registered from the next values of its terms, on kept copies:
+    /// the step's own registers and the finalizer hand-over (0), the FIFO
+    /// pops (1), `j` and `st_valid` (2).
+    go_r: Copies<3>,
+    go_p: Signal<Local, Bit>,
+    go_j: Signal<Local, Bit>,
     /// Step `j` is the block's last (`j + 1 == nk`), kept a step ahead.
     is_last: DFF<Bit>,
     /// `nk − 2` (registered from `nk`, set in `BlockInit`), so `is_last`'s
     /// update compares `j` with a register, no add.
     nk_m2: DFF<Bits<32>>,
-    /// `last_pipe` is 0, kept as it moves.
-    lp_zero: DFF<Bit>,
     st_valid: DFF<Bit>,
     st_first: DFF<Bit>,
     st_j: DFF<Bits<32>>,
@@ -374,10 +378,10 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
             kv_word, k_addr, v_addr, q0, lv, nk, qs, q_total, qb, q_in, q_total_m1, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
-            in_st, in_nx, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, lp_zero, p_take, fxe, w_sel, ar_lo, ar_hi,
+            in_st, in_nx, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
-            go, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
+            go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
             row_byte, beats_per_row
         }))
@@ -399,10 +403,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
             wi_last,
             w_rb, w_bpr, w_rowaddr, w_off, w_strb_r,
-            in_q, in_st, in_nx, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, lp_zero, fxe
+            in_q, in_st, in_nx, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
         );
         #[rustfmt::skip]
-        clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r);
+        clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r, go_r);
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
@@ -503,13 +507,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // finalizer, which snapshots l and o then (the lanes' `div_start`), and
         // while a lane's backlog is too full; a block's last step also waits
         // for the previous block's rows to be written.
-        self.go.next = self.in_st.q.val()
-            & !self.kst.empty.val()
-            & !self.vst.empty.val()
-            & self.lp_zero.q.val()
-            & !self.drain.q.val()
-            & self.all_room.q.val()
-            & (!self.is_last.q.val() | (self.fin.q.val() == Fin::Idle));
+        // Registered in `go_r` from its terms' next values (at the end).
+        self.go.next = self.go_r.q.val().get_bit(0);
+        self.go_p.next = self.go_r.q.val().get_bit(1);
+        self.go_j.next = self.go_r.q.val().get_bit(2);
         // ---------------- Output rows ----------------
         self.wrow.clock.next = self.vitis.ap_clk.val();
         self.wrow.load.next = self.w_load.q.val();
@@ -931,7 +932,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // ---------------- Steps: one key per cycle to every lane ----------------
         self.kst.pop.next = false;
         self.vst.pop.next = false;
-        self.st_valid.d.next = self.go.val();
+        self.st_valid.d.next = self.go_j.val();
         self.st_first.d.next = self.j.q.val() == 0;
         self.st_j.d.next = self.j.q.val();
         self.k_row.clock.next = self.vitis.ap_clk.val();
@@ -943,17 +944,21 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.v_dly.din.next = self.vst.dout.val();
         self.v_dly.sh.next = (self.rib.q.val() & self.c_rib_mask.val()) << self.c_logd8.val();
         self.nk_m2.d.next = self.nk.q.val() - 2;
-        if self.go.val() {
+        if self.go_j.val() {
             self.j.d.next = self.j.q.val() + 1;
+        }
+        if self.go.val() {
             self.rib.d.next = self.rib.q.val() + 1;
             self.rib_last.d.next = self.rib.q.val() == self.c_rpb_m2.val();
             self.is_last.d.next = self.j.q.val() == self.nk_m2.q.val();
             if self.rib_last.q.val() | self.is_last.q.val() {
-                self.kst.pop.next = true;
-                self.vst.pop.next = true;
                 self.rib.d.next = 0.into();
                 self.rib_last.d.next = self.c_rpb.val() == 1;
             }
+        }
+        if self.go_p.val() & (self.rib_last.q.val() | self.is_last.q.val()) {
+            self.kst.pop.next = true;
+            self.vst.pop.next = true;
         }
         self.last_pipe.d.next = ((self.last_pipe.q.val() << 1)
             | bit_cast::<LAST_PIPE, 1>((self.go.val() & self.is_last.q.val()).into()))
@@ -1046,7 +1051,13 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.kvr.d.next = false;
             self.in_nx.d.next = false;
         }
-        self.lp_zero.d.next = self.last_pipe.d.val() == 0;
+        self.go_r.d.next = self.in_st.d.val()
+            & self.kst.any_nx.val()
+            & self.vst.any_nx.val()
+            & (self.last_pipe.d.val() == 0)
+            & !self.drain.d.val()
+            & self.all_room.d.val()
+            & (!self.is_last.d.val() | (self.fin.d.val() == Fin::Idle));
         self.tv.d.next = self.kv_turn.d.val();
         self.w_sel.d.next = self.wi.d.val();
         self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & (self.fin.d.val() == Fin::Idle);
@@ -1078,9 +1089,13 @@ struct KvStream<const W: usize> {
     /// `page − 1` (at least one beat to the page's end, the address being beat-aligned).
     pub page_m1: Signal<Out, Bits<16>>,
     fifo: Fifo<W>,
+    /// `empty` next cycle (the negation of `has`'s input).
+    pub any_nx: Signal<Out, Bit>,
     /// Whether the FIFO holds anything, as a register (`empty` is its
-    /// negation): the step gate reads no pointer compare.
-    has: Occupancy,
+    /// negation; `has_n` counts the entries, as `Occupancy` does): the step
+    /// gate reads no pointer compare, and its next value is `any_nx`.
+    has: DFF<Bit>,
+    has_n: DFF<Bits<16>>,
     /// `issue`, registered: it is counted in `inflight` a cycle later, so the
     /// request decision reaches no adder (a room check reads `occ` two cycles
     /// after, and no burst is issued in the three cycles before a K request).
@@ -1102,7 +1117,7 @@ impl<const W: usize> KvStream<W> {
             fifo: Fifo::with_read_copies(depth, 8),
             c_logp: k(port_bytes.trailing_zeros() as u64),
             c_room_max: k(depth as u64 - CHUNK),
-            .. clock, reset, addr, issue, push, din, pop, dout, empty, room, room_nx, page, page_m1, has, iss_r, page_m1_r,
+            .. clock, reset, addr, issue, push, din, pop, dout, empty, room, room_nx, page, page_m1, any_nx, has, has_n, iss_r, page_m1_r,
             inflight, occ, room_r, page_r
         })
     }
@@ -1111,18 +1126,23 @@ impl<const W: usize> KvStream<W> {
 impl<const W: usize> Logic for KvStream<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, iss_r, page_m1_r, inflight, occ, room_r, page_r);
+        dff_setup!(self, clock, has, has_n, iss_r, page_m1_r, inflight, occ, room_r, page_r);
         self.fifo.clock.next = self.clock.val();
         self.fifo.reset.next = self.reset.val();
         self.fifo.din.next = self.din.val();
         self.fifo.push.next = self.push.val();
         self.fifo.pop.next = self.pop.val();
-        self.has.clock.next = self.clock.val();
-        self.has.clear.next = self.reset.val();
-        self.has.push.next = self.push.val();
-        self.has.pop.next = self.pop.val();
+        if self.push.val() & !self.pop.val() {
+            self.has_n.d.next = self.has_n.q.val() + 1;
+        }
+        if !self.push.val() & self.pop.val() {
+            self.has_n.d.next = self.has_n.q.val() - 1;
+        }
+        self.any_nx.next = !self.reset.val()
+            & (self.push.val() | (self.has_n.q.val() > 1) | ((self.has_n.q.val() == 1) & !self.pop.val()));
+        self.has.d.next = self.any_nx.val();
         self.dout.next = self.fifo.dout.val();
-        self.empty.next = !self.has.any.val();
+        self.empty.next = !self.has.q.val();
         self.iss_r.d.next = self.issue.val();
         self.inflight.d.next = self.inflight.q.val() + self.iss_r.q.val() - bit_cast::<16, 1>(self.push.val().into());
         self.occ.d.next = self.fifo.count.val() + self.inflight.q.val();
@@ -1136,6 +1156,7 @@ impl<const W: usize> Logic for KvStream<W> {
         self.page.next = self.page_r.q.val();
         self.page_m1.next = self.page_m1_r.q.val();
         if self.reset.val() {
+            self.has_n.d.next = 0.into();
             self.iss_r.d.next = 0.into();
             self.inflight.d.next = 0.into();
         }
