@@ -281,11 +281,18 @@ fn one_lane_edges() {
     if !ferrite::sim::verilator_or_skip() {
         return;
     }
-    let cfg = AttentionConfig { head_dim: 16, lanes: 1, dot_par: 16, port_bits: 128, read_fifo_depth: 16, clock_mhz: 300.0 };
-    let cases = [(1, 1, 1, false), (1, 1, 9, false), (2, 3, 1, false), (1, 2, 17, true), (2, 5, 5, true), (1, 1, 33, false)];
+    let cfg =
+        AttentionConfig { head_dim: 16, lanes: 1, dot_par: 16, port_bits: 128, read_fifo_depth: 16, clock_mhz: 300.0 };
+    let cases =
+        [(1, 1, 1, false), (1, 1, 9, false), (2, 3, 1, false), (1, 2, 17, true), (2, 5, 5, true), (1, 1, 33, false)];
     for (latency, stall) in [(1u32, 0.0f64), (9, 0.3)] {
-        let mem =
-            MemoryConfig { read_latency: latency, ready_stall_prob: stall, valid_stall_prob: stall, seed: 14, ..MemoryConfig::default() };
+        let mem = MemoryConfig {
+            read_latency: latency,
+            ready_stall_prob: stall,
+            valid_stall_prob: stall,
+            seed: 14,
+            ..MemoryConfig::default()
+        };
         let mut dev = SimDevice::new(cfg.clone(), mem, Engine::Verilator, None).unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(14);
         for (i, &(batch, sq, skv, causal)) in cases.iter().enumerate() {

@@ -773,8 +773,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         // The KVLEN word's address, for `KvReq`'s request (`kv_turn` clear).
         if self.kva.q.val() {
-            self.k_addr.d.next =
-                self.run.kvlen.val() + (bit_cast::<64, 32>(self.b.q.val() << 2) & !self.c_pmask.val());
+            self.k_addr.d.next = self.run.kvlen.val() + (bit_cast::<64, 32>(self.b.q.val() << 2) & !self.c_pmask.val());
             self.kv_turn.d.next = false;
         }
         if self.go.val() & self.is_last.q.val() {
@@ -994,8 +993,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.q_shr[i].clock.next = self.vitis.ap_clk.val();
             self.q_dc[i].d.next = self.q_dc[i].q.val();
             self.q_sel[i].d.next = self.q_sel[i].q.val();
-            self.q_lb[i].d.next =
-                ((self.qs.val() + self.c_lane_off[i].val()) >> self.c_logp.val()) - (self.qs.val() >> self.c_logp.val());
+            self.q_lb[i].d.next = ((self.qs.val() + self.c_lane_off[i].val()) >> self.c_logp.val())
+                - (self.qs.val() >> self.c_logp.val());
             self.q_shr[i].d.next = ((self.qs.val() + self.c_lane_off[i].val()) & self.c_pmask32.val()) << 3;
             if self.binit.val() {
                 self.q_dc[i].d.next = self.q_lb[i].q.val();
