@@ -269,3 +269,45 @@ fn on_chip_state_does_not_grow_with_n() {
         assert_eq!(got, attention(&p, &q, &k, &v).unwrap(), "N = {keys}");
     }
 }
+
+/// The CI-size unit (one lane, d = 16, 128-bit port): one-query and one-key
+/// blocks, padded key counts (the KVLEN reads) and K/V bursts cut short,
+/// under read latency and backpressure. The K/V request decision is taken a
+/// cycle ahead (`k_ok`), the lane's Q beat is selected by a registered
+/// counter (`q_sel`) and the finalizer's snapshot is registered (`snap_r`):
+/// each is wrong on some of these edges if its register is a cycle off.
+#[test]
+fn one_lane_edges() {
+    if !ferrite::sim::verilator_or_skip() {
+        return;
+    }
+    let cfg =
+        AttentionConfig { head_dim: 16, lanes: 1, dot_par: 16, port_bits: 128, read_fifo_depth: 16, clock_mhz: 300.0 };
+    let cases =
+        [(1, 1, 1, false), (1, 1, 9, false), (2, 3, 1, false), (1, 2, 17, true), (2, 5, 5, true), (1, 1, 33, false)];
+    for (latency, stall) in [(1u32, 0.0f64), (9, 0.3)] {
+        let mem = MemoryConfig {
+            read_latency: latency,
+            ready_stall_prob: stall,
+            valid_stall_prob: stall,
+            seed: 14,
+            ..MemoryConfig::default()
+        };
+        let mut dev = SimDevice::new(cfg.clone(), mem, Engine::Verilator, None).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(14);
+        for (i, &(batch, sq, skv, causal)) in cases.iter().enumerate() {
+            for padded in [false, true] {
+                let mut p = problem(16, batch, 1, sq, skv, causal, i % 2 == 1);
+                if padded {
+                    p.kv_len = Some((0..batch).map(|_| rng.gen_range(1..=skv)).collect());
+                }
+                let q: Vec<i8> = (0..batch * sq * 16).map(|_| rng.gen()).collect();
+                let k: Vec<i8> = (0..batch * skv * 16).map(|_| rng.gen()).collect();
+                let v: Vec<i8> = (0..batch * skv * 16).map(|_| rng.gen()).collect();
+                let want = attention(&p, &q, &k, &v).unwrap();
+                let (got, _) = ops::attention(&mut dev, &p, &q, &k, &v).unwrap();
+                assert_eq!(got, want, "case {i} padded={padded} latency={latency}");
+            }
+        }
+    }
+}

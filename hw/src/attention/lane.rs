@@ -29,7 +29,7 @@
 //! its int8 values enter `r8` another [`RequantPipe::LATENCY`] cycles later
 //! ([`SER_LAT`] in all), steered by `ser_v` delayed alongside.
 use crate::blocks::{
-    DotI8Pipe, Exp2Pipe, Fifo, MulRound16Pipe, PairShiftRow, RequantPipe, RescaleAcc, RescaleRow, RowBacklog,
+    DotI8Pipe, Exp2Pipe, Fifo, Kept, MulRound16Pipe, PairShiftRow, RequantPipe, RescaleAcc, RescaleRowG, RowBacklog,
     ScaleRoundPipe, ShrReg, SkewLine,
 };
 use rust_hdl::prelude::*;
@@ -123,7 +123,7 @@ pub struct Lane<const W: usize> {
     m40: Signal<Local, Signed<40>>,
     u: Signal<Local, Signed<40>>,
     delta_bits: Signal<Local, Bits<32>>,
-    d3: DFF<Bits<6>>,
+    d3: DFF<Bits<32>>,
     upd3: DFF<Bit>,
     first3: DFF<Bit>,
     /// S3b's `u` enters here; its first stage is S3b's register, `p` (= p3) S3c's.
@@ -155,16 +155,25 @@ pub struct Lane<const W: usize> {
     yval: DFF<Bit>,
     yp: DFF<Bits<16>>,
     yfirst: DFF<Bit>,
-    hot: DFF<Bits<64>>,
-    lo: DFF<Bits<64>>,
+    /// The decodes in kept copies: `hot_copies(d)` for the o accumulators
+    /// (`RescaleRowG`: each bit of one register fed all 17 AND-OR trees, 6–7 ns
+    /// of routing), the last for l; loaded alike from `hot_nx`, `lo_nx`.
+    hot_k: Vec<Kept<64>>,
+    lo_k: Vec<Kept<64>>,
+    hot_nx: Signal<Local, Bits<64>>,
+    lo_nx: Signal<Local, Bits<64>>,
     c_ones: Constant<Bits<64>>,
     /// Y's step rose (δ > 0) and is being rescaled this cycle: X and Y hold,
     /// Z adds it next cycle.
     hold: DFF<Bit>,
     /// Z: l, and o[x] with Y's products and the finalizer's snapshot `os`.
     l_acc: RescaleAcc<48>,
-    o_row: RescaleRow<W>,
+    o_row: RescaleRowG<W>,
     div_cnt: DFF<Bits<6>>,
+    /// `div_cnt` ≠ 0 and `div_cnt` = 33, kept as it moves (registered from
+    /// its next value): `div_busy` and the first step's dividend bit are flags.
+    div_nz: DFF<Bit>,
+    div_first: DFF<Bit>,
     dl: DFF<Bits<40>>,
     rem: DFF<Bits<40>>,
     quo: DFF<Bits<40>>,
@@ -181,6 +190,17 @@ pub struct Lane<const W: usize> {
     /// those cycles only: as `DFF`s, simulators copied them every cycle).
     r32: PairShiftRow<32, ROW32_BITS>,
     r8: PairShiftRow<8, ROW8_BITS>,
+    /// `hot_copies(d)`: the index of l's copy of the decodes.
+    _hot_l: usize,
+}
+
+/// Copies of the rounding decodes for a lane's o accumulators.
+const fn hot_copies(d: usize) -> usize {
+    if d < 4 {
+        d
+    } else {
+        4
+    }
 }
 
 impl<const W: usize> Lane<W> {
@@ -189,15 +209,18 @@ impl<const W: usize> Lane<W> {
         with_defaults!(Self {
             qk: DotI8Pipe::new(d, QK_LEVELS_PER_STAGE),
             f1: SkewLine::new(DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE)),
-            o_row: RescaleRow::new(d),
+            o_row: RescaleRowG::new(d, hot_copies(d)),
+            hot_k: crate::many(hot_copies(d) + 1),
+            lo_k: crate::many(hot_copies(d) + 1),
             v_log: RowBacklog::new(8 * d, backlog_depth(d)),
-            meta_fifo: Fifo::new(backlog_depth(d)),
+            meta_fifo: Fifo::with_read_copies(backlog_depth(d), 4),
             sh32: SkewLine::new(MulRound16Pipe::LATENCY),
             sh8: SkewLine::new(RequantPipe::LATENCY),
             f2: SkewLine::new(ScaleRoundPipe::LATENCY),
             r32: PairShiftRow::new(d),
             r8: PairShiftRow::new(d),
             c_ones: Constant::new(u64::MAX.to_bits()),
+            _hot_l: hot_copies(d),
             c_room: Constant::new((room_below(d) as u64).to_bits()),
             c_meta_d: Constant::new((META_D as u64).to_bits()),
             c_meta_first: Constant::new((META_FIRST as u64).to_bits()),
@@ -205,7 +228,7 @@ impl<const W: usize> Lane<W> {
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
             idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, flags0, scale, mask0, e, m, t3,
             mn3, mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, meta_in,
-            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot, lo, hold, l_acc, div_cnt, dl, rem,
+            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, hold, l_acc, div_cnt, div_nz, div_first, dl, rem,
             quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
     }
@@ -216,7 +239,7 @@ impl<const W: usize> Logic for Lane<W> {
     fn update(&mut self) {
         dff_setup!(
             self, clock, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xp, xd, xfirst,
-            xrise, yval, yp, yfirst, hot, lo, hold, div_cnt, dl, rem, quo
+            xrise, yval, yp, yfirst, hold, div_cnt, div_nz, div_first, dl, rem, quo
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
@@ -273,19 +296,21 @@ impl<const W: usize> Logic for Lane<W> {
         self.upd3.d.next = self.f3.q.val().get_bit(0) & !self.f3.q.val().get_bit(2);
         self.first3.d.next = self.f3.q.val().get_bit(1);
         self.delta_bits.next = unsigned_cast(self.delta.val());
-        self.d3.d.next = self.delta_bits.val().get_bits::<6>(0);
-        // δ > 62 as a signed int32, by reductions rather than a comparator carry chain.
-        if !self.delta_bits.val().get_bit(31)
-            & (self.delta_bits.val().get_bits::<25>(6).any() | self.delta_bits.val().get_bits::<6>(0).all())
-        {
-            self.d3.d.next = 62.into();
-        }
-        if self.f3.q.val().get_bit(1) {
-            self.d3.d.next = 0.into();
-        }
+        self.d3.d.next = self.delta_bits.val();
 
-        // S3c: p = 2^u (`exp2`'s second stage).
-        self.d3c.d.next = self.d3.q.val();
+        // S3c: p = 2^u (`exp2`'s second stage); δ clamped to 62 (δ > 62 as a
+        // signed int32, by reductions rather than a comparator carry chain),
+        // 0 on a block's first step: the subtraction and the clamp are a
+        // cycle each.
+        self.d3c.d.next = self.d3.q.val().get_bits::<6>(0);
+        if !self.d3.q.val().get_bit(31)
+            & (self.d3.q.val().get_bits::<25>(6).any() | self.d3.q.val().get_bits::<6>(0).all())
+        {
+            self.d3c.d.next = 62.into();
+        }
+        if self.first3.q.val() {
+            self.d3c.d.next = 0.into();
+        }
         self.upd3c.d.next = self.upd3.q.val();
         self.first3c.d.next = self.first3.q.val();
 
@@ -323,8 +348,18 @@ impl<const W: usize> Logic for Lane<W> {
             self.yval.d.next = self.xval.q.val();
             self.yp.d.next = self.xp.q.val();
             self.yfirst.d.next = self.xfirst.q.val();
-            self.hot.d.next = (bits::<64>(1) << self.xd.q.val()) >> 1;
-            self.lo.d.next = !(self.c_ones.val() << self.xd.q.val()) >> 1;
+        }
+        self.hot_nx.next = (bits::<64>(1) << self.xd.q.val()) >> 1;
+        self.lo_nx.next = !(self.c_ones.val() << self.xd.q.val()) >> 1;
+        for g in 0..self.hot_k.len() {
+            self.hot_k[g].clock.next = self.clock.val();
+            self.lo_k[g].clock.next = self.clock.val();
+            self.hot_k[g].d.next = self.hot_k[g].q.val();
+            self.lo_k[g].d.next = self.lo_k[g].q.val();
+            if self.adv.val() {
+                self.hot_k[g].d.next = self.hot_nx.val();
+                self.lo_k[g].d.next = self.lo_nx.val();
+            }
         }
         self.hold.d.next = self.adv.val() & self.xval.q.val() & self.xrise.q.val();
         if self.reset.val() {
@@ -338,8 +373,10 @@ impl<const W: usize> Logic for Lane<W> {
         self.l_acc.clock.next = self.clock.val();
         self.l_acc.load.next = self.adv.val();
         self.l_acc.sh.next = self.xd.q.val();
-        self.l_acc.hot.next = self.hot.q.val();
-        self.l_acc.lo.next = self.lo.q.val();
+        for g in self._hot_l..self.hot_k.len() {
+            self.l_acc.hot.next = self.hot_k[g].q.val();
+            self.l_acc.lo.next = self.lo_k[g].q.val();
+        }
         self.l_acc.hold.next = self.hold.q.val();
         self.l_acc.upd.next = self.yval.q.val() & !self.hold.q.val();
         self.l_acc.first.next = self.yfirst.q.val();
@@ -349,17 +386,21 @@ impl<const W: usize> Logic for Lane<W> {
         self.o_row.p.next = self.xp.q.val();
         self.o_row.v.next = self.v_log.q.val();
         self.o_row.sh.next = self.xd.q.val();
-        self.o_row.hot.next = self.hot.q.val();
-        self.o_row.lo.next = self.lo.q.val();
+        for g in 0..self._hot_l {
+            self.o_row.hot[g].next = self.hot_k[g].q.val();
+            self.o_row.lo[g].next = self.lo_k[g].q.val();
+        }
         self.o_row.hold.next = self.hold.q.val();
         self.o_row.upd.next = self.yval.q.val() & !self.hold.q.val();
         self.o_row.first.next = self.yfirst.q.val();
 
         // Finalize: r = floor(2^32 / l) by 33 restoring steps on the snapshot `dl`;
         // the compare is the borrow of the one 41-bit subtraction.
-        self.div_busy.next = self.div_cnt.q.val() != 0;
+        self.div_busy.next = self.div_nz.q.val();
+        self.div_nz.d.next = self.div_start.val() | (self.div_cnt.q.val() > 1);
+        self.div_first.d.next = self.div_start.val();
         self.rem_sh.next = self.rem.q.val() << 1;
-        if self.div_cnt.q.val() == 33 {
+        if self.div_first.q.val() {
             self.rem_sh.next = (self.rem.q.val() << 1) | 1;
         }
         self.rem_sub.next = bit_cast::<41, 40>(self.rem_sh.val()) - bit_cast::<41, 40>(self.dl.q.val());

@@ -10,7 +10,8 @@ use super::config::KV_BURST_BEATS;
 use super::lane::{v_at, Lane, ROW32_BITS, ROW8_BITS, SER_LAT};
 use super::regs::{Args, TABLE};
 use super::AttentionConfig;
-use crate::blocks::{Fifo, MulU32Pipe, RowDelay, RowPick, ShrReg};
+use crate::blocks::{Copies, Fifo, Kept, MulU32Pipe, RowDelay, RowPick, ShrReg};
+use crate::clock;
 use crate::dff_setup;
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -99,7 +100,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     lv: DFF<Bits<32>>,
     nk: DFF<Bits<32>>,
     qs: Signal<Local, Bits<32>>,
-    qrow_base: DFF<Bits<32>>,
     q_total: DFF<Bits<16>>,
     qb: DFF<Bits<32>>,
     /// Every Q beat of the block is in (`qb = q_total`), kept as `qb` moves
@@ -107,12 +107,47 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     q_in: DFF<Bit>,
     q_total_m1: DFF<Bits<16>>,
     q_rx: Signal<Local, Bit>,
+    /// The phase is `QReq` or `QWait` (set in `BlockInit`, cleared when the
+    /// stream starts), so that the Q beats' enables decode no phase.
+    in_q: DFF<Bit>,
+    /// `BlockInit` this cycle (the Q beat counters below load).
+    binit: Signal<Local, Bit>,
+    /// Per lane: the beat of the block's Q span that holds its row (`q_lb`,
+    /// registered from `qs` every cycle: `q0` changes three cycles at least
+    /// before `BlockInit`), the beats still to come before it (`q_dc`,
+    /// loaded in `BlockInit`, counted down per beat) and whether the next
+    /// beat is it (`q_sel`, kept as `q_dc` moves); and the row's bit offset
+    /// in that beat (`q_shr`), registered from `qs` as well.
+    q_lb: Vec<DFF<Bits<32>>>,
+    q_dc: Vec<DFF<Bits<32>>>,
+    q_sel: Vec<DFF<Bit>>,
+    q_shr: Vec<DFF<Bits<32>>>,
     /// The phase is `QWait`, as a flag set and cleared with it, so that its
     /// exit (which loads the K/V stream's registers) decodes no phase; and the
     /// stream's K/V beats, registered from `nk` (set in `BlockInit`, two
     /// cycles at least before `QWait` ends).
     in_qw: DFF<Bit>,
     kv_rem0: DFF<Bits<32>>,
+    /// The phase is `Stream` (set and cleared with it), `KvAddr` or `KvReq`
+    /// (registered from the next phase): the K/V and KVLEN requests and the
+    /// wide loads they make decode no phase.
+    in_st: DFF<Bit>,
+    /// The phase is `Next` (set with it, for its loads of q0, h, hb, b).
+    in_nx: DFF<Bit>,
+    kva: DFF<Bit>,
+    kvr: DFF<Bit>,
+    /// Kept copies of `kv_turn`: the request address's low and high halves
+    /// select `v_addr` or `k_addr` on copies 0 and 1, its length and the
+    /// issue decisions on copy 2, so the shell's AR registers see registers.
+    tv: Copies<3>,
+    /// A K burst may be requested this cycle if the AR slot is free
+    /// (`kv_age` = 3, `kv_rem` ≠ 0, both streams' room), registered a cycle
+    /// ahead from the streams' next `room` and `kv_nz` (`kv_rem` ≠ 0, which
+    /// holds for three cycles before a K request).
+    k_ok: DFF<Bit>,
+    kv_nz: DFF<Bit>,
+    kiss: Signal<Local, Bit>,
+    viss: Signal<Local, Bit>,
     // K/V read requests.
     kv_rem: DFF<Bits<32>>,
     kv_turn: DFF<Bit>,
@@ -126,6 +161,11 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     kv_remc2: DFF<Bits<16>>,
     kv_len: DFF<Bits<16>>,
     kv_age: DFF<Bits<2>>,
+    /// The same, less one (the AXI length), beside them; 0 for the KVLEN read.
+    kv_pg_m1: DFF<Bits<16>>,
+    kv_rc2_m1: DFF<Bits<16>>,
+    kv_lm1: DFF<Bits<16>>,
+    kv_last_m1: DFF<Bits<16>>,
     /// The K/V burst now arriving is V's.
     recv_v: DFF<Bit>,
     kv_rx: Signal<Local, Bit>,
@@ -136,8 +176,17 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// moves: the K/V pops and `rib`'s wrap follow a flag, not an add and compare.
     rib_last: DFF<Bit>,
     go: Signal<Local, Bit>,
+    /// `go`, registered from the next values of its terms, on kept copies:
+    /// the step's own registers and the finalizer hand-over (0), the FIFO
+    /// pops (1), `j` and `st_valid` (2).
+    go_r: Copies<3>,
+    go_p: Signal<Local, Bit>,
+    go_j: Signal<Local, Bit>,
     /// Step `j` is the block's last (`j + 1 == nk`), kept a step ahead.
     is_last: DFF<Bit>,
+    /// `nk − 2` (registered from `nk`, set in `BlockInit`), so `is_last`'s
+    /// update compares `j` with a register, no add.
+    nk_m2: DFF<Bits<32>>,
     st_valid: DFF<Bit>,
     st_first: DFF<Bit>,
     st_j: DFF<Bits<32>>,
@@ -152,8 +201,11 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     all_idle: DFF<Bit>,
     /// Every lane's backlog has room for the steps in flight (registered).
     all_room: DFF<Bit>,
-    /// The finalizer snapshots the lanes' l and o (their `div_start`).
+    /// The finalizer snapshots the lanes' l and o (their `div_start`):
+    /// registered from the next values of `drain`, `all_idle` and `fin`, on
+    /// two kept copies (the top's loads, the lanes' 800 snapshot enables).
     snap: Signal<Local, Bit>,
+    snap_r: Copies<2>,
     /// Cycles after `ap_rst_n` in which steps of an aborted run may still
     /// leave S3: the lanes' backlogs are held empty (`lane_rst`) meanwhile.
     flush: DFF<Bits<8>>,
@@ -161,6 +213,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_flush: Constant<Bits<8>>,
     // Finalize and write (block parameters handed over at the block's last step).
     fin: DFF<Fin>,
+    /// The block's parameters for the finalizer are taken the cycle after its
+    /// last step (two kept copies of `go & is_last`; they change in `Next`
+    /// at the earliest, and the finalizer reads them after the drain).
+    p_take: Copies<2>,
     p_q0: DFF<Bits<32>>,
     p_lv: DFF<Bits<32>>,
     p_oh: DFF<Bits<64>>,
@@ -168,6 +224,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     f_lv: DFF<Bits<32>>,
     f_oh: DFF<Bits<64>>,
     fx: DFF<Bits<16>>,
+    /// `fx` is one short of the serializer's end (registered in `Ser`).
+    fxe: DFF<Bit>,
+    /// A kept copy of `wi` for `wrow`'s select.
+    w_sel: Kept<32>,
     /// The lanes' `ser_v`: the first d/2 cycles of `Fin::Ser`.
     ser_v: DFF<Bit>,
     wi: DFF<Bits<32>>,
@@ -205,6 +265,13 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_lanes: Constant<Bits<32>>,
     c_half_m1: Constant<Bits<16>>,
     c_ser_end: Constant<Bits<16>>,
+    c_ser_end_m1: Constant<Bits<16>>,
+    c_rpb_m2: Constant<Bits<16>>,
+    c_sel_mask: Constant<Bits<32>>,
+    c_rib_mask: Constant<Bits<16>>,
+    ar_lo: Signal<Local, Bits<64>>,
+    ar_hi: Signal<Local, Bits<64>>,
+    c_lo32: Constant<Bits<64>>,
     c_chunk: Constant<Bits<16>>,
     c_sbytes: Constant<Bits<16>>,
     c_ones: Constant<Bits<S>>,
@@ -231,6 +298,8 @@ enum Phase {
     KvCheckTest,
     HeadWait,
     HeadInit,
+    /// The KVLEN word's address into `k_addr`, so that `KvReq`'s request is a register.
+    KvAddr,
     KvReq,
     KvWait,
     KvTest,
@@ -291,6 +360,15 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lanes: Constant::new(k(l as u64)),
             c_half_m1: Constant::new(k(d / 2 - 1)),
             c_ser_end: Constant::new(k(d / 2 - 1 + SER_LAT as u64)),
+            c_ser_end_m1: Constant::new(k(d / 2 - 2 + SER_LAT as u64)),
+            c_rpb_m2: Constant::new(k((p / d).wrapping_sub(2) & 0xffff)),
+            c_sel_mask: Constant::new(k(if l == 1 { 0 } else { 0xffff_ffff })),
+            c_rib_mask: Constant::new(k(if p == d { 0 } else { 0xffff })),
+            c_lo32: Constant::new(k(0xffff_ffff)),
+            q_lb: (0..l).map(|_| Default::default()).collect(),
+            q_dc: (0..l).map(|_| Default::default()).collect(),
+            q_sel: (0..l).map(|_| Default::default()).collect(),
+            q_shr: (0..l).map(|_| Default::default()).collect(),
             c_chunk: Constant::new(k(CHUNK)),
             c_sbytes: Constant::new(k(S as u64)),
             c_ones: Constant::new(Bits::<S>::mask()),
@@ -299,10 +377,11 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             _lanes: l,
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
-            kv_word, k_addr, v_addr, q0, lv, nk, qs, qrow_base, q_total, qb, q_in, q_total_m1, q_rx, in_qw, kv_rem0, kv_rem,
+            kv_word, k_addr, v_addr, q0, lv, nk, qs, q_total, qb, q_in, q_total_m1, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
+            in_st, in_nx, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
-            go, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
+            go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
             row_byte, beats_per_row
         }))
@@ -317,14 +396,17 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
-            phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qrow_base, q_total, qb, q_in, q_total_m1, k_addr, v_addr, in_qw, kv_rem0, kv_rem,
+            phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, q_total, qb, q_in, q_total_m1, k_addr, v_addr, in_qw, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
             wi_last,
-            w_rb, w_bpr, w_rowaddr, w_off, w_strb_r
+            w_rb, w_bpr, w_rowaddr, w_off, w_strb_r,
+            in_q, in_st, in_nx, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
         );
+        #[rustfmt::skip]
+        clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r, go_r);
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
@@ -360,14 +442,38 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.shell.span_rows.next = 1.into();
         self.shell.span_pitch.next = 0.into();
         self.shell.span_go.next = self.phase.q.val() == Phase::QReq;
-        self.q_rx.next = self.vitis.m_axi_gmem.rvalid.val()
-            & ((self.phase.q.val() == Phase::QReq) | (self.phase.q.val() == Phase::QWait));
-        self.kv_rx.next = self.vitis.m_axi_gmem.rvalid.val() & (self.phase.q.val() == Phase::Stream);
+        self.q_rx.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_q.q.val();
+        self.kv_rx.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_st.q.val();
         // K/V bursts: the same length for K and V, never crossing a page in either.
         // Q spans aside, the unit's reads are K/V bursts and the KVLEN word.
-        self.shell.ar_req.next = false;
-        self.shell.ar_req_addr.next = self.k_addr.q.val();
-        self.shell.ar_req_len.next = 0.into();
+        // The request's address and length are registers selected by kept
+        // copies of `kv_turn` (the KVLEN read's address is in `k_addr`, its
+        // length 0 in `kv_lm1`, with `kv_turn` clear); a K burst is requested
+        // on `k_ok`, its V burst the cycle the slot is free after it.
+        self.ar_lo.next = self.k_addr.q.val() & self.c_lo32.val();
+        if self.tv.q.val().get_bit(0) {
+            self.ar_lo.next = self.v_addr.q.val() & self.c_lo32.val();
+        }
+        self.ar_hi.next = self.k_addr.q.val() & !self.c_lo32.val();
+        if self.tv.q.val().get_bit(1) {
+            self.ar_hi.next = self.v_addr.q.val() & !self.c_lo32.val();
+        }
+        self.shell.ar_req_addr.next = self.ar_hi.val() | self.ar_lo.val();
+        self.shell.ar_req_len.next = self.kv_lm1.q.val().get_bits::<8>(0);
+        if self.tv.q.val().get_bit(2) {
+            self.shell.ar_req_len.next = self.kv_last_m1.q.val().get_bits::<8>(0);
+        }
+        self.kiss.next =
+            self.shell.slot_free.val() & self.in_st.q.val() & !self.tv.q.val().get_bit(2) & self.k_ok.q.val();
+        self.viss.next = self.shell.slot_free.val() & self.in_st.q.val() & self.tv.q.val().get_bit(2);
+        self.shell.ar_req.next = self.kiss.val() | self.viss.val() | (self.kvr.q.val() & self.shell.slot_free.val());
+        self.k_ok.d.next = self.in_st.q.val()
+            & !self.kv_turn.q.val()
+            & self.kv_age.q.val().get_bit(1)
+            & self.kv_nz.q.val()
+            & self.kst.room_nx.val()
+            & self.vst.room_nx.val();
+        self.kv_nz.d.next = self.kv_rem.q.val() != 0;
         self.kst.addr.next = self.k_addr.q.val();
         self.vst.addr.next = self.v_addr.q.val();
         self.kv_remc.d.next = self.c_chunk.val();
@@ -375,13 +481,21 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.kv_remc.d.next = bit_cast::<16, 32>(self.kv_rem.q.val());
         }
         self.kv_pg.d.next = self.kst.page.val();
+        self.kv_pg_m1.d.next = self.kst.page_m1.val();
         if self.vst.page.val() < self.kst.page.val() {
             self.kv_pg.d.next = self.vst.page.val();
+            self.kv_pg_m1.d.next = self.vst.page_m1.val();
         }
         self.kv_remc2.d.next = self.kv_remc.q.val();
+        self.kv_rc2_m1.d.next = self.kv_remc.q.val() - 1;
         self.kv_len.d.next = self.kv_remc2.q.val();
+        self.kv_lm1.d.next = self.kv_rc2_m1.q.val();
         if self.kv_pg.q.val() < self.kv_remc2.q.val() {
             self.kv_len.d.next = self.kv_pg.q.val();
+            self.kv_lm1.d.next = self.kv_pg_m1.q.val();
+        }
+        if self.kva.q.val() | self.kvr.q.val() {
+            self.kv_lm1.d.next = 0.into();
         }
         if self.kv_age.q.val() != 3 {
             self.kv_age.d.next = self.kv_age.q.val() + 1;
@@ -393,20 +507,18 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // finalizer, which snapshots l and o then (the lanes' `div_start`), and
         // while a lane's backlog is too full; a block's last step also waits
         // for the previous block's rows to be written.
-        self.go.next = (self.phase.q.val() == Phase::Stream)
-            & !self.kst.empty.val()
-            & !self.vst.empty.val()
-            & (self.last_pipe.q.val() == 0)
-            & !self.drain.q.val()
-            & self.all_room.q.val()
-            & (!self.is_last.q.val() | (self.fin.q.val() == Fin::Idle));
+        // Registered in `go_r` from its terms' next values (at the end).
+        self.go.next = self.go_r.q.val().get_bit(0);
+        self.go_p.next = self.go_r.q.val().get_bit(1);
+        self.go_j.next = self.go_r.q.val().get_bit(2);
         // ---------------- Output rows ----------------
         self.wrow.clock.next = self.vitis.ap_clk.val();
         self.wrow.load.next = self.w_load.q.val();
         self.wrow.shift.next = self.w_shift.q.val();
         self.w_load.d.next = false;
         self.w_shift.d.next = false;
-        self.wrow.sel.next = self.wi.q.val();
+        // With one lane every row is row 0 (`wi` < lanes): the select is 0.
+        self.wrow.sel.next = self.w_sel.q.val() & self.c_sel_mask.val();
         self.wrow.out8.next = self.run.out8.val();
         // Bytes per output row: d·4 (Q16) or d (int8), as a power of two.
         self.row_bytes_log.next = self.c_logd.val() + 2;
@@ -447,17 +559,22 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 < (bit_cast::<64, 32>(self.run.seq_q.val()) << self.o_row_log.val()));
 
         // ---------------- Phase machine ----------------
+        self.binit.next = false;
+        self.kva.d.next = false;
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
-                    self.h.d.next = 0.into();
-                    self.hb.d.next = 0.into();
-                    self.b.d.next = 0.into();
-                    self.bh.d.next = 0.into();
                     self.phase.d.next = Phase::Check;
                 }
             }
+            // h, hb, b and bh clear here rather than on `start` (whose decode
+            // enabled their 128 bits): the head products settle in `HeadWait`,
+            // the KVLEN word is read from `KvAddr` on.
             Phase::Check => {
+                self.h.d.next = 0.into();
+                self.hb.d.next = 0.into();
+                self.b.d.next = 0.into();
+                self.bh.d.next = 0.into();
                 self.bad_t.d.next = self.bad_zero.val();
                 self.bad_c.d.next = self.bad_cmp.val();
                 self.sm_r.d.next = (bit_cast::<64, 32>(self.run.smult.val()) << self.c_logd.val()) >> 24;
@@ -475,26 +592,31 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.phase.d.next = Phase::HeadWait;
                 if self.run.use_kvlen.val() {
                     self.kv_chk.d.next = true;
-                    self.phase.d.next = Phase::KvReq;
+                    self.phase.d.next = Phase::KvAddr;
+                    self.kva.d.next = true;
                 }
                 if self.bad_r.q.val() {
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
+                    self.kva.d.next = false;
                 }
             }
             Phase::KvCheckTest => {
                 self.b.d.next = self.b.q.val() + 1;
                 self.bh.d.next = self.bh_nx.q.val().get_bits::<32>(0);
-                self.phase.d.next = Phase::KvReq;
+                self.phase.d.next = Phase::KvAddr;
+                self.kva.d.next = true;
                 if self.bh_end.q.val() {
                     self.b.d.next = 0.into();
                     self.kv_chk.d.next = false;
                     self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
+                    self.kva.d.next = false;
                 }
                 if self.kv_zero.q.val() | self.kv_over.q.val() {
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
+                    self.kva.d.next = false;
                 }
             }
             Phase::HeadWait => {
@@ -513,15 +635,20 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.nkv.d.next = self.run.seq_kv.val();
                 self.phase.d.next = Phase::BlockPre1;
                 if self.run.use_kvlen.val() {
-                    self.phase.d.next = Phase::KvReq;
+                    self.phase.d.next = Phase::KvAddr;
+                    self.kva.d.next = true;
                 }
             }
+            // `k_addr` takes the KVLEN word's address (after the match, on `kva`).
+            Phase::KvAddr => {
+                self.phase.d.next = Phase::KvReq;
+                self.kvr.d.next = true;
+            }
             Phase::KvReq => {
+                // Requested on `kvr` above.
                 if self.shell.slot_free.val() {
-                    self.shell.ar_req.next = true;
-                    self.shell.ar_req_addr.next =
-                        self.run.kvlen.val() + (bit_cast::<64, 32>(self.b.q.val() << 2) & !self.c_pmask.val());
                     self.phase.d.next = Phase::KvWait;
+                    self.kvr.d.next = false;
                 }
             }
             Phase::KvWait => {
@@ -576,11 +703,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 if self.run.causal.val() & (self.qend.q.val() < self.nkv.q.val()) {
                     self.nk.d.next = self.qend.q.val();
                 }
-                self.qrow_base.d.next = self.qs.val();
                 self.shell.span_load.next = true;
                 self.q_total.d.next = self.shell.span_beats.val();
                 self.qb.d.next = 0.into();
                 self.q_in.d.next = false;
+                self.binit.next = true;
+                self.in_q.d.next = true;
                 self.phase.d.next = Phase::QReq;
             }
             Phase::QReq => {
@@ -591,55 +719,18 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
             // `QWait` ends after the match, on flags.
             Phase::QWait => {}
+            // K/V requests are made after the match (`kiss`, `viss`).
             Phase::Stream => {
-                if self.shell.slot_free.val() {
-                    if !self.kv_turn.q.val() {
-                        // The room registers are last cycle's: no burst was issued then
-                        // (a V burst came at least `kv_age` = 3 cycles ago, and each K one before it).
-                        if (self.kv_age.q.val() == 3)
-                            & (self.kv_rem.q.val() != 0)
-                            & self.kst.room.val()
-                            & self.vst.room.val()
-                        {
-                            self.shell.ar_req.next = true;
-                            self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_len.q.val() - 1);
-                            self.kv_last.d.next = self.kv_len.q.val();
-                            self.kst.issue.next = self.kv_len.q.val();
-                            self.kv_turn.d.next = true;
-                        }
-                    } else {
-                        self.shell.ar_req.next = true;
-                        self.shell.ar_req_addr.next = self.v_addr.q.val();
-                        self.shell.ar_req_len.next = bit_cast::<8, 16>(self.kv_last.q.val() - 1);
-                        self.vst.issue.next = self.kv_last.q.val();
-                        self.k_addr.d.next =
-                            self.k_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
-                        self.v_addr.d.next =
-                            self.v_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
-                        self.kv_age.d.next = 0.into();
-                        self.kv_rem.d.next = self.kv_rem.q.val() - bit_cast::<32, 16>(self.kv_last.q.val());
-                        self.kv_turn.d.next = false;
-                    }
-                }
                 if self.go.val() & self.is_last.q.val() {
-                    self.p_q0.d.next = self.q0.q.val();
-                    self.p_lv.d.next = self.lv.q.val();
-                    self.p_oh.d.next = self.oh.q.val();
                     self.phase.d.next = Phase::Next;
                 }
             }
             Phase::Next => {
                 // Next block, next head, or finish: the next Q load and K/V
-                // prefetch overlap this block's finalization.
-                self.q0.d.next = self.q0.q.val() + self.c_lanes.val();
+                // prefetch overlap this block's finalization (q0, h, hb, b
+                // move after the match, on `in_nx`).
                 self.phase.d.next = Phase::BlockPre1;
                 if self.q_last.q.val() {
-                    self.h.d.next = self.h.q.val() + 1;
-                    self.hb.d.next = self.hb.q.val() + 1;
-                    if self.hb_last.q.val() {
-                        self.hb.d.next = 0.into();
-                        self.b.d.next = self.b.q.val() + 1;
-                    }
                     self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
                     if self.h_last.q.val() {
@@ -663,6 +754,52 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.phase.d.next = Phase::Idle;
             }
         }
+        // K/V requests in `Stream` (the room registers are last cycle's: no
+        // burst was issued then; a V burst came at least `kv_age` = 3 cycles
+        // ago, and each K one before it).
+        if self.kiss.val() {
+            self.kv_last.d.next = self.kv_len.q.val();
+            self.kv_last_m1.d.next = self.kv_lm1.q.val();
+            self.kst.issue.next = self.kv_len.q.val();
+            self.kv_turn.d.next = true;
+        }
+        if self.viss.val() {
+            self.vst.issue.next = self.kv_last.q.val();
+            self.k_addr.d.next = self.k_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
+            self.v_addr.d.next = self.v_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
+            self.kv_age.d.next = 0.into();
+            self.kv_rem.d.next = self.kv_rem.q.val() - bit_cast::<32, 16>(self.kv_last.q.val());
+            self.kv_turn.d.next = false;
+        }
+        // The KVLEN word's address, for `KvReq`'s request (`kv_turn` clear).
+        if self.kva.q.val() {
+            self.k_addr.d.next = self.run.kvlen.val() + (bit_cast::<64, 32>(self.b.q.val() << 2) & !self.c_pmask.val());
+            self.kv_turn.d.next = false;
+        }
+        if self.go.val() & self.is_last.q.val() {
+            self.in_st.d.next = false;
+        }
+        // `Next` (the cycle after a block's last step): the next block or head.
+        self.in_nx.d.next = self.go.val() & self.is_last.q.val();
+        if self.in_nx.q.val() {
+            self.q0.d.next = self.q0.q.val() + self.c_lanes.val();
+            if self.q_last.q.val() {
+                self.h.d.next = self.h.q.val() + 1;
+                self.hb.d.next = self.hb.q.val() + 1;
+                if self.hb_last.q.val() {
+                    self.hb.d.next = 0.into();
+                    self.b.d.next = self.b.q.val() + 1;
+                }
+            }
+        }
+        self.p_take.d.next = self.go.val() & self.is_last.q.val();
+        if self.p_take.q.val().get_bit(0) {
+            self.p_q0.d.next = self.q0.q.val();
+            self.p_lv.d.next = self.lv.q.val();
+        }
+        if self.p_take.q.val().get_bit(1) {
+            self.p_oh.d.next = self.oh.q.val();
+        }
         // The block's Q rows are in: its K/V stream starts.
         self.kv_rem0.d.next = ((self.nk.q.val() << self.c_logd.val()) + self.c_pmask32.val()) >> self.c_logp.val();
         if self.in_qw.q.val() & self.q_in.q.val() {
@@ -678,12 +815,14 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.rib_last.d.next = self.c_rpb.val() == 1;
             self.phase.d.next = Phase::Stream;
             self.in_qw.d.next = false;
+            self.in_q.d.next = false;
+            self.in_st.d.next = true;
         }
 
         // ---------------- Finalizer: divide, serialize, write the block's rows ----------------
         // It snapshots l and o once the block's last step is in the backlogs and
         // every lane has caught up; it is idle then (a block's last step waits for it).
-        self.snap.next = self.drain.q.val() & self.all_idle.q.val() & (self.fin.q.val() == Fin::Idle);
+        self.snap.next = self.snap_r.q.val().get_bit(0);
         match self.fin.q.val() {
             Fin::Idle => {
                 if self.snap.val() {
@@ -696,17 +835,19 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             Fin::Div => {
                 if !self.lanes[0].div_busy.val() {
                     self.fx.d.next = 0.into();
+                    self.fxe.d.next = false;
                     self.ser_v.d.next = true;
                     self.fin.d.next = Fin::Ser;
                 }
             }
             Fin::Ser => {
                 self.fx.d.next = self.fx.q.val() + 1;
+                self.fxe.d.next = self.fx.q.val() == self.c_ser_end_m1.val();
                 if self.fx.q.val() == self.c_half_m1.val() {
                     self.ser_v.d.next = false;
                 }
-                // The last pair's int8 values enter the lanes' r8 in this cycle.
-                if self.fx.q.val() == self.c_ser_end.val() {
+                // The last pair's int8 values enter the lanes' r8 in this cycle (`fx` = `c_ser_end`).
+                if self.fxe.q.val() {
                     self.wi.d.next = 0.into();
                     self.wb.d.next = 0.into();
                     self.fin.d.next = Fin::WRow;
@@ -790,27 +931,33 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // ---------------- Steps: one key per cycle to every lane ----------------
         self.kst.pop.next = false;
         self.vst.pop.next = false;
-        self.st_valid.d.next = self.go.val();
+        self.st_valid.d.next = self.go_j.val();
         self.st_first.d.next = self.j.q.val() == 0;
         self.st_j.d.next = self.j.q.val();
         self.k_row.clock.next = self.vitis.ap_clk.val();
         self.k_row.en.next = true;
         self.k_row.d.next = self.kst.dout.val();
-        self.k_row.sh.next = self.rib.q.val() << self.c_logd8.val();
+        // With one row per beat `rib` is 0 whenever a step reads it (the rows' shift is 0).
+        self.k_row.sh.next = (self.rib.q.val() & self.c_rib_mask.val()) << self.c_logd8.val();
         self.v_dly.clock.next = self.vitis.ap_clk.val();
         self.v_dly.din.next = self.vst.dout.val();
-        self.v_dly.sh.next = self.rib.q.val() << self.c_logd8.val();
-        if self.go.val() {
+        self.v_dly.sh.next = (self.rib.q.val() & self.c_rib_mask.val()) << self.c_logd8.val();
+        self.nk_m2.d.next = self.nk.q.val() - 2;
+        if self.go_j.val() {
             self.j.d.next = self.j.q.val() + 1;
+        }
+        if self.go.val() {
             self.rib.d.next = self.rib.q.val() + 1;
-            self.rib_last.d.next = self.rib.q.val() + 2 == self.c_rpb.val();
-            self.is_last.d.next = self.j.q.val() + 2 == self.nk.q.val();
+            self.rib_last.d.next = self.rib.q.val() == self.c_rpb_m2.val();
+            self.is_last.d.next = self.j.q.val() == self.nk_m2.q.val();
             if self.rib_last.q.val() | self.is_last.q.val() {
-                self.kst.pop.next = true;
-                self.vst.pop.next = true;
                 self.rib.d.next = 0.into();
                 self.rib_last.d.next = self.c_rpb.val() == 1;
             }
+        }
+        if self.go_p.val() & (self.rib_last.q.val() | self.is_last.q.val()) {
+            self.kst.pop.next = true;
+            self.vst.pop.next = true;
         }
         self.last_pipe.d.next = ((self.last_pipe.q.val() << 1)
             | bit_cast::<LAST_PIPE, 1>((self.go.val() & self.is_last.q.val()).into()))
@@ -840,13 +987,27 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
 
         // ---------------- Lanes ----------------
         for i in 0..self._lanes {
+            self.q_lb[i].clock.next = self.vitis.ap_clk.val();
+            self.q_dc[i].clock.next = self.vitis.ap_clk.val();
+            self.q_sel[i].clock.next = self.vitis.ap_clk.val();
+            self.q_shr[i].clock.next = self.vitis.ap_clk.val();
+            self.q_dc[i].d.next = self.q_dc[i].q.val();
+            self.q_sel[i].d.next = self.q_sel[i].q.val();
+            self.q_lb[i].d.next = ((self.qs.val() + self.c_lane_off[i].val()) >> self.c_logp.val())
+                - (self.qs.val() >> self.c_logp.val());
+            self.q_shr[i].d.next = ((self.qs.val() + self.c_lane_off[i].val()) & self.c_pmask32.val()) << 3;
+            if self.binit.val() {
+                self.q_dc[i].d.next = self.q_lb[i].q.val();
+                self.q_sel[i].d.next = self.q_lb[i].q.val() == 0;
+            }
+            if self.q_rx.val() {
+                self.q_dc[i].d.next = self.q_dc[i].q.val() - 1;
+                self.q_sel[i].d.next = self.q_dc[i].q.val() == 1;
+            }
             self.lanes[i].clock.next = self.vitis.ap_clk.val();
-            self.lanes[i].q_we.next = self.q_rx.val()
-                & ((((self.qrow_base.q.val() + self.c_lane_off[i].val()) >> self.c_logp.val())
-                    - (self.qrow_base.q.val() >> self.c_logp.val()))
-                    == self.qb.q.val());
+            self.lanes[i].q_we.next = self.q_rx.val() & self.q_sel[i].q.val();
             self.lanes[i].q_row.next = self.vitis.m_axi_gmem.rdata.val();
-            self.lanes[i].q_sh.next = ((self.qrow_base.q.val() + self.c_lane_off[i].val()) & self.c_pmask32.val()) << 3;
+            self.lanes[i].q_sh.next = self.q_shr[i].q.val();
             self.lanes[i].q_idx.next = self.q0.q.val() + self.c_lane_idx[i].val();
             self.lanes[i].causal.next = self.run.causal.val();
             self.lanes[i].st_valid.next = self.st_valid.q.val();
@@ -857,7 +1018,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.lanes[i].smult.next = self.run.smult.val();
             self.lanes[i].sshift.next = self.run.sshift.val();
             self.lanes[i].reset.next = self.lane_rst.q.val();
-            self.lanes[i].div_start.next = self.snap.val();
+            self.lanes[i].div_start.next = self.snap_r.q.val().get_bit(1);
             self.lanes[i].ser_v.next = self.ser_v.q.val();
             self.lanes[i].omult.next = self.run.omult.val();
             self.lanes[i].oshift.next = self.run.oshift.val();
@@ -883,7 +1044,22 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.flush.d.next = self.c_flush.val();
             self.lane_rst.d.next = true;
             self.ser_v.d.next = false;
+            self.in_q.d.next = false;
+            self.in_st.d.next = false;
+            self.kva.d.next = false;
+            self.kvr.d.next = false;
+            self.in_nx.d.next = false;
         }
+        self.go_r.d.next = self.in_st.d.val()
+            & self.kst.any_nx.val()
+            & self.vst.any_nx.val()
+            & (self.last_pipe.d.val() == 0)
+            & !self.drain.d.val()
+            & self.all_room.d.val()
+            & (!self.is_last.d.val() | (self.fin.d.val() == Fin::Idle));
+        self.tv.d.next = self.kv_turn.d.val();
+        self.w_sel.d.next = self.wi.d.val();
+        self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & (self.fin.d.val() == Fin::Idle);
     }
 }
 
@@ -906,8 +1082,24 @@ struct KvStream<const W: usize> {
     pub dout: Signal<Out, Bits<W>>,
     pub empty: Signal<Out, Bit>,
     pub room: Signal<Out, Bit>,
+    /// `room` next cycle (its register's input).
+    pub room_nx: Signal<Out, Bit>,
     pub page: Signal<Out, Bits<16>>,
+    /// `page − 1` (at least one beat to the page's end, the address being beat-aligned).
+    pub page_m1: Signal<Out, Bits<16>>,
     fifo: Fifo<W>,
+    /// `empty` next cycle (the negation of `has`'s input).
+    pub any_nx: Signal<Out, Bit>,
+    /// Whether the FIFO holds anything, as a register (`empty` is its
+    /// negation; `has_n` counts the entries, as `Occupancy` does): the step
+    /// gate reads no pointer compare, and its next value is `any_nx`.
+    has: DFF<Bit>,
+    has_n: DFF<Bits<16>>,
+    /// `issue`, registered: it is counted in `inflight` a cycle later, so the
+    /// request decision reaches no adder (a room check reads `occ` two cycles
+    /// after, and no burst is issued in the three cycles before a K request).
+    iss_r: DFF<Bits<16>>,
+    page_m1_r: DFF<Bits<16>>,
     inflight: DFF<Bits<16>>,
     occ: DFF<Bits<16>>,
     room_r: DFF<Bit>,
@@ -921,10 +1113,11 @@ impl<const W: usize> KvStream<W> {
     fn new(depth: usize, port_bytes: usize) -> Self {
         let k = |v: u64| Constant::new(v.to_bits());
         with_defaults!(Self {
-            fifo: Fifo::new(depth),
+            fifo: Fifo::with_read_copies(depth, 8),
             c_logp: k(port_bytes.trailing_zeros() as u64),
             c_room_max: k(depth as u64 - CHUNK),
-            .. clock, reset, addr, issue, push, din, pop, dout, empty, room, page, inflight, occ, room_r, page_r
+            .. clock, reset, addr, issue, push, din, pop, dout, empty, room, room_nx, page, page_m1, any_nx, has, has_n, iss_r, page_m1_r,
+            inflight, occ, room_r, page_r
         })
     }
 }
@@ -932,22 +1125,38 @@ impl<const W: usize> KvStream<W> {
 impl<const W: usize> Logic for KvStream<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, inflight, occ, room_r, page_r);
+        dff_setup!(self, clock, has, has_n, iss_r, page_m1_r, inflight, occ, room_r, page_r);
         self.fifo.clock.next = self.clock.val();
         self.fifo.reset.next = self.reset.val();
         self.fifo.din.next = self.din.val();
         self.fifo.push.next = self.push.val();
         self.fifo.pop.next = self.pop.val();
+        if self.push.val() & !self.pop.val() {
+            self.has_n.d.next = self.has_n.q.val() + 1;
+        }
+        if !self.push.val() & self.pop.val() {
+            self.has_n.d.next = self.has_n.q.val() - 1;
+        }
+        self.any_nx.next = !self.reset.val()
+            & (self.push.val() | (self.has_n.q.val() > 1) | ((self.has_n.q.val() == 1) & !self.pop.val()));
+        self.has.d.next = self.any_nx.val();
         self.dout.next = self.fifo.dout.val();
-        self.empty.next = self.fifo.empty.val();
-        self.inflight.d.next = self.inflight.q.val() + self.issue.val() - bit_cast::<16, 1>(self.push.val().into());
+        self.empty.next = !self.has.q.val();
+        self.iss_r.d.next = self.issue.val();
+        self.inflight.d.next = self.inflight.q.val() + self.iss_r.q.val() - bit_cast::<16, 1>(self.push.val().into());
         self.occ.d.next = self.fifo.count.val() + self.inflight.q.val();
-        self.room_r.d.next = self.occ.q.val() <= self.c_room_max.val();
+        self.room_nx.next = self.occ.q.val() <= self.c_room_max.val();
+        self.room_r.d.next = self.room_nx.val();
         self.page_r.d.next =
             (bits::<16>(4096) - bit_cast::<16, 12>(self.addr.val().get_bits::<12>(0))) >> self.c_logp.val();
+        self.page_m1_r.d.next =
+            ((bits::<16>(4096) - bit_cast::<16, 12>(self.addr.val().get_bits::<12>(0))) >> self.c_logp.val()) - 1;
         self.room.next = self.room_r.q.val();
         self.page.next = self.page_r.q.val();
+        self.page_m1.next = self.page_m1_r.q.val();
         if self.reset.val() {
+            self.has_n.d.next = 0.into();
+            self.iss_r.d.next = 0.into();
             self.inflight.d.next = 0.into();
         }
     }
