@@ -1034,114 +1034,6 @@ always @(posedge clock) if (upd) acc{sfx} <= first ? {a} : sum{sfx}[{n}:1];
     )
 }
 
-/// The `d` output accumulators of an attention lane, `o[x]` (48 bits), with
-/// the products that feed them and the snapshot the finalizer serializes:
-/// on a `load` edge `pv[x] ← p · v[x]` (signed 16 × int8 element x of `v`,
-/// 32 bits), and `o[x]` a [`RescaleAcc`] adding `pv[x]` (the same
-/// `load`/`sh`/`hot`/`lo`/`hold`/`upd`/`first` for all); on a `snap` edge
-/// `os[x] ← o[x]`, on a `shift` edge (without `snap`) `os[x] ← os[x + 2]`
-/// (the top two hold). `o0`, `o1` are `os[0]`, `os[1]`.
-///
-/// As a `DFF` per `pv[x]` and `os[x]` and a [`RescaleAcc`] instance per
-/// `o[x]`, the same registers cost Verilator a copy per register and port
-/// every cycle (the hold of `pv` and `os`, the instances' inputs): a third
-/// of the default attention unit's simulation time. Here each is written
-/// only on its edges, in one module.
-#[derive(LogicBlock)]
-pub struct RescaleRow<const W: usize> {
-    pub clock: Signal<In, Clock>,
-    pub load: Signal<In, Bit>,
-    pub p: Signal<In, Bits<16>>,
-    pub v: Signal<In, Bits<W>>,
-    pub sh: Signal<In, Bits<6>>,
-    pub hot: Signal<In, Bits<64>>,
-    pub lo: Signal<In, Bits<64>>,
-    pub hold: Signal<In, Bit>,
-    pub upd: Signal<In, Bit>,
-    pub first: Signal<In, Bit>,
-    pub snap: Signal<In, Bit>,
-    pub shift: Signal<In, Bit>,
-    pub o0: Signal<Out, Signed<48>>,
-    pub o1: Signal<Out, Signed<48>>,
-    /// The model, per element: pv, shift, post, acc, rounded shift, os.
-    _pv: Vec<i64>,
-    _s: Vec<u32>,
-    _post: Vec<bool>,
-    _acc: Vec<i64>,
-    _rs: Vec<i64>,
-    _os: Vec<i64>,
-}
-
-impl<const W: usize> RescaleRow<W> {
-    pub fn new(d: usize) -> Self {
-        assert!(d >= 2 && 8 * d <= W, "{d} int8 elements in {W} bits");
-        with_defaults!(Self {
-            _pv: vec![0; d],
-            _s: vec![0; d],
-            _post: vec![false; d],
-            _acc: vec![0; d],
-            _rs: vec![0; d],
-            _os: vec![0; d],
-            .. clock, load, p, v, sh, hot, lo, hold, upd, first, snap, shift, o0, o1
-        })
-    }
-}
-
-impl<const W: usize> Logic for RescaleRow<W> {
-    fn update(&mut self) {
-        if self.clock.pos_edge() {
-            let d = self._acc.len();
-            if self.snap.val() {
-                self._os.copy_from_slice(&self._acc);
-            } else if self.shift.val() {
-                self._os.copy_within(2.., 0);
-            }
-            let ctl = (self.load.val(), self.sh.val(), self.hold.val(), self.upd.val(), self.first.val());
-            let p = self.p.val().to_u64() as u16 as i16 as i64;
-            for x in 0..d {
-                let a = self._pv[x];
-                rescale_step::<48>(&mut self._s[x], &mut self._post[x], &mut self._acc[x], &mut self._rs[x], ctl, a);
-                if ctl.0 {
-                    self._pv[x] = p * (self.v.val().get_bits::<8>(8 * x).to_u64() as u8 as i8 as i64);
-                }
-            }
-        }
-        self.o0.next = from_i64(self._os[0]);
-        self.o1.next = from_i64(self._os[1]);
-    }
-    fn connect(&mut self) {
-        self.o0.connect();
-        self.o1.connect();
-    }
-    fn hdl(&self) -> Verilog {
-        let d = self._acc.len();
-        let mut v = String::new();
-        for x in 0..d {
-            v += &format!(
-                "reg signed [31:0] pv{x};\nalways @(posedge clock) if (load) pv{x} <= $signed(p) * $signed(v[{hi}:{lo}]);\n",
-                hi = 8 * x + 7,
-                lo = 8 * x
-            );
-            v += &rescale_verilog(48, &x.to_string(), &format!("{{{{16{{pv{x}[31]}}}}, pv{x}}}"));
-        }
-        // `os` as one vector, os[x] at bit 48·x: one test of `snap` a cycle
-        // where registers of their own were tested each.
-        let accs: Vec<String> = (0..d).rev().map(|x| format!("acc{x}")).collect();
-        let top = 48 * d - 1;
-        let shift = if d > 2 {
-            format!("   else if (shift) os <= {{os[{top}:{}], os[{top}:96]}};\n", 48 * (d - 2))
-        } else {
-            String::new()
-        };
-        v += &format!(
-            "reg [{top}:0] os;\nalways @(posedge clock)\n   if (snap) os <= {{{}}};\n{shift}\
-             always @(*) begin\n   o0 = os[47:0];\n   o1 = os[95:48];\nend",
-            accs.join(", ")
-        );
-        Verilog::Custom(v)
-    }
-}
-
 /// A FIFO of rows of `n ≤ W` bits (the bits of `din` below n; a run-time
 /// width) with its head registered: on a `pop` edge `q` takes the head (the
 /// oldest row, or any row when empty), the bits of `q` above n stay 0. The
@@ -1867,7 +1759,7 @@ mod tests {
         let tick = |c: &mut Signal<In, Clock>, v: bool| c.next = Clock::from(v);
         let mut r = rng(0x5eed);
         let d = 4;
-        let mut row = RescaleRow::<64>::new(d);
+        let mut row = RescaleRow::<64>::new(d, 2);
         row.connect_all();
         let mut accs: Vec<RescaleAcc<48>> = crate::many(d);
         accs.iter_mut().for_each(|a| a.connect_all());
@@ -2275,14 +2167,27 @@ mod tests {
     }
 }
 
-/// A [`RescaleRow`] whose accumulators read their rounding decodes `hot` and
-/// `lo` from one of `g` copies each (accumulator x from copy `x·g / d`),
-/// where a `RescaleRow` reads one: each bit of one `hot` register fed the AND-OR
-/// trees of all d accumulators and the parent's l (fan-out 17 at d = 16, 6–7 ns
-/// of routing on ECP5). The parent keeps the copies (e.g. [`Kept`] registers
-/// loaded alike). Same registers, model and function otherwise.
+/// The `d` output accumulators of an attention lane, `o[x]` (48 bits), with
+/// the products that feed them and the snapshot the finalizer serializes:
+/// on a `load` edge `pv[x] ← p · v[x]` (signed 16 × int8 element x of `v`,
+/// 32 bits), and `o[x]` a [`RescaleAcc`] adding `pv[x]` (the same
+/// `load`/`sh`/`hold`/`upd`/`first` for all, `hot`/`lo` from copies, below); on a `snap` edge
+/// `os[x] ← o[x]`, on a `shift` edge (without `snap`) `os[x] ← os[x + 2]`
+/// (the top two hold). `o0`, `o1` are `os[0]`, `os[1]`.
+///
+/// As a `DFF` per `pv[x]` and `os[x]` and a [`RescaleAcc`] instance per
+/// `o[x]`, the same registers cost Verilator a copy per register and port
+/// every cycle (the hold of `pv` and `os`, the instances' inputs): a third
+/// of the default attention unit's simulation time. Here each is written
+/// only on its edges, in one module.
+///
+/// Accumulator x reads its rounding decodes `hot` and `lo` from copy
+/// `x·g / d` of `g` (the parent keeps the copies, e.g. [`Kept`] registers
+/// loaded alike): each bit of one `hot` register fed the AND-OR trees of all
+/// d accumulators and the parent's l (fan-out 17 at d = 16, 6–7 ns of routing
+/// on ECP5, docs/timing.md).
 #[derive(LogicBlock)]
-pub struct RescaleRowG<const W: usize> {
+pub struct RescaleRow<const W: usize> {
     pub clock: Signal<In, Clock>,
     pub load: Signal<In, Bit>,
     pub p: Signal<In, Bits<16>>,
@@ -2305,7 +2210,7 @@ pub struct RescaleRowG<const W: usize> {
     _os: Vec<i64>,
 }
 
-impl<const W: usize> RescaleRowG<W> {
+impl<const W: usize> RescaleRow<W> {
     pub fn new(d: usize, g: usize) -> Self {
         assert!(d >= 2 && 8 * d <= W, "{d} int8 elements in {W} bits");
         assert!((1..=d).contains(&g), "{g} copies of the decodes for {d} accumulators");
@@ -2334,7 +2239,7 @@ impl<const W: usize> RescaleRowG<W> {
     }
 }
 
-impl<const W: usize> Logic for RescaleRowG<W> {
+impl<const W: usize> Logic for RescaleRow<W> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
             let d = self._acc.len();

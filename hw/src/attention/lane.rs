@@ -29,7 +29,7 @@
 //! its int8 values enter `r8` another [`RequantPipe::LATENCY`] cycles later
 //! ([`SER_LAT`] in all), steered by `ser_v` delayed alongside.
 use crate::blocks::{
-    DotI8Pipe, Exp2Pipe, Fifo, Kept, MulRound16Pipe, PairShiftRow, RequantPipe, RescaleAcc, RescaleRowG, RowBacklog,
+    DotI8Pipe, Exp2Pipe, Fifo, Kept, MulRound16Pipe, PairShiftRow, RequantPipe, RescaleAcc, RescaleRow, RowBacklog,
     ScaleRoundPipe, ShrReg, SkewLine,
 };
 use rust_hdl::prelude::*;
@@ -156,7 +156,7 @@ pub struct Lane<const W: usize> {
     yp: DFF<Bits<16>>,
     yfirst: DFF<Bit>,
     /// The decodes in kept copies: `hot_copies(d)` for the o accumulators
-    /// (`RescaleRowG`: each bit of one register fed all 17 AND-OR trees, 6–7 ns
+    /// (`RescaleRow`: each bit of one register fed all 17 AND-OR trees, 6–7 ns
     /// of routing), the last for l; loaded alike from `hot_nx`, `lo_nx`.
     hot_k: Vec<Kept<64>>,
     lo_k: Vec<Kept<64>>,
@@ -168,7 +168,7 @@ pub struct Lane<const W: usize> {
     hold: DFF<Bit>,
     /// Z: l, and o[x] with Y's products and the finalizer's snapshot `os`.
     l_acc: RescaleAcc<48>,
-    o_row: RescaleRowG<W>,
+    o_row: RescaleRow<W>,
     div_cnt: DFF<Bits<6>>,
     /// `div_cnt` ≠ 0 and `div_cnt` = 33, kept as it moves (registered from
     /// its next value): `div_busy` and the first step's dividend bit are flags.
@@ -209,7 +209,7 @@ impl<const W: usize> Lane<W> {
         with_defaults!(Self {
             qk: DotI8Pipe::new(d, QK_LEVELS_PER_STAGE),
             f1: SkewLine::new(DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE)),
-            o_row: RescaleRowG::new(d, hot_copies(d)),
+            o_row: RescaleRow::new(d, hot_copies(d)),
             hot_k: crate::many(hot_copies(d) + 1),
             lo_k: crate::many(hot_copies(d) + 1),
             v_log: RowBacklog::new(8 * d, backlog_depth(d)),
