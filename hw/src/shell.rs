@@ -208,9 +208,9 @@ pub struct Shell<const W: usize, const S: usize> {
     /// of the compare). Copies as `gen`'s.
     row_last: Copies<3>,
     /// `span_load` and its arguments, registered (the arguments every cycle,
-    /// so only `ld` depends on `span_load`) and applied the next cycle, which
-    /// also computes the first row's `row_nx`, `pg_nx` and `to_pg`; likewise
-    /// `span_resume` (`rs`), which sets only the rows.
+    /// so only `ld` depends on `span_load`) and applied the next cycle (the
+    /// first row's `to_pg` with it; its `row_nx` and `pg_nx` a cycle later, on
+    /// `ld_p`); likewise `span_resume` (`rs`), which sets only the rows.
     /// `ld` in three copies (the unit's `span_done` and the decision; the read
     /// address registers; the row registers): one flag enabled 325 loads.
     ld: Copies<3>,
@@ -230,9 +230,9 @@ pub struct Shell<const W: usize, const S: usize> {
     /// page-end compare below and the first row's `to_pg` read a register.
     ld_to_pg: DFF<Bits<16>>,
     /// The next row's successor, page and beats to its page's end, from
-    /// `row_nx` (a row's last burst) and, for a span applied, the first row's
-    /// successor and page from `ld_addr` (each from its own registers: a
-    /// select by `ld` in front of the adders was the GEMM's critical path).
+    /// `row_nx` (a row's last burst); `ld_row_nx`, `ld_pg_nx` are the first
+    /// row's, registered from `ld_addr` (a select by `ld` in front of the
+    /// adders was the GEMM's critical path).
     at_row_nx: Signal<Local, Bits<64>>,
     at_pg_nx: Signal<Local, Bits<64>>,
     at_to_pg: Signal<Local, Bits<16>>,
