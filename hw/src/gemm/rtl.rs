@@ -140,10 +140,18 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     b_recv: Signal<Local, Bit>,
     // Read-data receiver.
     recv_cnt: DFF<Bits<16>>,
-    /// The beats of a row of A less one, and of the bias vector: latched at start
+    /// The beats of a row of A less two, and of the bias vector: latched at start
     /// so the receiver's compares read registers.
-    row_last_beat: DFF<Bits<16>>,
+    row_beats_m2: DFF<Bits<16>>,
     bias_beats: DFF<Bits<16>>,
+    /// `recv_cnt` is a row of A's last beat (`recv_cnt == row_beats − 1`),
+    /// kept a cycle ahead as `recv_cnt` moves: the row's end (which resets
+    /// `recv_cnt` and moves `a_sel`, fan-out 21) reads a flip-flop, not a
+    /// 16-bit compare (docs/timing.md). `row_one`: a row is one beat.
+    a_last: DFF<Bit>,
+    row_one: DFF<Bit>,
+    /// `recv_cnt + 1 == row_beats − 1`: `a_last` after a beat that is not the last.
+    a_next_last: Signal<Local, Bit>,
     recv_row: DFF<Bits<32>>,
     /// The phase receives A (`AReq` or `AWait`), and which feeder's RAM takes
     /// the row now arriving (one-hot, `recv_row == r`): flags set and moved
@@ -169,10 +177,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     fk: DFF<Bits<32>>,
     fj0: DFF<Bits<32>>,
     feed_done: DFF<Bit>,
-    /// `feed_done` again, three kept copies: the feeder's gates, and the two
-    /// halves of `BDrain`'s exit loads (one flip-flop was a net of fan-out
-    /// 134, docs/timing.md).
-    fd_cp: Copies<3>,
+    /// `feed_done` again, two kept copies: the two halves of `BDrain`'s exit
+    /// loads (one flip-flop was a net of fan-out 134, docs/timing.md).
+    fd_cp: Copies<2>,
     since_last: DFF<Bits<16>>,
     promised: DFF<Bits<16>>,
     // The feeder's gate `f_go` reads only registers (it fans out to the B FIFO,
@@ -190,11 +197,14 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     n_le_c: DFF<Bit>,
     /// `since_last ≥ c_gap`.
     gap_ok: DFF<Bit>,
-    /// The output FIFO has room for another tile's rows, as of last cycle: its
-    /// count plus `promised` only grows when a tile ends, and the next tile can
-    /// end no sooner than `c_gap ≥ 2` cycles later, so last cycle's answer is
-    /// never too optimistic. Three copies: one per gate below.
-    room: Copies<3>,
+    /// A tile may end: `gap_ok`, and the output FIFO has room for another
+    /// tile's rows as of last cycle (its count plus `promised` only grows when
+    /// a tile ends, and the next tile can end no sooner than `c_gap ≥ 2`
+    /// cycles later, so last cycle's answer is never too optimistic). One
+    /// flip-flop for both, three copies (one per gate below), so each gate is
+    /// one LUT of four flip-flops: the gate feeds the B FIFO's next read
+    /// pointer (docs/timing.md).
+    end_ok: Copies<3>,
     /// The output FIFO's count plus `promised`, kept as tiles end, rows are
     /// dropped (past M) and popped, so `room` is one compare with a constant.
     o_occ: DFF<Bits<16>>,
@@ -233,8 +243,8 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// The phase streams B (`BStream` or `BDrain`), as a flag set and cleared
     /// with the phase, so the feeder's gate decodes no state.
     in_b: DFF<Bit>,
-    /// `in_b` again, a kept copy for each of the feeder's three gates.
-    in_b_cp: Copies<3>,
+    /// `in_b & !feed_done`, a kept copy for each of the feeder's three gates.
+    feed_on: Copies<3>,
     /// Whether the B FIFO holds a beat, as a flag: the feeder's gate reads it.
     b_has: Occupancy,
     /// This tile is the last column block (`fj0 + cols ≥ N`, i.e. `f_left ≤
@@ -320,12 +330,16 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     w_wait: DFF<Bits<4>>,
     w_wend: DFF<Bits<4>>,
     /// The strobe mask's shift, `lanes − 4·cols` (`lanes − cols` with requant)
-    /// for the row's columns inside N, registered in `Bias` where they are
-    /// decided, so `Wait` only shifts (the subtract and the shift in one cycle
-    /// were the GEMM's critical path, docs/timing.md).
+    /// for the row's columns inside N, loaded in `Wait` from `w_short` and
+    /// `w_shn`, so the mask only shifts (the subtract and the shift in one
+    /// cycle were the GEMM's critical path; the compare, subtract and select
+    /// in one cycle were again, docs/timing.md).
     w_sh: DFF<Bits<8>>,
-    /// N − `w_j0`, registered in `Fetch` for the column count in `Bias`.
+    /// N − `w_j0`, registered in `Fetch`; from it, registered every cycle,
+    /// whether the row is short (`w_left < cols`) and a short row's shift.
     w_left: DFF<Bits<32>>,
+    w_short: DFF<Bit>,
+    w_shn: DFF<Bits<8>>,
     w_beat: DFF<Bits<W>>,
     /// The row's strobes before their shift to its offset in the beat, from
     /// `w_sh` in `Wait`, so `Pack` only shifts.
@@ -497,15 +511,18 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             c_ones: Constant::new(Bits::<S>::mask()),
             // `Wait` lasts until the int8 results are out; the row product is ready before.
             c_wait_rq: Constant::new(k(RequantPipe::LATENCY.max(MulU32Pipe::LATENCY) as u64 - 1)),
-            c_wait_mul: Constant::new(k(MulU32Pipe::LATENCY as u64 - 1)),
+            c_wait_mul: Constant::new(k(const {
+                assert!(MulU32Pipe::LATENCY >= 2, "`w_sh` loads in `Wait`'s first cycle, `w_mask` in its second");
+                MulU32Pipe::LATENCY as u64 - 1
+            })),
             _rows: r,
             _cols: c,
             .. vitis, now, run, row_mul, idle, row_beats, phase, i0,
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_lo, bnext, bn_lo, b_hi1, bj1_ge, b_occ,
-            b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done, since_last,
-            promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, room, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, s1_sh, s1_col, any_cap,
-            cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_zero, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, in_b_cp, ws_fetch, ws_bias, ws_wait
+            b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, a_next_last, recv_row, fk, fj0, feed_done, since_last,
+            promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, end_ok, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, s1_sh, s1_col, any_cap,
+            cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn,
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_zero, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, feed_on, ws_fetch, ws_bias, ws_wait
         }))
     }
 }
@@ -517,15 +534,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         dff_setup!(
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats,
             b_beats, bj1, bj_done, in_bs, bj1_end, n_mc, nb_one,
-            bk, bk_last, baddr, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_last_beat, bias_beats, recv_row, fk, fj0, feed_done,
+            bk, bk_last, baddr, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, s1_sh, wstate, w_data,
-            w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
+            w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_zero, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
         );
         #[rustfmt::skip]
         clock!(
-            self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has, idle, room, w_idle_cp, b_want, bi_wa,
-            fd_cp, w_pack, rq_cp, in_b_cp
+            self, vitis.ap_clk, bias_ram, bfifo, b_has, tiles, ofifo, ometa, row_mul, o_has, idle, end_ok, w_idle_cp, b_want, bi_wa,
+            fd_cp, w_pack, rq_cp, feed_on
         );
         for r in 0..self._rows {
             self.a_sel[r].clock.next = self.vitis.ap_clk.val();
@@ -571,7 +588,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         if self.m_rest.q.val() < self.c_rows.val() {
             self.next_rows.d.next = self.m_rest.q.val();
         }
-        self.row_last_beat.d.next = self.row_beats.q.val() - 1;
+        self.row_beats_m2.d.next = self.row_beats.q.val() - 2;
+        self.row_one.d.next = self.row_beats.q.val() == 1;
+        self.a_next_last.next = self.recv_cnt.q.val() == self.row_beats_m2.q.val();
         self.shell.ar_req.next = false;
         self.shell.ar_req_addr.next = self.baddr.q.val();
         self.shell.ar_req_len.next = 0.into();
@@ -612,6 +631,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.m_left.d.next = self.now.m.val();
             self.rows_valid.d.next = self.first_rows.q.val();
             self.recv_cnt.d.next = 0.into();
+            self.a_last.d.next = self.a_beats.q.val() == 1;
             self.recv_row.d.next = 0.into();
             self.since_last.d.next = self.c_gap.val();
             self.gap_ok.d.next = true;
@@ -686,6 +706,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 if self.bias_in.q.val() {
                     // Then the A panel, from the first row.
                     self.recv_cnt.d.next = 0.into();
+                    self.a_last.d.next = self.row_one.q.val();
                     self.shell.span_load.next = true;
                     self.phase.d.next = Phase::AReq;
                     self.in_a.d.next = true;
@@ -737,7 +758,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // last k-step needs the last B beat, which arrives after the AR handshake
         // that ends `BStream`) and cleared here, so the enables below decode no
         // phase (that decode was the GEMM's critical path, docs/timing.md).
-        if self.fd_cp.q.val().get_bit(2) {
+        if self.fd_cp.q.val().get_bit(1) {
             // `fk` and `f_last` are 0 and `k_one` already: the tile that set
             // `feed_done` cleared them, and no k-step ran since.
             self.fj0.d.next = 0.into();
@@ -746,8 +767,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.i0.d.next = self.i0.q.val() + self.c_rows.val();
             self.m_left.d.next = self.m_rest.q.val();
         }
-        if self.fd_cp.q.val().get_bit(1) {
+        if self.fd_cp.q.val().get_bit(0) {
             self.recv_cnt.d.next = 0.into();
+            self.a_last.d.next = self.row_one.q.val();
             self.recv_row.d.next = 0.into();
             // The next block's rows of A follow the last one's.
             self.shell.span_resume.next = true;
@@ -842,10 +864,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bias_ram.port.wdata.next = self.a_wd.q.val();
         if self.bias_rx.val() {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
+            self.a_last.d.next = self.a_next_last.val();
         }
         if self.vitis.m_axi_gmem.rvalid.val() & self.in_a.q.val() {
-            if self.recv_cnt.q.val() == self.row_last_beat.q.val() {
+            if self.a_last.q.val() {
                 self.recv_cnt.d.next = 0.into();
+                self.a_last.d.next = self.row_one.q.val();
                 self.recv_row.d.next = self.recv_row.q.val() + 1;
                 self.a_sel[0].d.next = false;
                 for r in 1..self._rows {
@@ -853,6 +877,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 }
             } else {
                 self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
+                self.a_last.d.next = self.a_next_last.val();
             }
         }
         self.bfifo.reset.next = !self.vitis.ap_rst_n.val();
@@ -860,23 +885,17 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bfifo.din.next = self.vitis.m_axi_gmem.rdata.val();
 
         // ---------------- Feeder: one k-step per cycle into the array ----------------
-        self.room.d.next = self.vitis.ap_rst_n.val() & (self.o_occ.q.val() <= self.c_room.val());
-        self.f_go.next = self.in_b_cp.q.val().get_bit(0)
-            & !self.fd_cp.q.val().get_bit(0)
+        self.f_go.next = self.feed_on.q.val().get_bit(0)
             & self.b_has.any.val()
-            & (!self.f_last.q.val() | (self.gap_ok.q.val() & self.room.q.val().get_bit(0)));
-        self.f_end.next = self.in_b_cp.q.val().get_bit(1)
-            & !self.fd_cp.q.val().get_bit(0)
+            & (!self.f_last.q.val() | self.end_ok.q.val().get_bit(0));
+        self.f_end.next = self.feed_on.q.val().get_bit(1)
             & self.b_has.any.val()
             & self.f_last.q.val()
-            & self.gap_ok.q.val()
-            & self.room.q.val().get_bit(1);
-        self.f_end2.next = self.in_b_cp.q.val().get_bit(2)
-            & !self.fd_cp.q.val().get_bit(0)
+            & self.end_ok.q.val().get_bit(1);
+        self.f_end2.next = self.feed_on.q.val().get_bit(2)
             & self.b_has.any.val()
             & self.f_last.q.val()
-            & self.gap_ok.q.val()
-            & self.room.q.val().get_bit(2);
+            & self.end_ok.q.val().get_bit(2);
         self.bfifo.pop.next = self.f_go.val();
         self.b_has.clear.next = !self.vitis.ap_rst_n.val() | (self.phase.q.val() == Phase::Idle);
         self.b_has.push.next = self.b_recv.val();
@@ -1136,22 +1155,26 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.w_base.d.next = bit_cast::<64, 32>(self.wb_lo.val().get_bits::<32>(0))
                     | (bit_cast::<64, 32>(self.c_hi1.q.val()) << 32);
             }
-            // Columns of the row inside N (fewer than `cols` ≤ lanes / 4 when
-            // short, so eight bits hold them).
+        }
+        // Columns of the row inside N (fewer than `cols` ≤ lanes / 4 when
+        // short, so eight bits hold them).
+        self.w_short.d.next = self.w_left.q.val() < self.c_cols.val();
+        self.w_shn.d.next = self.c_lanes.val() - (bit_cast::<8, 32>(self.w_left.q.val()) << 2);
+        if self.run.requant.val() {
+            self.w_shn.d.next = self.c_lanes.val() - bit_cast::<8, 32>(self.w_left.q.val());
+        }
+        // Every cycle of `Wait`: the last one's sum is the row's address; the
+        // mask's shift is steady from the second (`Wait` lasts two cycles at
+        // least, asserted in `new`, so `w_mask` is ready for `Pack`).
+        if self.ws_wait.q.val() {
+            self.w_addr.d.next = self.w_base.q.val() + self.row_mul.p.val();
             self.w_sh.d.next = self.c_sh32.val();
             if self.run.requant.val() {
                 self.w_sh.d.next = self.c_sh8.val();
             }
-            if self.w_left.q.val() < self.c_cols.val() {
-                self.w_sh.d.next = self.c_lanes.val() - (bit_cast::<8, 32>(self.w_left.q.val()) << 2);
-                if self.run.requant.val() {
-                    self.w_sh.d.next = self.c_lanes.val() - bit_cast::<8, 32>(self.w_left.q.val());
-                }
+            if self.w_short.q.val() {
+                self.w_sh.d.next = self.w_shn.q.val();
             }
-        }
-        // Every cycle of `Wait`: the last one's sum is the row's address.
-        if self.ws_wait.q.val() {
-            self.w_addr.d.next = self.w_base.q.val() + self.row_mul.p.val();
         }
         if self.w_send.q.val() & self.shell.wr_fire.val() {
             self.wstate.d.next = WriterState::Idle;
@@ -1190,7 +1213,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         }
         self.w_idle_cp.d.next = self.w_idle.d.val();
         self.fd_cp.d.next = self.feed_done.d.val();
-        self.in_b_cp.d.next = self.in_b.d.val();
+        self.feed_on.d.next = self.in_b.d.val() & !self.feed_done.d.val();
+        self.end_ok.d.next =
+            self.gap_ok.d.val() & self.vitis.ap_rst_n.val() & (self.o_occ.q.val() <= self.c_room.val());
         self.in_bias.d.next = (self.phase.d.val() == Phase::BiasReq) | (self.phase.d.val() == Phase::BiasWait);
         self.ws_fetch.d.next = self.wstate.d.val() == WriterState::Fetch;
         self.ws_bias.d.next = self.wstate.d.val() == WriterState::Bias;
