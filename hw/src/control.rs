@@ -25,6 +25,8 @@ enum ReadState {
     Addr,
     /// The word is selected from last cycle's address decode (the hit flags).
     Sel,
+    /// The two halves of the select, registered in `Sel`, are joined.
+    Join,
     Data,
 }
 
@@ -71,7 +73,10 @@ pub struct Control {
     // IER, ISR; the arguments; the status words) and used the cycle after the
     // address is taken, so the read's decode and its select have a cycle each
     // (together they limited the GEMM unit's clock, docs/timing.md). The
-    // select is an OR of the words that hit (at most one), zero elsewhere.
+    // select is an OR of the words that hit (at most one), zero elsewhere,
+    // registered in two halves (`rd_a` the arguments', `rd_b` the control and
+    // status words') and joined a cycle later: one OR of every readable word
+    // behind the hit flags limited the GEMM unit's clock (docs/timing.md).
     hit_c: Vec<DFF<Bit>>,
     hit_a: Vec<DFF<Bit>>,
     hit_s: Vec<DFF<Bit>>,
@@ -80,6 +85,8 @@ pub struct Control {
     or_a: Vec<Signal<Local, Bits<32>>>,
     or_s: Vec<Signal<Local, Bits<32>>>,
     rsel: Signal<Local, Bits<32>>,
+    rd_a: DFF<Bits<32>>,
+    rd_b: DFF<Bits<32>>,
     ap_start: DFF<Bit>,
     idle_r: DFF<Bit>,
     ap_done: DFF<Bit>,
@@ -122,7 +129,7 @@ impl Control {
             _n_args: n_args,
             _n_status: n_status,
             .. clock, rst_n, s_axi_control, interrupt, start, core_done, idle, idle_next, idle_r, wstate, rstate, wd, wm, take_a, take_w,
-            full, rdata_r, ap_start, ap_done, auto_restart, gie, ier, isr, rsel, wmask, go, ctrl_word
+            full, rdata_r, rd_a, rd_b, ap_start, ap_done, auto_restart, gie, ier, isr, rsel, wmask, go, ctrl_word
         })
     }
 }
@@ -134,7 +141,7 @@ impl Logic for Control {
     #[hdl_gen]
     fn update(&mut self) {
         #[rustfmt::skip]
-        dff_setup!(self, clock, wstate, rstate, wd, wm, rdata_r, ap_start, idle_r, ap_done, auto_restart, gie, ier, isr);
+        dff_setup!(self, clock, wstate, rstate, wd, wm, rdata_r, rd_a, rd_b, ap_start, idle_r, ap_done, auto_restart, gie, ier, isr);
         for i in 0..self._n_args {
             self.arg_regs[i].clock.next = self.clock.val();
             self.arg_regs[i].d.next = self.arg_regs[i].q.val();
@@ -312,11 +319,12 @@ impl Logic for Control {
         if self.hit_c[3].q.val() {
             self.rsel.next = bit_cast::<32, 2>(self.isr.q.val());
         }
-        for l in (self._n_args - 1)..self._n_args {
-            self.rsel.next = self.rsel.val() | self.or_a[l].val();
-        }
         for l in (self._n_status - 1)..self._n_status {
             self.rsel.next = self.rsel.val() | self.or_s[l].val();
+        }
+        self.rd_b.d.next = self.rsel.val();
+        for l in (self._n_args - 1)..self._n_args {
+            self.rd_a.d.next = self.or_a[l].val();
         }
         match self.rstate.q.val() {
             ReadState::Addr => {
@@ -325,10 +333,13 @@ impl Logic for Control {
                 }
             }
             ReadState::Sel => {
-                self.rdata_r.d.next = self.rsel.val();
                 if self.hit_c[0].q.val() & !self.core_done.val() {
                     self.ap_done.d.next = false;
                 }
+                self.rstate.d.next = ReadState::Join;
+            }
+            ReadState::Join => {
+                self.rdata_r.d.next = self.rd_a.q.val() | self.rd_b.q.val();
                 self.rstate.d.next = ReadState::Data;
             }
             ReadState::Data => {

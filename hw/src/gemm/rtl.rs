@@ -324,6 +324,9 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     ws_fetch: DFF<Bit>,
     ws_bias: DFF<Bit>,
     ws_wait: DFF<Bit>,
+    /// `ws_bias` again, a kept copy per epilogue lane for its `en_add` (one
+    /// decode of `wstate` enabled 152 bits, docs/timing.md).
+    w_add: Vec<Kept<1>>,
     /// Cycles spent in `Wait`, and its last (registered from FLAGS.requant):
     /// a row waits for the requantizer only when it is requantized, else for
     /// the row address's product (the int32 result is ready a cycle after `Bias`).
@@ -381,15 +384,18 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     /// registers are steady for three cycles before the write of `ap_start`
     /// can start a run.
     refuse: DFF<Bit>,
-    /// A size is 0 (`bad_zero`) or past the buffers (`bad_size`): two
-    /// registers, so neither stands behind the other's reductions.
+    /// A size is 0 (`bad_zero`), K past the buffers (`bad_size`), N past the
+    /// bias RAM (`bad_bias`): three registers, so none stands behind
+    /// another's compares.
     bad_zero: DFF<Bit>,
     bad_size: DFF<Bit>,
+    bad_bias: DFF<Bit>,
     bad_pitch: DFF<Bit>,
     /// QSHIFT is out of range: a register of its own beside `bad_size` (its
     /// compare behind `bad_size`'s OR was a critical path, docs/timing.md).
     bad_shift: DFF<Bit>,
-    /// Every beat of the bias vector is in (read a cycle after it happens).
+    /// `BiasWait` ends: every beat of the bias vector is in, registered in
+    /// `BiasWait` (a one-cycle flag), so the exit's loads decode no phase.
     bias_in: DFF<Bit>,
     c_pmask: Constant<Bits<64>>,
     /// The byte offsets in a beat that a tile's int32 row can start at: `j0` is a
@@ -508,6 +514,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             c_sh8: Constant::new(k((S - c) as u64)),
             c_col: (0..c).map(|col| Constant::new(k(col as u64))).collect(),
             s1_en: (0..c).map(|_| DFF::default()).collect(),
+            w_add: (0..c).map(|_| Kept::default()).collect(),
             c_ones: Constant::new(Bits::<S>::mask()),
             // `Wait` lasts until the int8 results are out; the row product is ready before.
             c_wait_rq: Constant::new(k(RequantPipe::LATENCY.max(MulU32Pipe::LATENCY) as u64 - 1)),
@@ -522,7 +529,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, a_next_last, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, end_ok, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, s1_sh, s1_col, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_zero, bad_size, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, feed_on, ws_fetch, ws_bias, ws_wait
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_zero, bad_size, bad_bias, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, feed_on, ws_fetch, ws_bias, ws_wait
         }))
     }
 }
@@ -537,7 +544,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             bk, bk_last, baddr, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, s1_sh, wstate, w_data,
             w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
-            f_left, ldc_min, refuse, bad_zero, bad_size, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
+            f_left, ldc_min, refuse, bad_zero, bad_size, bad_bias, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
         );
         #[rustfmt::skip]
         clock!(
@@ -603,8 +610,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // (docs/gemm.md); the host checks first, this keeps a bad register
         // write from corrupting anything.
         self.bad_zero.d.next = (self.now.m.val() == 0) | (self.now.n.val() == 0) | (self.now.k.val() == 0);
-        self.bad_size.d.next =
-            (self.now.k.val() > self.c_kmax.val()) | (self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val()));
+        self.bad_size.d.next = self.now.k.val() > self.c_kmax.val();
+        self.bad_bias.d.next = self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val());
         self.bad_shift.d.next = self.now.bad_shift.val();
         self.bad_pitch.d.next = ((bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val())
             & self.c_pmask.val())
@@ -613,10 +620,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             | (self.now.ldb.val() < self.now.n.val());
         self.refuse.d.next = self.bad_zero.q.val()
             | self.bad_size.q.val()
+            | self.bad_bias.q.val()
             | self.bad_pitch.q.val()
             | self.bad_shift.q.val()
             | (bit_cast::<64, 32>(self.now.ldc.val()) < self.ldc_min.q.val());
-        self.bias_in.d.next = self.recv_cnt.q.val() == self.bias_beats.q.val();
+        self.bias_in.d.next = (self.phase.q.val() == Phase::BiasWait)
+            & (self.recv_cnt.q.val() == self.bias_beats.q.val())
+            & !self.bias_in.q.val();
         // ---------------- Phase machine and read requests ----------------
         self.aw_go.next = (self.phase.q.val() == Phase::AWait)
             & (((self.recv_row.q.val() ^ self.rows_valid.q.val()) & self.c_rowbits.val()) == 0);
@@ -703,14 +713,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
             Phase::BiasWait => {
                 self.sp_rows.d.next = self.rows_valid.q.val().get_bits::<8>(0);
-                if self.bias_in.q.val() {
-                    // Then the A panel, from the first row.
-                    self.recv_cnt.d.next = 0.into();
-                    self.a_last.d.next = self.row_one.q.val();
-                    self.shell.span_load.next = true;
-                    self.phase.d.next = Phase::AReq;
-                    self.in_a.d.next = true;
-                }
+                // The exit below, on `bias_in`.
             }
             Phase::AReq => {
                 self.sp_rows.d.next = self.next_rows.q.val().get_bits::<8>(0);
@@ -754,6 +757,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
 
+        // `BiasWait`'s exit: then the A panel, from the first row.
+        if self.bias_in.q.val() {
+            self.recv_cnt.d.next = 0.into();
+            self.a_last.d.next = self.row_one.q.val();
+            self.shell.span_load.next = true;
+            self.phase.d.next = Phase::AReq;
+            self.in_a.d.next = true;
+        }
         // `BDrain`'s exit, on `feed_done` alone: it is set only in `BDrain` (the
         // last k-step needs the last B beat, which arrives after the AR handshake
         // that ends `BStream`) and cleared here, so the enables below decode no
@@ -1050,7 +1061,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.lanes[c].relu.next = self.run.relu.val();
             self.lanes[c].mult.next = self.run.qmult.val();
             self.lanes[c].shift.next = self.run.qshift.val();
-            self.lanes[c].en_add.next = self.wstate.q.val() == WriterState::Bias;
+            self.w_add[c].clock.next = self.vitis.ap_clk.val();
+            self.lanes[c].en_add.next = self.w_add[c].q.val().any();
         }
         for c in 0..self._cols {
             self.p32.lanes[c].next = self.lanes[c].out32.val();
@@ -1112,15 +1124,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 self.wstate.d.next = WriterState::Bias;
             }
             WriterState::Bias => {
-                self.w_wait.d.next = 0.into();
                 self.wstate.d.next = WriterState::Wait;
             }
             WriterState::Wait => {
-                self.w_wait.d.next = self.w_wait.q.val() + 1;
-                if self.w_wait.q.val() == self.w_wend.q.val() {
-                    self.wstate.d.next = WriterState::Pack;
-                    self.w_pack.d.next = true;
-                }
+                // The count and the exit below, on `ws_wait`.
             }
             WriterState::Pack => {
                 // `w_j0` is a multiple of `cols`: its offset in the beat has known-zero bits.
@@ -1148,6 +1155,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             }
         }
         if self.ws_bias.q.val() {
+            self.w_wait.d.next = 0.into();
             // Lanes add bias / apply ReLU this cycle; the row address less w_i · LDC.
             self.w_base.d.next = bit_cast::<64, 32>(self.wb_lo.val().get_bits::<32>(0))
                 | (bit_cast::<64, 32>(self.run.c.val().get_bits::<32>(32)) << 32);
@@ -1167,6 +1175,11 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         // mask's shift is steady from the second (`Wait` lasts two cycles at
         // least, asserted in `new`, so `w_mask` is ready for `Pack`).
         if self.ws_wait.q.val() {
+            self.w_wait.d.next = self.w_wait.q.val() + 1;
+            if self.w_wait.q.val() == self.w_wend.q.val() {
+                self.wstate.d.next = WriterState::Pack;
+                self.w_pack.d.next = true;
+            }
             self.w_addr.d.next = self.w_base.q.val() + self.row_mul.p.val();
             self.w_sh.d.next = self.c_sh32.val();
             if self.run.requant.val() {
@@ -1210,6 +1223,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.w_send.d.next = false;
             self.w_pack.d.next = false;
             self.fin_ok.d.next = false;
+            self.bias_in.d.next = false;
         }
         self.w_idle_cp.d.next = self.w_idle.d.val();
         self.fd_cp.d.next = self.feed_done.d.val();
@@ -1220,6 +1234,9 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.ws_fetch.d.next = self.wstate.d.val() == WriterState::Fetch;
         self.ws_bias.d.next = self.wstate.d.val() == WriterState::Bias;
         self.ws_wait.d.next = self.wstate.d.val() == WriterState::Wait;
+        for c in 0..self._cols {
+            self.w_add[c].d.next = bit_cast::<1, 1>(self.ws_bias.d.val().into());
+        }
         self.o_dn.d.next = 0.into();
         if self.cap_v.q.val() & !self.cap_ok.q.val() {
             self.o_dn.d.next = 1.into();
