@@ -390,7 +390,11 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     bad_zero: DFF<Bit>,
     bad_size: DFF<Bit>,
     bad_bias: DFF<Bit>,
+    /// A pitch off the beat (`bad_pitch`), or shorter than its row
+    /// (`bad_ld`): two registers, the compares' carry chains beside the
+    /// reduction (one register for both was a critical path, docs/timing.md).
     bad_pitch: DFF<Bit>,
+    bad_ld: DFF<Bit>,
     /// QSHIFT is out of range: a register of its own beside `bad_size` (its
     /// compare behind `bad_size`'s OR was a critical path, docs/timing.md).
     bad_shift: DFF<Bit>,
@@ -529,7 +533,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, a_next_last, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, end_ok, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, s1_sh, s1_col, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn,
-            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_zero, bad_size, bad_bias, bad_pitch, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, feed_on, ws_fetch, ws_bias, ws_wait
+            w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_zero, bad_size, bad_bias, bad_pitch, bad_ld, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, feed_on, ws_fetch, ws_bias, ws_wait
         }))
     }
 }
@@ -544,7 +548,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             bk, bk_last, baddr, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, s1_sh, wstate, w_data,
             w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
-            f_left, ldc_min, refuse, bad_zero, bad_size, bad_bias, bad_pitch, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
+            f_left, ldc_min, refuse, bad_zero, bad_size, bad_bias, bad_pitch, bad_ld, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
         );
         #[rustfmt::skip]
         clock!(
@@ -613,15 +617,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.bad_size.d.next = self.now.k.val() > self.c_kmax.val();
         self.bad_bias.d.next = self.now.use_bias.val() & (self.now.n.val() > self.c_nmax.val());
         self.bad_shift.d.next = self.now.bad_shift.val();
-        self.bad_pitch.d.next = ((bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val())
+        self.bad_pitch.d.next = (bit_cast::<64, 32>(self.now.lda.val() | self.now.ldb.val() | self.now.ldc.val())
             & self.c_pmask.val())
-            != 0)
-            | (self.now.lda.val() < self.now.k.val())
-            | (self.now.ldb.val() < self.now.n.val());
+            != 0;
+        self.bad_ld.d.next = (self.now.lda.val() < self.now.k.val()) | (self.now.ldb.val() < self.now.n.val());
         self.refuse.d.next = self.bad_zero.q.val()
             | self.bad_size.q.val()
             | self.bad_bias.q.val()
             | self.bad_pitch.q.val()
+            | self.bad_ld.q.val()
             | self.bad_shift.q.val()
             | (bit_cast::<64, 32>(self.now.ldc.val()) < self.ldc_min.q.val());
         self.bias_in.d.next = (self.phase.q.val() == Phase::BiasWait)
