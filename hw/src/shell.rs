@@ -238,7 +238,14 @@ pub struct Shell<const W: usize, const S: usize> {
     at_to_pg: Signal<Local, Bits<16>>,
     ld_row_nx: DFF<Bits<64>>,
     ld_pg_nx: DFF<Bits<64>>,
-    burst: Signal<Local, Bits<16>>,
+    /// The burst's AXI length (beats less one), `rd_rem − 1` on a row's last
+    /// burst, else `to_pg − 1`: both registered every cycle, a cycle behind
+    /// their sources as `row_last` is (current in the issuing cycle for the
+    /// same reason), so the AR length selects registers and subtracts
+    /// nothing (`to_pg` → the subtract → `ar_len` was a critical path,
+    /// docs/timing.md).
+    rem_m1: DFF<Bits<8>>,
+    pg_m1: DFF<Bits<8>>,
     aw_done: DFF<Bit>,
     w_done: DFF<Bit>,
     /// Writes issued and not yet answered (none at every run's end, so nothing
@@ -276,7 +283,7 @@ impl<const W: usize, const S: usize> Shell<W, S> {
             span_pitch, span_go, span_row, span_done, ar_req, ar_req_addr, ar_req_len, wr_send, wr_addr, wr_len,
             wr_data, wr_strb, wr_last, wr_beat, wr_fire, writes_done, err, cycles, ar_valid, ar_addr, ar_len, rd_addr,
             rd_rem, row_beats, pitch, row, left, more, row_nx, pg_nx, to_pg, gen, dec, row_last, ld, rs, ld_p, ld_addr, ld_beats,
-            ld_rows, ld_pitch, ld_more, ld_to_pg, at_row_nx, at_pg_nx, at_to_pg, ld_row_nx, ld_pg_nx, burst, aw_done, w_done, wr_out,
+            ld_rows, ld_pitch, ld_more, ld_to_pg, at_row_nx, at_pg_nx, at_to_pg, ld_row_nx, ld_pg_nx, rem_m1, pg_m1, aw_done, w_done, wr_out,
             sk_valid, sk_addr, sk_len, push, push_addr, push_len, head_free
         })
     }
@@ -294,7 +301,7 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         dff_setup!(
             self, vitis.ap_clk, err, cycles, ar_valid, ar_addr, ar_len, rd_addr, rd_rem, row_beats, pitch, row, left, more,
             row_nx, pg_nx, to_pg, rs, ld_p, ld_addr, ld_beats, ld_rows, ld_pitch, ld_more, ld_to_pg, ld_row_nx, ld_pg_nx,
-            aw_done, w_done,
+            rem_m1, pg_m1, aw_done, w_done,
             sk_addr, sk_len
         );
         self.sk_valid.clock.next = self.vitis.ap_clk.val();
@@ -362,10 +369,8 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.slot_free.next = !self.sk_valid.q.val().get_bit(0);
         // Bursts end at the row's end or at the 4 KiB page's (AXI bursts must
         // not cross one), so the next read address is `row_nx` or `pg_nx`.
-        self.burst.next = self.to_pg.q.val();
-        if self.row_last.q.val().get_bit(0) {
-            self.burst.next = self.rd_rem.q.val();
-        }
+        self.rem_m1.d.next = bit_cast::<8, 16>(self.rd_rem.q.val() - 1);
+        self.pg_m1.d.next = bit_cast::<8, 16>(self.to_pg.q.val() - 1);
         self.span_row.next = self.row.q.val();
         self.span_done.next = !self.gen.q.val().get_bit(0)
             & !self.ld.q.val().get_bit(0)
@@ -409,7 +414,10 @@ impl<const W: usize, const S: usize> Logic for Shell<W, S> {
         self.push_len.next = self.ar_req_len.val();
         if self.gen.q.val().get_bit(0) {
             self.push_addr.next = self.rd_addr.q.val();
-            self.push_len.next = bit_cast::<8, 16>(self.burst.val() - 1);
+            self.push_len.next = self.pg_m1.q.val();
+            if self.row_last.q.val().get_bit(0) {
+                self.push_len.next = self.rem_m1.q.val();
+            }
         }
         if self.gen.q.val().get_bit(1) {
             self.rd_addr.d.next = self.pg_nx.q.val();
