@@ -10,7 +10,10 @@
 //! In cycle c+[`v_at`] an unmasked step (p, δ and the V row the top presents
 //! then) enters the lane's backlog, a FIFO; S4 drains it at one step a
 //! cycle: X registers the head, Y latches p·v, Z updates l ([`RescaleAcc`])
-//! and o ([`RescaleRow`], which holds Y's products too). A step whose maximum rose (δ > 0) holds X and Y for one
+//! and o ([`RescaleRow`], which holds Y's products too, and does all this
+//! [`RescaleRow::DELAY`] cycles after l: its inputs pass through registers,
+//! its products a second register in the fabric; its snapshot is as late, and
+//! the serializer starts 33 cycles after it). A step whose maximum rose (δ > 0) holds X and Y for one
 //! more cycle, in which Z registers the rescaled l and o before adding, so
 //! the l/o loop is one carry chain; the backlog absorbs those cycles (the
 //! lane runs up to that many cycles behind the steps, `idle` says when it has
@@ -162,6 +165,14 @@ pub struct Lane<const W: usize> {
     lo_k: Vec<Kept<64>>,
     hot_nx: Signal<Local, Bits<64>>,
     lo_nx: Signal<Local, Bits<64>>,
+    /// `adv` and `xd` [`RescaleRow::DELAY`] = 2 cycles late (bit 1 of
+    /// `adv_d`, `xd2`): the o accumulators' copies of the decodes load with
+    /// the row's delayed controls, l's with `adv`, `xd`.
+    adv_d: DFF<Bits<2>>,
+    xd1: DFF<Bits<6>>,
+    xd2: DFF<Bits<6>>,
+    hot_nx2: Signal<Local, Bits<64>>,
+    lo_nx2: Signal<Local, Bits<64>>,
     c_ones: Constant<Bits<64>>,
     /// Y's step rose (δ > 0) and is being rescaled this cycle: X and Y hold,
     /// Z adds it next cycle.
@@ -228,7 +239,7 @@ impl<const W: usize> Lane<W> {
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
             idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, flags0, scale, mask0, e, m, t3,
             mn3, mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, meta_in,
-            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, hold, l_acc, div_cnt, div_nz, div_first, dl, rem,
+            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, adv_d, xd1, xd2, hot_nx2, lo_nx2, hold, l_acc, div_cnt, div_nz, div_first, dl, rem,
             quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
     }
@@ -239,7 +250,7 @@ impl<const W: usize> Logic for Lane<W> {
     fn update(&mut self) {
         dff_setup!(
             self, clock, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xp, xd, xfirst,
-            xrise, yval, yp, yfirst, hold, div_cnt, div_nz, div_first, dl, rem, quo
+            xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, div_cnt, div_nz, div_first, dl, rem, quo
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
@@ -351,11 +362,24 @@ impl<const W: usize> Logic for Lane<W> {
         }
         self.hot_nx.next = (bits::<64>(1) << self.xd.q.val()) >> 1;
         self.lo_nx.next = !(self.c_ones.val() << self.xd.q.val()) >> 1;
+        self.adv_d.d.next = (self.adv_d.q.val() << 1) | bit_cast::<2, 1>(self.adv.val().into());
+        self.xd1.d.next = self.xd.q.val();
+        self.xd2.d.next = self.xd1.q.val();
+        self.hot_nx2.next = (bits::<64>(1) << self.xd2.q.val()) >> 1;
+        self.lo_nx2.next = !(self.c_ones.val() << self.xd2.q.val()) >> 1;
         for g in 0..self.hot_k.len() {
             self.hot_k[g].clock.next = self.clock.val();
             self.lo_k[g].clock.next = self.clock.val();
             self.hot_k[g].d.next = self.hot_k[g].q.val();
             self.lo_k[g].d.next = self.lo_k[g].q.val();
+        }
+        for g in 0..self._hot_l {
+            if self.adv_d.q.val().get_bit(1) {
+                self.hot_k[g].d.next = self.hot_nx2.val();
+                self.lo_k[g].d.next = self.lo_nx2.val();
+            }
+        }
+        for g in self._hot_l..self.hot_k.len() {
             if self.adv.val() {
                 self.hot_k[g].d.next = self.hot_nx.val();
                 self.lo_k[g].d.next = self.lo_nx.val();

@@ -19,6 +19,8 @@ use rust_hdl::prelude::*;
 
 /// Beats per K (and per V) burst.
 const CHUNK: u64 = KV_BURST_BEATS as u64;
+// A burst's advance of `k_addr`/`v_addr` is a 12-bit add (`k_lo`): at most 128-byte beats.
+const _: () = assert!(CHUNK * 128 < 4096);
 /// Width of `last_pipe`: a block's last step, one bit per cycle since its
 /// issue; bit `lane::v_at(d) + 2` is set once it is in the lanes' backlogs
 /// and their registered `idle` counts it (bits above stay clear).
@@ -80,6 +82,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
 
     phase: DFF<Phase>,
     h: DFF<Bits<32>>,
+    /// `h` a cycle late, loaded every cycle: the head products' operand. The
+    /// flow folds it into the MULT18X18Ds' input registers, which took `h`'s
+    /// enable (a `phase` decode, fan-out 64) while they held `h` itself.
+    hm: DFF<Bits<32>>,
     hb: DFF<Bits<32>>,
     b: DFF<Bits<32>>,
     qh: DFF<Bits<64>>,
@@ -96,6 +102,17 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// The next K and V burst addresses (the head's base plus the offset streamed so far).
     k_addr: DFF<Bits<64>>,
     v_addr: DFF<Bits<64>>,
+    /// Their bits from 12 up plus one (`+ 0x1000`, registered every cycle: a
+    /// burst's advance comes three cycles at least after the last change),
+    /// and the advance's low 13 bits: a burst is at most `CHUNK` · 128 bytes,
+    /// under 4 KiB, so the advance is a 12-bit add whose carry selects the
+    /// high bits or these (the 64-bit carry chain was 3.1–3.5 ns).
+    k_up: DFF<Bits<64>>,
+    v_up: DFF<Bits<64>>,
+    k_lo: Signal<Local, Bits<13>>,
+    v_lo: Signal<Local, Bits<13>>,
+    c_hi52: Constant<Bits<64>>,
+    c_page: Constant<Bits<64>>,
     q0: DFF<Bits<32>>,
     lv: DFF<Bits<32>>,
     nk: DFF<Bits<32>>,
@@ -134,6 +151,11 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     in_st: DFF<Bit>,
     /// The phase is `Next` (set with it, for its loads of q0, h, hb, b).
     in_nx: DFF<Bit>,
+    /// The phase is `Check` (its clears of h, hb, b, bh) or `KvCheckTest`
+    /// (its loads of b, bh): flags registered from the next phase, so those
+    /// 128 enables decode no `phase`.
+    in_ck: DFF<Bit>,
+    in_kct: DFF<Bit>,
     kva: DFF<Bit>,
     kvr: DFF<Bit>,
     /// Kept copies of `kv_turn`: the request address's low and high halves
@@ -349,7 +371,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             _lp: v_at(cfg.head_dim) + 3,
             c_flush: Constant::new(k(v_at(cfg.head_dim) as u64 + 2)),
             wrow: RowPick::new(l, W),
-            c_mul_wait: Constant::new(k(MulU32Pipe::LATENCY as u64 - 1)),
+            c_mul_wait: Constant::new(k(MulU32Pipe::LATENCY as u64)),
             c_ones64: Constant::new(Bits::<64>::mask()),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
             c_pmask: Constant::new(k(p - 1)),
@@ -365,6 +387,8 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_sel_mask: Constant::new(k(if l == 1 { 0 } else { 0xffff_ffff })),
             c_rib_mask: Constant::new(k(if p == d { 0 } else { 0xffff })),
             c_lo32: Constant::new(k(0xffff_ffff)),
+            c_hi52: Constant::new(k(!0xfff)),
+            c_page: Constant::new(k(0x1000)),
             q_lb: (0..l).map(|_| Default::default()).collect(),
             q_dc: (0..l).map(|_| Default::default()).collect(),
             q_sel: (0..l).map(|_| Default::default()).collect(),
@@ -376,9 +400,9 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
-            qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
-            kv_word, k_addr, v_addr, q0, lv, nk, qs, q_total, qb, q_in, q_total_m1, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
-            in_st, in_nx, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
+            qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
+            kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, q_total, qb, q_in, q_total_m1, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
+            in_st, in_nx, in_ck, in_kct, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
             go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
@@ -396,14 +420,14 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
-            phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, q_total, qb, q_in, q_total_m1, k_addr, v_addr, in_qw, kv_rem0, kv_rem,
+            phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, q_total, qb, q_in, q_total_m1, k_addr, v_addr, k_up, v_up, in_qw, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
             wi_last,
             w_rb, w_bpr, w_rowaddr, w_off, w_strb_r,
-            in_q, in_st, in_nx, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
+            in_q, in_st, in_nx, in_ck, in_kct, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
         );
         #[rustfmt::skip]
         clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r, go_r);
@@ -423,11 +447,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.mul_q.clock.next = self.vitis.ap_clk.val();
         self.mul_kv.clock.next = self.vitis.ap_clk.val();
         self.mul_o.clock.next = self.vitis.ap_clk.val();
-        self.mul_q.a.next = self.h.q.val();
+        self.hm.d.next = self.h.q.val();
+        self.mul_q.a.next = self.hm.q.val();
         self.mul_q.b.next = self.run.q_stride.val();
-        self.mul_kv.a.next = self.h.q.val();
+        self.mul_kv.a.next = self.hm.q.val();
         self.mul_kv.b.next = self.run.kv_stride.val();
-        self.mul_o.a.next = self.h.q.val();
+        self.mul_o.a.next = self.hm.q.val();
         self.mul_o.b.next = self.run.o_stride.val();
         // Entry `b`'s KVLEN word, a part-select of the beat (a shift of the
         // whole beat costs simulators a wide shift every cycle).
@@ -567,14 +592,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.phase.d.next = Phase::Check;
                 }
             }
-            // h, hb, b and bh clear here rather than on `start` (whose decode
-            // enabled their 128 bits): the head products settle in `HeadWait`,
-            // the KVLEN word is read from `KvAddr` on.
+            // h, hb, b and bh clear in this phase (on `in_ck`, after the
+            // match) rather than on `start` (whose decode enabled their 128
+            // bits): the head products settle in `HeadWait`, the KVLEN word is
+            // read from `KvAddr` on.
             Phase::Check => {
-                self.h.d.next = 0.into();
-                self.hb.d.next = 0.into();
-                self.b.d.next = 0.into();
-                self.bh.d.next = 0.into();
                 self.bad_t.d.next = self.bad_zero.val();
                 self.bad_c.d.next = self.bad_cmp.val();
                 self.sm_r.d.next = (bit_cast::<64, 32>(self.run.smult.val()) << self.c_logd.val()) >> 24;
@@ -601,13 +623,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.kva.d.next = false;
                 }
             }
+            // b and bh move on `in_kct` (after the match).
             Phase::KvCheckTest => {
-                self.b.d.next = self.b.q.val() + 1;
-                self.bh.d.next = self.bh_nx.q.val().get_bits::<32>(0);
                 self.phase.d.next = Phase::KvAddr;
                 self.kva.d.next = true;
                 if self.bh_end.q.val() {
-                    self.b.d.next = 0.into();
                     self.kv_chk.d.next = false;
                     self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
@@ -754,6 +774,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.phase.d.next = Phase::Idle;
             }
         }
+        self.k_up.d.next = (self.k_addr.q.val() & self.c_hi52.val()) + self.c_page.val();
+        self.v_up.d.next = (self.v_addr.q.val() & self.c_hi52.val()) + self.c_page.val();
+        self.k_lo.next = bit_cast::<13, 12>(self.k_addr.q.val().get_bits::<12>(0))
+            + bit_cast::<13, 16>(self.kv_last.q.val() << self.c_logp.val());
+        self.v_lo.next = bit_cast::<13, 12>(self.v_addr.q.val().get_bits::<12>(0))
+            + bit_cast::<13, 16>(self.kv_last.q.val() << self.c_logp.val());
         // K/V requests in `Stream` (the room registers are last cycle's: no
         // burst was issued then; a V burst came at least `kv_age` = 3 cycles
         // ago, and each K one before it).
@@ -765,8 +791,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         if self.viss.val() {
             self.vst.issue.next = self.kv_last.q.val();
-            self.k_addr.d.next = self.k_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
-            self.v_addr.d.next = self.v_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
+            self.k_addr.d.next =
+                (self.k_addr.q.val() & self.c_hi52.val()) | bit_cast::<64, 12>(self.k_lo.val().get_bits::<12>(0));
+            if self.k_lo.val().get_bit(12) {
+                self.k_addr.d.next = self.k_up.q.val() | bit_cast::<64, 12>(self.k_lo.val().get_bits::<12>(0));
+            }
+            self.v_addr.d.next =
+                (self.v_addr.q.val() & self.c_hi52.val()) | bit_cast::<64, 12>(self.v_lo.val().get_bits::<12>(0));
+            if self.v_lo.val().get_bit(12) {
+                self.v_addr.d.next = self.v_up.q.val() | bit_cast::<64, 12>(self.v_lo.val().get_bits::<12>(0));
+            }
             self.kv_age.d.next = 0.into();
             self.kv_rem.d.next = self.kv_rem.q.val() - bit_cast::<32, 16>(self.kv_last.q.val());
             self.kv_turn.d.next = false;
@@ -778,6 +812,19 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         if self.go.val() & self.is_last.q.val() {
             self.in_st.d.next = false;
+        }
+        if self.in_ck.q.val() {
+            self.h.d.next = 0.into();
+            self.hb.d.next = 0.into();
+            self.b.d.next = 0.into();
+            self.bh.d.next = 0.into();
+        }
+        if self.in_kct.q.val() {
+            self.b.d.next = self.b.q.val() + 1;
+            self.bh.d.next = self.bh_nx.q.val().get_bits::<32>(0);
+            if self.bh_end.q.val() {
+                self.b.d.next = 0.into();
+            }
         }
         // `Next` (the cycle after a block's last step): the next block or head.
         self.in_nx.d.next = self.go.val() & self.is_last.q.val();
@@ -1058,6 +1105,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             & self.all_room.d.val()
             & (!self.is_last.d.val() | (self.fin.d.val() == Fin::Idle));
         self.tv.d.next = self.kv_turn.d.val();
+        self.in_ck.d.next = self.phase.d.val() == Phase::Check;
+        self.in_kct.d.next = self.phase.d.val() == Phase::KvCheckTest;
         self.w_sel.d.next = self.wi.d.val();
         self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & (self.fin.d.val() == Fin::Idle);
     }
@@ -1113,7 +1162,7 @@ impl<const W: usize> KvStream<W> {
     fn new(depth: usize, port_bytes: usize) -> Self {
         let k = |v: u64| Constant::new(v.to_bits());
         with_defaults!(Self {
-            fifo: Fifo::with_read_copies(depth, 8),
+            fifo: Fifo::with_read_copies(depth, 16).trusting_pop(),
             c_logp: k(port_bytes.trailing_zeros() as u64),
             c_room_max: k(depth as u64 - CHUNK),
             .. clock, reset, addr, issue, push, din, pop, dout, empty, room, room_nx, page, page_m1, any_nx, has, has_n, iss_r, page_m1_r,
