@@ -152,10 +152,16 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// The phase is `Next` (set with it, for its loads of q0, h, hb, b).
     in_nx: DFF<Bit>,
     /// The phase is `Check` (its clears of h, hb, b, bh) or `KvCheckTest`
-    /// (its loads of b, bh): flags registered from the next phase, so those
-    /// 128 enables decode no `phase`.
+    /// (its loads of b, bh): flags set on the one way into each phase, so
+    /// those 128 enables decode no `phase`.
     in_ck: DFF<Bit>,
     in_kct: DFF<Bit>,
+    /// `in_qw & q_in` (the stream starts: 230 loads) in kept copies: 0 for
+    /// the control (phase, flags, counters), 1 for `k_addr`/`v_addr`, 2 for
+    /// `kv_rem`.
+    sst: Copies<3>,
+    /// The finalizer is idle next cycle (`fin.d == Idle`, for `go_r` and `snap_r`).
+    fin_idle_nx: Signal<Local, Bit>,
     kva: DFF<Bit>,
     kvr: DFF<Bit>,
     /// Kept copies of `kv_turn`: the request address's low and high halves
@@ -402,7 +408,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
             kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, q_total, qb, q_in, q_total_m1, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
-            in_st, in_nx, in_ck, in_kct, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
+            in_st, in_nx, in_ck, in_kct, sst, fin_idle_nx, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
             go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
@@ -430,7 +436,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             in_q, in_st, in_nx, in_ck, in_kct, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
         );
         #[rustfmt::skip]
-        clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r, go_r);
+        clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r, go_r, sst);
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
@@ -586,21 +592,21 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // ---------------- Phase machine ----------------
         self.binit.next = false;
         self.kva.d.next = false;
+        self.in_ck.d.next = false;
+        self.in_kct.d.next = false;
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
                     self.phase.d.next = Phase::Check;
+                    self.in_ck.d.next = true;
                 }
             }
             // h, hb, b and bh clear in this phase (on `in_ck`, after the
             // match) rather than on `start` (whose decode enabled their 128
             // bits): the head products settle in `HeadWait`, the KVLEN word is
             // read from `KvAddr` on.
+            // Its loads (the launch checks' first registers) are on `in_ck`.
             Phase::Check => {
-                self.bad_t.d.next = self.bad_zero.val();
-                self.bad_c.d.next = self.bad_cmp.val();
-                self.sm_r.d.next = (bit_cast::<64, 32>(self.run.smult.val()) << self.c_logd.val()) >> 24;
-                self.th_r.d.next = self.c_ones64.val() << bit_cast::<64, 6>(self.run.sshift.val());
                 self.phase.d.next = Phase::Check2;
             }
             Phase::Check2 => {
@@ -679,6 +685,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.phase.d.next = Phase::KvTest;
                     if self.kv_chk.q.val() {
                         self.phase.d.next = Phase::KvCheckTest;
+                        self.in_kct.d.next = true;
                     }
                 }
             }
@@ -814,6 +821,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.in_st.d.next = false;
         }
         if self.in_ck.q.val() {
+            self.bad_t.d.next = self.bad_zero.val();
+            self.bad_c.d.next = self.bad_cmp.val();
+            self.sm_r.d.next = (bit_cast::<64, 32>(self.run.smult.val()) << self.c_logd.val()) >> 24;
+            self.th_r.d.next = self.c_ones64.val() << bit_cast::<64, 6>(self.run.sshift.val());
             self.h.d.next = 0.into();
             self.hb.d.next = 0.into();
             self.b.d.next = 0.into();
@@ -849,12 +860,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         // The block's Q rows are in: its K/V stream starts.
         self.kv_rem0.d.next = ((self.nk.q.val() << self.c_logd.val()) + self.c_pmask32.val()) >> self.c_logp.val();
-        if self.in_qw.q.val() & self.q_in.q.val() {
+        if self.sst.q.val().get_bit(1) {
             self.k_addr.d.next = self.kh.q.val();
             self.v_addr.d.next = self.vh.q.val();
+        }
+        if self.sst.q.val().get_bit(2) {
+            self.kv_rem.d.next = self.kv_rem0.q.val();
+        }
+        if self.sst.q.val().get_bit(0) {
             self.kv_age.d.next = 0.into();
             self.is_last.d.next = self.nk.q.val() == 1;
-            self.kv_rem.d.next = self.kv_rem0.q.val();
             self.kv_turn.d.next = false;
             self.recv_v.d.next = false;
             self.j.d.next = 0.into();
@@ -1096,19 +1111,35 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.kva.d.next = false;
             self.kvr.d.next = false;
             self.in_nx.d.next = false;
+            self.in_ck.d.next = false;
+            self.in_kct.d.next = false;
         }
+        // `fin.d == Idle`, written from the two ways to it (and reset) rather
+        // than decoded from the next-state logic's output.
+        self.fin_idle_nx.next = ((self.fin.q.val() == Fin::Idle) & !self.snap.val())
+            | ((self.fin.q.val() == Fin::WSend)
+                & self.shell.wr_fire.val()
+                & self.wb_last.q.val()
+                & self.wi_last.q.val())
+            | !self.vitis.ap_rst_n.val();
         self.go_r.d.next = self.in_st.d.val()
             & self.kst.any_nx.val()
             & self.vst.any_nx.val()
             & (self.last_pipe.d.val() == 0)
             & !self.drain.d.val()
             & self.all_room.d.val()
-            & (!self.is_last.d.val() | (self.fin.d.val() == Fin::Idle));
+            & (!self.is_last.d.val() | self.fin_idle_nx.val());
         self.tv.d.next = self.kv_turn.d.val();
-        self.in_ck.d.next = self.phase.d.val() == Phase::Check;
-        self.in_kct.d.next = self.phase.d.val() == Phase::KvCheckTest;
+        // `in_qw & q_in` next cycle, from `in_qw` as it is (no phase decode:
+        // a stream whose Q beats are all in as `QWait` begins starts a cycle
+        // later than `in_qw.d & q_in.d` would start it).
+        self.sst.d.next = self.vitis.ap_rst_n.val()
+            & !self.sst.q.val().get_bit(0)
+            & self.in_qw.q.val()
+            & ((self.q_rx.val() & (bit_cast::<16, 32>(self.qb.q.val()) == self.q_total_m1.q.val()))
+                | (!self.q_rx.val() & self.q_in.q.val()));
         self.w_sel.d.next = self.wi.d.val();
-        self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & (self.fin.d.val() == Fin::Idle);
+        self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & self.fin_idle_nx.val();
     }
 }
 
