@@ -178,6 +178,7 @@ pub struct Fifo<const D: usize> {
     _mem: Vec<Bits<D>>,
     _state: (usize, usize),
     _copies: usize,
+    _trust: bool,
 }
 
 impl<const D: usize> Fifo<D> {
@@ -195,8 +196,19 @@ impl<const D: usize> Fifo<D> {
             _mem: vec![Bits::default(); depth],
             _state: (0, 0),
             _copies: copies,
+            _trust: false,
             .. clock, reset, push, din, pop, dout, empty, count
         })
+    }
+
+    /// For a parent that pops only while the FIFO holds an entry (by an
+    /// occupancy flag of its own): the read pointers advance on `pop` alone,
+    /// without the pointer compare (`wr != rd0`, the write pointer's fan-out
+    /// 131 in the attention unit's V FIFO, docs/timing.md). The model panics
+    /// on a pop of an empty FIFO.
+    pub fn trusting_pop(mut self) -> Self {
+        self._trust = true;
+        self
     }
 }
 
@@ -215,6 +227,7 @@ impl<const D: usize> Logic for Fifo<D> {
                     self._mem[wr % depth] = self.din.val();
                     nwr = wr + 1;
                 }
+                assert!(!(self._trust && self.pop.val() && rd == wr), "a trusting FIFO popped while empty");
                 if self.pop.val() && rd != wr {
                     nrd = rd + 1;
                 }
@@ -242,8 +255,9 @@ impl<const D: usize> Logic for Fifo<D> {
         // the next pointer `rd_nx`, computed once: `pop` then drives its few
         // bits, not the enables of every copy (fan-out 112 in the GEMM's B
         // FIFO, docs/timing.md).
+        let pop = if self._trust { "pop" } else { "(pop && (wr != rd0))" };
         let mut v = format!(
-            "reg [{pmsb}:0] wr = 0;\nreg [{pmsb}:0] rd0 = 0;\nwire [{pmsb}:0] rd_nx = (pop && (wr != rd0)) ? rd0 + 1 : rd0;\n"
+            "reg [{pmsb}:0] wr = 0;\nreg [{pmsb}:0] rd0 = 0;\nwire [{pmsb}:0] rd_nx = {pop} ? rd0 + 1 : rd0;\n"
         );
         for i in 0..k {
             let (lo, hi) = (w * i, w * i + w - 1);
@@ -1010,26 +1024,33 @@ fn rescale_step<const N: usize>(
 /// either way, and bit 0 is dropped, so `ci` is read once (yosys maps both
 /// to the same cells; Verilator computed `ci` into a variable of its own).
 fn rescale_verilog(n: usize, sfx: &str, a: &str) -> String {
+    rescale_verilog_ctl(n, sfx, a, ["load", "sh", "hold", "upd", "first"])
+}
+
+/// [`rescale_verilog`] reading its controls `load`, `sh`, `hold`, `upd`,
+/// `first` from the signals named in `ctl` (in that order).
+fn rescale_verilog_ctl(n: usize, sfx: &str, a: &str, ctl: [&str; 5]) -> String {
+    let [load, sh, hold, upd, first] = ctl;
     // c: the bit below the cut (`hot`), and for negative acc also any bit
     // under it (`lo`): AND-OR trees into a register.
     let (msb, xe) = (n - 1, format!("{{{{{}{{acc{sfx}[{}]}}}}, acc{sfx}}}", 64 - n, n - 1));
     format!(
         "\
 reg [5:0] sr{sfx};
-(* keep *) always @(posedge clock) if (load) sr{sfx} <= sh;
+(* keep *) always @(posedge clock) if ({load}) sr{sfx} <= {sh};
 reg post{sfx};
-(* keep *) always @(posedge clock) post{sfx} <= hold;
+(* keep *) always @(posedge clock) post{sfx} <= {hold};
 reg signed [{msb}:0] acc{sfx};
 reg signed [{msb}:0] fl{sfx};
 reg c{sfx};
-always @(posedge clock) if (hold) begin
+always @(posedge clock) if ({hold}) begin
    fl{sfx} <= $signed({xe}) >>> sr{sfx};
    c{sfx} <= (|({xe} & hot)) && (!acc{sfx}[{msb}] || (|({xe} & lo)));
 end
 wire ci{sfx} = post{sfx} & c{sfx};
 wire [{msb}:0] base{sfx} = post{sfx} ? fl{sfx} : acc{sfx};
 wire [{n}:0] sum{sfx} = {{base{sfx}, ci{sfx}}} + {{{a}, 1'b1}};
-always @(posedge clock) if (upd) acc{sfx} <= first ? {a} : sum{sfx}[{n}:1];
+always @(posedge clock) if ({upd}) acc{sfx} <= {first} ? {a} : sum{sfx}[{n}:1];
 "
     )
 }
@@ -1752,7 +1773,8 @@ mod tests {
 
     /// `RescaleRow`'s model: each element a `RescaleAcc` adding the product
     /// registered on the last `load`, seen through the snapshot and its
-    /// shifts; `RowBacklog`'s: a `Fifo` whose head a register takes on `pop`
+    /// shifts, all driven by the inputs of `RescaleRow::DELAY` edges before
+    /// (but `shift`); `RowBacklog`'s: a `Fifo` whose head a register takes on `pop`
     /// (the bits below the row width).
     #[test]
     fn rescale_row_and_row_backlog_models() {
@@ -1764,14 +1786,21 @@ mod tests {
         let mut accs: Vec<RescaleAcc<48>> = crate::many(d);
         accs.iter_mut().for_each(|a| a.connect_all());
         let (mut pv, mut os) = (vec![0i64; d], vec![0i64; d]);
+        let mut past = std::collections::VecDeque::from(vec![
+            (false, false, false, false, false, 0, 0, 0);
+            RescaleRow::<64>::DELAY
+        ]);
         for edge in 0..600 {
             let (load, hold, first) = (!r().is_multiple_of(4), r().is_multiple_of(5), r().is_multiple_of(8));
             let upd = !hold && !r().is_multiple_of(4);
             let (snap, shift) = (r().is_multiple_of(16), r().is_multiple_of(3));
-            let (sh, p, v) = ((r() % 63).to_bits::<6>(), r() as i16 as i64, r());
+            let (sh, p, v) = (r() % 63, r() as i16 as i64, r());
             (row.load.next, row.hold.next, row.upd.next, row.first.next) = (load, hold, upd, first);
-            (row.snap.next, row.shift.next, row.sh.next) = (snap, shift, sh);
+            (row.snap.next, row.shift.next, row.sh.next) = (snap, shift, sh.to_bits());
             (row.p.next, row.v.next) = ((p as u64 & 0xffff).to_bits(), v.to_bits());
+            past.push_back((load, hold, upd, first, snap, sh, p, v));
+            let (load, hold, upd, first, snap, sh, p, v) = past.pop_front().unwrap();
+            let sh = sh.to_bits::<6>();
             for (a, &x) in accs.iter_mut().zip(&pv) {
                 (a.load.next, a.hold.next, a.upd.next, a.first.next, a.sh.next) = (load, hold, upd, first, sh);
                 a.a.next = from_i64(x);
@@ -2168,12 +2197,26 @@ mod tests {
 }
 
 /// The `d` output accumulators of an attention lane, `o[x]` (48 bits), with
-/// the products that feed them and the snapshot the finalizer serializes:
-/// on a `load` edge `pv[x] ← p · v[x]` (signed 16 × int8 element x of `v`,
-/// 32 bits), and `o[x]` a [`RescaleAcc`] adding `pv[x]` (the same
+/// the products that feed them and the snapshot the finalizer serializes,
+/// [`RescaleRow::DELAY`] cycles behind their inputs: every input but `hot`,
+/// `lo` and `shift` passes through that many registers first (`hot`/`lo`
+/// the parent gives that late itself, decoded from `sh` as delayed). Then, on
+/// a `load` edge, `pv[x] ← p · v[x]` (signed 16 × int8 element x of `v`, 32
+/// bits), and `o[x]` is a [`RescaleAcc`] adding `pv[x]` (the same
 /// `load`/`sh`/`hold`/`upd`/`first` for all, `hot`/`lo` from copies, below); on a `snap` edge
 /// `os[x] ← o[x]`, on a `shift` edge (without `snap`) `os[x] ← os[x + 2]`
-/// (the top two hold). `o0`, `o1` are `os[0]`, `os[1]`.
+/// (the top two hold). `o0`, `o1` are `os[0]`, `os[1]`. `shift` must not
+/// come within `DELAY` cycles after `snap` (the finalizer serializes after
+/// a 33-cycle division).
+///
+/// The delay: the multipliers take `p`, `v` a cycle after the parent's
+/// registers (the flow folds the delay registers into the MULT18X18Ds' input
+/// registers, so the parent's `p`, loaded from a LUT-RAM FIFO and fed to d
+/// multipliers, reaches one fabric register rather than d multipliers), and
+/// each product is registered twice: in the multiplier (`pv`) and in the
+/// fabric (`pvr`), which the placer can put beside the accumulator (the
+/// route from the multiplier's output register to the add was 4.6–5.7 ns,
+/// docs/timing.md). The accumulators' controls are delayed to match.
 ///
 /// As a `DFF` per `pv[x]` and `os[x]` and a [`RescaleAcc`] instance per
 /// `o[x]`, the same registers cost Verilator a copy per register and port
@@ -2202,7 +2245,14 @@ pub struct RescaleRow<const W: usize> {
     pub shift: Signal<In, Bit>,
     pub o0: Signal<Out, Signed<48>>,
     pub o1: Signal<Out, Signed<48>>,
+    /// The model's delay registers: (load, sh, hold, upd, first, snap) one
+    /// and two edges late, and `p`, `v`'s elements one edge late.
+    _c1: RowCtl,
+    _c2: RowCtl,
+    _p1: i64,
+    _v1: Vec<i64>,
     _pv: Vec<i64>,
+    _pvr: Vec<i64>,
     _s: Vec<u32>,
     _post: Vec<bool>,
     _acc: Vec<i64>,
@@ -2210,7 +2260,13 @@ pub struct RescaleRow<const W: usize> {
     _os: Vec<i64>,
 }
 
+/// A [`RescaleRow`]'s delayed controls: load, sh, hold, upd, first, snap.
+type RowCtl = (bool, Bits<6>, bool, bool, bool, bool);
+
 impl<const W: usize> RescaleRow<W> {
+    /// Cycles from the inputs to the accumulators and the snapshot.
+    pub const DELAY: usize = 2;
+
     pub fn new(d: usize, g: usize) -> Self {
         assert!(d >= 2 && 8 * d <= W, "{d} int8 elements in {W} bits");
         assert!((1..=d).contains(&g), "{g} copies of the decodes for {d} accumulators");
@@ -2229,7 +2285,12 @@ impl<const W: usize> RescaleRow<W> {
             shift: Default::default(),
             o0: Default::default(),
             o1: Default::default(),
+            _c1: Default::default(),
+            _c2: Default::default(),
+            _p1: 0,
+            _v1: vec![0; d],
             _pv: vec![0; d],
+            _pvr: vec![0; d],
             _s: vec![0; d],
             _post: vec![false; d],
             _acc: vec![0; d],
@@ -2243,20 +2304,26 @@ impl<const W: usize> Logic for RescaleRow<W> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
             let d = self._acc.len();
-            if self.snap.val() {
+            let (load2, sh2, hold2, upd2, first2, snap2) = self._c2;
+            if snap2 {
                 self._os.copy_from_slice(&self._acc);
             } else if self.shift.val() {
                 self._os.copy_within(2.., 0);
             }
-            let ctl = (self.load.val(), self.sh.val(), self.hold.val(), self.upd.val(), self.first.val());
-            let p = self.p.val().to_u64() as u16 as i16 as i64;
+            let ctl = (load2, sh2, hold2, upd2, first2);
             for x in 0..d {
-                let a = self._pv[x];
+                let a = self._pvr[x];
                 rescale_step::<48>(&mut self._s[x], &mut self._post[x], &mut self._acc[x], &mut self._rs[x], ctl, a);
-                if ctl.0 {
-                    self._pv[x] = p * (self.v.val().get_bits::<8>(8 * x).to_u64() as u8 as i8 as i64);
+                self._pvr[x] = self._pv[x];
+                if self._c1.0 {
+                    self._pv[x] = self._p1 * self._v1[x];
                 }
+                self._v1[x] = self.v.val().get_bits::<8>(8 * x).to_u64() as u8 as i8 as i64;
             }
+            self._p1 = self.p.val().to_u64() as u16 as i16 as i64;
+            self._c2 = self._c1;
+            self._c1 =
+                (self.load.val(), self.sh.val(), self.hold.val(), self.upd.val(), self.first.val(), self.snap.val());
         }
         self.o0.next = from_i64(self._os[0]);
         self.o1.next = from_i64(self._os[1]);
@@ -2267,15 +2334,34 @@ impl<const W: usize> Logic for RescaleRow<W> {
     }
     fn hdl(&self) -> Verilog {
         let (d, g) = (self._acc.len(), self.hot.len());
-        let mut v = String::new();
+        let mut v = format!(
+            "\
+reg ld1, ld2, hd1, hd2, up1, up2, fs1, fs2, sn1, sn2;
+reg [5:0] sh1, sh2;
+reg signed [15:0] p1;
+reg [{vm}:0] v1;
+always @(posedge clock) begin
+   ld1 <= load; hd1 <= hold; up1 <= upd; fs1 <= first; sn1 <= snap; sh1 <= sh;
+   ld2 <= ld1; hd2 <= hd1; up2 <= up1; fs2 <= fs1; sn2 <= sn1; sh2 <= sh1;
+   p1 <= p; v1 <= v[{vm}:0];
+end
+",
+            vm = 8 * d - 1
+        );
         for x in 0..d {
             let k = x * g / d;
             v += &format!(
-                "reg signed [31:0] pv{x};\nalways @(posedge clock) if (load) pv{x} <= $signed(p) * $signed(v[{hi}:{lo}]);\n",
+                "reg signed [31:0] pv{x};\nalways @(posedge clock) if (ld1) pv{x} <= p1 * $signed(v1[{hi}:{lo}]);\n\
+                 reg signed [31:0] pvr{x};\n(* keep *) always @(posedge clock) pvr{x} <= pv{x};\n",
                 hi = 8 * x + 7,
                 lo = 8 * x
             );
-            let acc = rescale_verilog(48, &x.to_string(), &format!("{{{{16{{pv{x}[31]}}}}, pv{x}}}"));
+            let acc = rescale_verilog_ctl(
+                48,
+                &x.to_string(),
+                &format!("{{{{16{{pvr{x}[31]}}}}, pvr{x}}}"),
+                ["ld2", "sh2", "hd2", "up2", "fs2"],
+            );
             assert!(acc.contains(" & hot))") && acc.contains(" & lo))"));
             v += &acc.replace(" & hot))", &format!(" & hot${k}))")).replace(" & lo))", &format!(" & lo${k}))"));
         }
@@ -2287,7 +2373,7 @@ impl<const W: usize> Logic for RescaleRow<W> {
             String::new()
         };
         v += &format!(
-            "reg [{top}:0] os;\nalways @(posedge clock)\n   if (snap) os <= {{{}}};\n{shift}\
+            "reg [{top}:0] os;\nalways @(posedge clock)\n   if (sn2) os <= {{{}}};\n{shift}\
              always @(*) begin\n   o0 = os[47:0];\n   o1 = os[95:48];\nend",
             accs.join(", ")
         );

@@ -2,7 +2,8 @@
 //! the online-softmax state (m, l, o[d]) and the finalizer (divider, output row).
 //!
 //! Timing, for a step issued by the top in cycle c, with L =
-//! [`ScaleRoundPipe::LATENCY`] and D = [`DotI8Pipe::latency`]`(d, 1)` − 1: S1
+//! [`ScaleRoundPipe::LATENCY`] and D = [`DotI8Pipe::latency`]`(d, 1)` − 1 +
+//! `K_REGS` (the K row's register `kb` before the products): S1
 //! (end of c+D) has s = q·k (a pipelined adder tree); S2 (end of c+D+L) has
 //! t = round(s·Ms/2^Ss); S3a (end of c+D+L+1) updates m; S3b (end of
 //! c+D+L+2) latches δ and, from u = t − 256·m, the first stage of 2^u
@@ -10,7 +11,10 @@
 //! In cycle c+[`v_at`] an unmasked step (p, δ and the V row the top presents
 //! then) enters the lane's backlog, a FIFO; S4 drains it at one step a
 //! cycle: X registers the head, Y latches p·v, Z updates l ([`RescaleAcc`])
-//! and o ([`RescaleRow`], which holds Y's products too). A step whose maximum rose (δ > 0) holds X and Y for one
+//! and o ([`RescaleRow`], which holds Y's products too, and does all this
+//! [`RescaleRow::DELAY`] cycles after l: its inputs pass through registers,
+//! its products a second register in the fabric; its snapshot is as late, and
+//! the serializer starts 33 cycles after it). A step whose maximum rose (δ > 0) holds X and Y for one
 //! more cycle, in which Z registers the rescaled l and o before adding, so
 //! the l/o loop is one carry chain; the backlog absorbs those cycles (the
 //! lane runs up to that many cycles behind the steps, `idle` says when it has
@@ -40,9 +44,14 @@ pub const ROW32_BITS: usize = 4096;
 pub const ROW8_BITS: usize = 1024;
 /// Adder levels a stage of the q·k tree: one, so S1's stages hold one short carry chain each.
 const QK_LEVELS_PER_STAGE: usize = 1;
+/// Registers of the K row in the lane (`kb`) before the q·k products: the
+/// flow folds `kb` into the MULT18X18Ds' input registers, so the top's K
+/// row register (loaded from the K FIFO's LUT-RAM read) is a fabric register
+/// with one load, not d multipliers' inputs across the die (8.2 ns of routing).
+const K_REGS: usize = 1;
 /// The cycle after a step's issue in which it enters the backlog with its V row (see the module doc).
 pub const fn v_at(d: usize) -> usize {
-    DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE) - 1 + ScaleRoundPipe::LATENCY + 4
+    DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE) - 1 + K_REGS + ScaleRoundPipe::LATENCY + 4
 }
 /// Entries of the backlog: room for every step in flight when `room` falls
 /// (`v_at` + 5 of them, see [`room_below`]) and 8 more.
@@ -104,6 +113,8 @@ pub struct Lane<const W: usize> {
     pub row8: Signal<Out, Bits<ROW8_BITS>>,
     /// The query row: `q_row >> q_sh` on `q_we` edges.
     qrow: ShrReg<W>,
+    /// The K row, a cycle after `k_row` ([`K_REGS`]).
+    kb: DFF<Bits<W>>,
     qk: DotI8Pipe<W>,
     /// The step's flags when `qk` has its s.
     f1: SkewLine<3>,
@@ -162,6 +173,14 @@ pub struct Lane<const W: usize> {
     lo_k: Vec<Kept<64>>,
     hot_nx: Signal<Local, Bits<64>>,
     lo_nx: Signal<Local, Bits<64>>,
+    /// `adv` and `xd` [`RescaleRow::DELAY`] = 2 cycles late (bit 1 of
+    /// `adv_d`, `xd2`): the o accumulators' copies of the decodes load with
+    /// the row's delayed controls, l's with `adv`, `xd`.
+    adv_d: DFF<Bits<2>>,
+    xd1: DFF<Bits<6>>,
+    xd2: DFF<Bits<6>>,
+    hot_nx2: Signal<Local, Bits<64>>,
+    lo_nx2: Signal<Local, Bits<64>>,
     c_ones: Constant<Bits<64>>,
     /// Y's step rose (δ > 0) and is being rescaled this cycle: X and Y hold,
     /// Z adds it next cycle.
@@ -208,7 +227,7 @@ impl<const W: usize> Lane<W> {
         assert!(d.is_power_of_two() && (2..=128).contains(&d) && 8 * d <= W);
         with_defaults!(Self {
             qk: DotI8Pipe::new(d, QK_LEVELS_PER_STAGE),
-            f1: SkewLine::new(DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE)),
+            f1: SkewLine::new(DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE) + K_REGS),
             o_row: RescaleRow::new(d, hot_copies(d)),
             hot_k: crate::many(hot_copies(d) + 1),
             lo_k: crate::many(hot_copies(d) + 1),
@@ -226,9 +245,9 @@ impl<const W: usize> Lane<W> {
             c_meta_first: Constant::new((META_FIRST as u64).to_bits()),
             c_meta_rise: Constant::new((META_RISE as u64).to_bits()),
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
-            idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, flags0, scale, mask0, e, m, t3,
+            idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, kb, flags0, scale, mask0, e, m, t3,
             mn3, mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, meta_in,
-            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, hold, l_acc, div_cnt, div_nz, div_first, dl, rem,
+            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, adv_d, xd1, xd2, hot_nx2, lo_nx2, hold, l_acc, div_cnt, div_nz, div_first, dl, rem,
             quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
     }
@@ -238,8 +257,8 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xp, xd, xfirst,
-            xrise, yval, yp, yfirst, hold, div_cnt, div_nz, div_first, dl, rem, quo
+            self, clock, kb, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xp, xd, xfirst,
+            xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, div_cnt, div_nz, div_first, dl, rem, quo
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
@@ -258,7 +277,8 @@ impl<const W: usize> Logic for Lane<W> {
 
         // S1: s = q · k over d int8 pairs, by a pipelined adder tree.
         self.qk.a.next = self.qrow.q.val();
-        self.qk.b.next = self.k_row.val();
+        self.kb.d.next = self.k_row.val();
+        self.qk.b.next = self.kb.q.val();
         // Flags through the pipeline: bit0 valid, bit1 first, bit2 masked.
         self.mask0.next = self.causal.val() & (self.st_j.val() > self.q_idx.val());
         self.flags0.next = bit_cast::<3, 1>(self.st_valid.val().into())
@@ -351,11 +371,24 @@ impl<const W: usize> Logic for Lane<W> {
         }
         self.hot_nx.next = (bits::<64>(1) << self.xd.q.val()) >> 1;
         self.lo_nx.next = !(self.c_ones.val() << self.xd.q.val()) >> 1;
+        self.adv_d.d.next = (self.adv_d.q.val() << 1) | bit_cast::<2, 1>(self.adv.val().into());
+        self.xd1.d.next = self.xd.q.val();
+        self.xd2.d.next = self.xd1.q.val();
+        self.hot_nx2.next = (bits::<64>(1) << self.xd2.q.val()) >> 1;
+        self.lo_nx2.next = !(self.c_ones.val() << self.xd2.q.val()) >> 1;
         for g in 0..self.hot_k.len() {
             self.hot_k[g].clock.next = self.clock.val();
             self.lo_k[g].clock.next = self.clock.val();
             self.hot_k[g].d.next = self.hot_k[g].q.val();
             self.lo_k[g].d.next = self.lo_k[g].q.val();
+        }
+        for g in 0..self._hot_l {
+            if self.adv_d.q.val().get_bit(1) {
+                self.hot_k[g].d.next = self.hot_nx2.val();
+                self.lo_k[g].d.next = self.lo_nx2.val();
+            }
+        }
+        for g in self._hot_l..self.hot_k.len() {
             if self.adv.val() {
                 self.hot_k[g].d.next = self.hot_nx.val();
                 self.lo_k[g].d.next = self.lo_nx.val();

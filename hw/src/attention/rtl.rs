@@ -19,6 +19,8 @@ use rust_hdl::prelude::*;
 
 /// Beats per K (and per V) burst.
 const CHUNK: u64 = KV_BURST_BEATS as u64;
+// A burst's advance of `k_addr`/`v_addr` is a 12-bit add (`k_lo`): at most 128-byte beats.
+const _: () = assert!(CHUNK * 128 < 4096);
 /// Width of `last_pipe`: a block's last step, one bit per cycle since its
 /// issue; bit `lane::v_at(d) + 2` is set once it is in the lanes' backlogs
 /// and their registered `idle` counts it (bits above stay clear).
@@ -80,6 +82,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
 
     phase: DFF<Phase>,
     h: DFF<Bits<32>>,
+    /// `h` a cycle late, loaded every cycle: the head products' operand. The
+    /// flow folds it into the MULT18X18Ds' input registers, which took `h`'s
+    /// enable (a `phase` decode, fan-out 64) while they held `h` itself.
+    hm: DFF<Bits<32>>,
     hb: DFF<Bits<32>>,
     b: DFF<Bits<32>>,
     qh: DFF<Bits<64>>,
@@ -96,6 +102,17 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// The next K and V burst addresses (the head's base plus the offset streamed so far).
     k_addr: DFF<Bits<64>>,
     v_addr: DFF<Bits<64>>,
+    /// Their bits from 12 up plus one (`+ 0x1000`, registered every cycle: a
+    /// burst's advance comes three cycles at least after the last change),
+    /// and the advance's low 13 bits: a burst is at most `CHUNK` · 128 bytes,
+    /// under 4 KiB, so the advance is a 12-bit add whose carry selects the
+    /// high bits or these (the 64-bit carry chain was 3.1–3.5 ns).
+    k_up: DFF<Bits<64>>,
+    v_up: DFF<Bits<64>>,
+    k_lo: Signal<Local, Bits<13>>,
+    v_lo: Signal<Local, Bits<13>>,
+    c_hi52: Constant<Bits<64>>,
+    c_page: Constant<Bits<64>>,
     q0: DFF<Bits<32>>,
     lv: DFF<Bits<32>>,
     nk: DFF<Bits<32>>,
@@ -134,6 +151,17 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     in_st: DFF<Bit>,
     /// The phase is `Next` (set with it, for its loads of q0, h, hb, b).
     in_nx: DFF<Bit>,
+    /// The phase is `Check` (its clears of h, hb, b, bh) or `KvCheckTest`
+    /// (its loads of b, bh): flags set on the one way into each phase, so
+    /// those 128 enables decode no `phase`.
+    in_ck: DFF<Bit>,
+    in_kct: DFF<Bit>,
+    /// `in_qw & q_in` (the stream starts: 230 loads) in kept copies: 0 for
+    /// the control (phase, flags, counters), 1 for `k_addr`/`v_addr`, 2 for
+    /// `kv_rem`.
+    sst: Copies<3>,
+    /// The finalizer is idle next cycle (`fin.d == Idle`, for `go_r` and `snap_r`).
+    fin_idle_nx: Signal<Local, Bit>,
     kva: DFF<Bit>,
     kvr: DFF<Bit>,
     /// Kept copies of `kv_turn`: the request address's low and high halves
@@ -349,7 +377,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             _lp: v_at(cfg.head_dim) + 3,
             c_flush: Constant::new(k(v_at(cfg.head_dim) as u64 + 2)),
             wrow: RowPick::new(l, W),
-            c_mul_wait: Constant::new(k(MulU32Pipe::LATENCY as u64 - 1)),
+            c_mul_wait: Constant::new(k(MulU32Pipe::LATENCY as u64)),
             c_ones64: Constant::new(Bits::<64>::mask()),
             c_logp: Constant::new(k(p.trailing_zeros() as u64)),
             c_pmask: Constant::new(k(p - 1)),
@@ -365,6 +393,8 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_sel_mask: Constant::new(k(if l == 1 { 0 } else { 0xffff_ffff })),
             c_rib_mask: Constant::new(k(if p == d { 0 } else { 0xffff })),
             c_lo32: Constant::new(k(0xffff_ffff)),
+            c_hi52: Constant::new(k(!0xfff)),
+            c_page: Constant::new(k(0x1000)),
             q_lb: (0..l).map(|_| Default::default()).collect(),
             q_dc: (0..l).map(|_| Default::default()).collect(),
             q_sel: (0..l).map(|_| Default::default()).collect(),
@@ -376,9 +406,9 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
-            qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
-            kv_word, k_addr, v_addr, q0, lv, nk, qs, q_total, qb, q_in, q_total_m1, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
-            in_st, in_nx, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
+            qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
+            kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, q_total, qb, q_in, q_total_m1, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
+            in_st, in_nx, in_ck, in_kct, sst, fin_idle_nx, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
             go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
@@ -396,17 +426,17 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
-            phase, h, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, q_total, qb, q_in, q_total_m1, k_addr, v_addr, in_qw, kv_rem0, kv_rem,
+            phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, q_total, qb, q_in, q_total_m1, k_addr, v_addr, k_up, v_up, in_qw, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
             wi_last,
             w_rb, w_bpr, w_rowaddr, w_off, w_strb_r,
-            in_q, in_st, in_nx, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
+            in_q, in_st, in_nx, in_ck, in_kct, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
         );
         #[rustfmt::skip]
-        clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r, go_r);
+        clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r, go_r, sst);
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
@@ -423,11 +453,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.mul_q.clock.next = self.vitis.ap_clk.val();
         self.mul_kv.clock.next = self.vitis.ap_clk.val();
         self.mul_o.clock.next = self.vitis.ap_clk.val();
-        self.mul_q.a.next = self.h.q.val();
+        self.hm.d.next = self.h.q.val();
+        self.mul_q.a.next = self.hm.q.val();
         self.mul_q.b.next = self.run.q_stride.val();
-        self.mul_kv.a.next = self.h.q.val();
+        self.mul_kv.a.next = self.hm.q.val();
         self.mul_kv.b.next = self.run.kv_stride.val();
-        self.mul_o.a.next = self.h.q.val();
+        self.mul_o.a.next = self.hm.q.val();
         self.mul_o.b.next = self.run.o_stride.val();
         // Entry `b`'s KVLEN word, a part-select of the beat (a shift of the
         // whole beat costs simulators a wide shift every cycle).
@@ -561,24 +592,21 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // ---------------- Phase machine ----------------
         self.binit.next = false;
         self.kva.d.next = false;
+        self.in_ck.d.next = false;
+        self.in_kct.d.next = false;
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
                     self.phase.d.next = Phase::Check;
+                    self.in_ck.d.next = true;
                 }
             }
-            // h, hb, b and bh clear here rather than on `start` (whose decode
-            // enabled their 128 bits): the head products settle in `HeadWait`,
-            // the KVLEN word is read from `KvAddr` on.
+            // h, hb, b and bh clear in this phase (on `in_ck`, after the
+            // match) rather than on `start` (whose decode enabled their 128
+            // bits): the head products settle in `HeadWait`, the KVLEN word is
+            // read from `KvAddr` on.
+            // Its loads (the launch checks' first registers) are on `in_ck`.
             Phase::Check => {
-                self.h.d.next = 0.into();
-                self.hb.d.next = 0.into();
-                self.b.d.next = 0.into();
-                self.bh.d.next = 0.into();
-                self.bad_t.d.next = self.bad_zero.val();
-                self.bad_c.d.next = self.bad_cmp.val();
-                self.sm_r.d.next = (bit_cast::<64, 32>(self.run.smult.val()) << self.c_logd.val()) >> 24;
-                self.th_r.d.next = self.c_ones64.val() << bit_cast::<64, 6>(self.run.sshift.val());
                 self.phase.d.next = Phase::Check2;
             }
             Phase::Check2 => {
@@ -601,13 +629,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.kva.d.next = false;
                 }
             }
+            // b and bh move on `in_kct` (after the match).
             Phase::KvCheckTest => {
-                self.b.d.next = self.b.q.val() + 1;
-                self.bh.d.next = self.bh_nx.q.val().get_bits::<32>(0);
                 self.phase.d.next = Phase::KvAddr;
                 self.kva.d.next = true;
                 if self.bh_end.q.val() {
-                    self.b.d.next = 0.into();
                     self.kv_chk.d.next = false;
                     self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
@@ -659,6 +685,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.phase.d.next = Phase::KvTest;
                     if self.kv_chk.q.val() {
                         self.phase.d.next = Phase::KvCheckTest;
+                        self.in_kct.d.next = true;
                     }
                 }
             }
@@ -754,6 +781,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.phase.d.next = Phase::Idle;
             }
         }
+        self.k_up.d.next = (self.k_addr.q.val() & self.c_hi52.val()) + self.c_page.val();
+        self.v_up.d.next = (self.v_addr.q.val() & self.c_hi52.val()) + self.c_page.val();
+        self.k_lo.next = bit_cast::<13, 12>(self.k_addr.q.val().get_bits::<12>(0))
+            + bit_cast::<13, 16>(self.kv_last.q.val() << self.c_logp.val());
+        self.v_lo.next = bit_cast::<13, 12>(self.v_addr.q.val().get_bits::<12>(0))
+            + bit_cast::<13, 16>(self.kv_last.q.val() << self.c_logp.val());
         // K/V requests in `Stream` (the room registers are last cycle's: no
         // burst was issued then; a V burst came at least `kv_age` = 3 cycles
         // ago, and each K one before it).
@@ -765,8 +798,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         if self.viss.val() {
             self.vst.issue.next = self.kv_last.q.val();
-            self.k_addr.d.next = self.k_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
-            self.v_addr.d.next = self.v_addr.q.val() + (bit_cast::<64, 16>(self.kv_last.q.val()) << self.c_logp.val());
+            self.k_addr.d.next =
+                (self.k_addr.q.val() & self.c_hi52.val()) | bit_cast::<64, 12>(self.k_lo.val().get_bits::<12>(0));
+            if self.k_lo.val().get_bit(12) {
+                self.k_addr.d.next = self.k_up.q.val() | bit_cast::<64, 12>(self.k_lo.val().get_bits::<12>(0));
+            }
+            self.v_addr.d.next =
+                (self.v_addr.q.val() & self.c_hi52.val()) | bit_cast::<64, 12>(self.v_lo.val().get_bits::<12>(0));
+            if self.v_lo.val().get_bit(12) {
+                self.v_addr.d.next = self.v_up.q.val() | bit_cast::<64, 12>(self.v_lo.val().get_bits::<12>(0));
+            }
             self.kv_age.d.next = 0.into();
             self.kv_rem.d.next = self.kv_rem.q.val() - bit_cast::<32, 16>(self.kv_last.q.val());
             self.kv_turn.d.next = false;
@@ -778,6 +819,23 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         if self.go.val() & self.is_last.q.val() {
             self.in_st.d.next = false;
+        }
+        if self.in_ck.q.val() {
+            self.bad_t.d.next = self.bad_zero.val();
+            self.bad_c.d.next = self.bad_cmp.val();
+            self.sm_r.d.next = (bit_cast::<64, 32>(self.run.smult.val()) << self.c_logd.val()) >> 24;
+            self.th_r.d.next = self.c_ones64.val() << bit_cast::<64, 6>(self.run.sshift.val());
+            self.h.d.next = 0.into();
+            self.hb.d.next = 0.into();
+            self.b.d.next = 0.into();
+            self.bh.d.next = 0.into();
+        }
+        if self.in_kct.q.val() {
+            self.b.d.next = self.b.q.val() + 1;
+            self.bh.d.next = self.bh_nx.q.val().get_bits::<32>(0);
+            if self.bh_end.q.val() {
+                self.b.d.next = 0.into();
+            }
         }
         // `Next` (the cycle after a block's last step): the next block or head.
         self.in_nx.d.next = self.go.val() & self.is_last.q.val();
@@ -802,12 +860,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         // The block's Q rows are in: its K/V stream starts.
         self.kv_rem0.d.next = ((self.nk.q.val() << self.c_logd.val()) + self.c_pmask32.val()) >> self.c_logp.val();
-        if self.in_qw.q.val() & self.q_in.q.val() {
+        if self.sst.q.val().get_bit(1) {
             self.k_addr.d.next = self.kh.q.val();
             self.v_addr.d.next = self.vh.q.val();
+        }
+        if self.sst.q.val().get_bit(2) {
+            self.kv_rem.d.next = self.kv_rem0.q.val();
+        }
+        if self.sst.q.val().get_bit(0) {
             self.kv_age.d.next = 0.into();
             self.is_last.d.next = self.nk.q.val() == 1;
-            self.kv_rem.d.next = self.kv_rem0.q.val();
             self.kv_turn.d.next = false;
             self.recv_v.d.next = false;
             self.j.d.next = 0.into();
@@ -1049,17 +1111,35 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.kva.d.next = false;
             self.kvr.d.next = false;
             self.in_nx.d.next = false;
+            self.in_ck.d.next = false;
+            self.in_kct.d.next = false;
         }
+        // `fin.d == Idle`, written from the two ways to it (and reset) rather
+        // than decoded from the next-state logic's output.
+        self.fin_idle_nx.next = ((self.fin.q.val() == Fin::Idle) & !self.snap.val())
+            | ((self.fin.q.val() == Fin::WSend)
+                & self.shell.wr_fire.val()
+                & self.wb_last.q.val()
+                & self.wi_last.q.val())
+            | !self.vitis.ap_rst_n.val();
         self.go_r.d.next = self.in_st.d.val()
             & self.kst.any_nx.val()
             & self.vst.any_nx.val()
             & (self.last_pipe.d.val() == 0)
             & !self.drain.d.val()
             & self.all_room.d.val()
-            & (!self.is_last.d.val() | (self.fin.d.val() == Fin::Idle));
+            & (!self.is_last.d.val() | self.fin_idle_nx.val());
         self.tv.d.next = self.kv_turn.d.val();
+        // `in_qw & q_in` next cycle, from `in_qw` as it is (no phase decode:
+        // a stream whose Q beats are all in as `QWait` begins starts a cycle
+        // later than `in_qw.d & q_in.d` would start it).
+        self.sst.d.next = self.vitis.ap_rst_n.val()
+            & !self.sst.q.val().get_bit(0)
+            & self.in_qw.q.val()
+            & ((self.q_rx.val() & (bit_cast::<16, 32>(self.qb.q.val()) == self.q_total_m1.q.val()))
+                | (!self.q_rx.val() & self.q_in.q.val()));
         self.w_sel.d.next = self.wi.d.val();
-        self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & (self.fin.d.val() == Fin::Idle);
+        self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & self.fin_idle_nx.val();
     }
 }
 
@@ -1113,7 +1193,7 @@ impl<const W: usize> KvStream<W> {
     fn new(depth: usize, port_bytes: usize) -> Self {
         let k = |v: u64| Constant::new(v.to_bits());
         with_defaults!(Self {
-            fifo: Fifo::with_read_copies(depth, 8),
+            fifo: Fifo::with_read_copies(depth, 16).trusting_pop(),
             c_logp: k(port_bytes.trailing_zeros() as u64),
             c_room_max: k(depth as u64 - CHUNK),
             .. clock, reset, addr, issue, push, din, pop, dout, empty, room, room_nx, page, page_m1, any_nx, has, has_n, iss_r, page_m1_r,
