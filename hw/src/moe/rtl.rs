@@ -71,13 +71,28 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     emask: DFF<Bits<EL>>,
 
     phase: DFF<Phase>,
+    /// The phase is `Idle`, as kept flags set and cleared with it (from
+    /// `Done` and the reset; cleared by `start`): the registers a run starts
+    /// from load in every idle cycle, on these copies (they loaded on `start`
+    /// in `Idle`, a decode of `phase` enabling ~250 loads, docs/timing.md).
+    /// 0: the sizes (`beats`, `xmask`, `t_m1`); 1: the receiver's and the
+    /// capacity's; 2: the dispatch table's and the writer's.
+    idle_f: Copies<3>,
     /// The arguments as written are refused (docs/moe.md): registered from
-    /// them every cycle in two stages (the sizes' checks and the scale's and
-    /// pitches', then their OR), as the GEMM's `refuse`: the control slave
+    /// them every cycle in two stages (the sizes' checks, then a copy), as
+    /// the GEMM's `refuse`: the control slave
     /// takes at least three cycles per AXI4-Lite write, so they are current
     /// when a write of `ap_start` starts a run.
     bad_args: DFF<Bit>,
     bad_size: DFF<Bit>,
+    /// The pitches', alignment's and scale's checks, on the run's arguments
+    /// in the capacity phases (two stages, the scale's shift split in two:
+    /// `fm_sh` by SSHIFT's low three bits, then its high bits), read in
+    /// `CapCheck` beside the dispatch pitch's: the same refusal before any
+    /// traffic, off the cycle the start decides in (`args → bad_form`, 2.8–3.5
+    /// ns of logic, was on the router's list, docs/timing.md).
+    fm_sh: DFF<Bits<32>>,
+    fm_a: DFF<Bit>,
     bad_form: DFF<Bit>,
     groups_of: Signal<Local, Bits<16>>,
     // Read-data receiver.
@@ -90,8 +105,29 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     w_in: DFF<Bit>,
     e_m1: DFF<Bits<32>>,
     bias_beats: DFF<Bits<16>>,
-    recv_lane: DFF<Bits<16>>,
+    /// The lane the next gate row goes to, one-hot (rotated by each row's
+    /// end): the RAMs' write enables and `recv_grp`'s step read a flag, not
+    /// a compare of a lane count (fan-out 130, docs/timing.md).
+    recv_hot: Vec<DFF<Bit>>,
     recv_grp: DFF<Bits<16>>,
+    /// The phase is `WReq` or `WWait`, as a flag set and cleared with it.
+    in_w: DFF<Bit>,
+    /// The gate RAMs' write, registered (enable per lane, address, data): the
+    /// decode and the address's add are a cycle ahead of the RAMs.
+    rw_we: Vec<DFF<Bit>>,
+    rw_wa: DFF<Bits<16>>,
+    rw_wd: DFF<Bits<W>>,
+    /// The next span's arguments, registered every cycle from the run's
+    /// arguments by two flags (`sp_w`: the bias span is loaded, the gate
+    /// weights' is next; `sp_x`: the tokens' is next): the shell's span
+    /// registers read flip-flops, where a select by decodes of `phase`
+    /// stood in front of them (`phase → shell.ld_more`, fan-out 264).
+    sp_w: DFF<Bit>,
+    sp_x: DFF<Bit>,
+    sp_addr: DFF<Bits<64>>,
+    sp_beats: DFF<Bits<16>>,
+    sp_rows: DFF<Bits<32>>,
+    sp_pitch: DFF<Bits<32>>,
     rx: Signal<Local, Bit>,
     /// The next beat ends a row (`recv_cnt == beats_m1`), kept a cycle ahead:
     /// from the count after each beat, and recomputed in every cycle without
@@ -99,6 +135,9 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// after it are issued later). So the receiver's updates and the RAMs'
     /// write enables wait on no carry chain (the MoE router's critical path).
     row_end: DFF<Bit>,
+    /// `row_end` as kept copies (fan-out 135): 0 the x rows' padding mask, 1
+    /// the receiver's counters and `ahead`.
+    row_end_cp: Copies<2>,
     /// `beats_m1 − 1` and `beats_m1 == 0`, for `row_end`.
     beats_m2: DFF<Bits<16>>,
     one_beat: DFF<Bit>,
@@ -145,6 +184,9 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     c_mlat_m1: Constant<Bits<8>>,
     cap_r2: Signal<Local, Bits<32>>,
     cap: DFF<Bits<32>>,
+    /// DPITCH is below the capacity's 4 bytes a slot, registered from `cap`
+    /// in `CapCmp` (a 64-bit compare in front of `CapCheck`'s decisions).
+    cap_bad: DFF<Bit>,
     // Gate projection sequencer and its flag pipeline.
     ct: DFF<Bits<32>>,
     cg: DFF<Bits<16>>,
@@ -166,6 +208,10 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// The phase is `Run`, as a flag set and cleared with it: the receiver's,
     /// the sequencer's and `ahead`'s updates decode no phase.
     in_run: DFF<Bit>,
+    /// `in_run` as kept copies (fan-out 131): 0 the sequencer's `go`, 1 the
+    /// receiver (`xbuf`, `recv_cnt`, `recv_rows`, `ahead`), 2 the writer's
+    /// pops, 3 `span_go`, `out_done` and `ahead_nz`.
+    run_cp: Copies<4>,
     cc_last: DFF<Bit>,
     cg_last: DFF<Bit>,
     tok_last: Signal<Local, Bit>,
@@ -221,6 +267,11 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     post_tag: SkewLine<49>,
     post_v: DFF<Bits<POST_DLY>>,
     s4_valid: DFF<Bit>,
+    /// `s4_valid` (0: `coll_z`, 1: `coll_t`) and `s4_valid & s4_lastg` (0:
+    /// `a_z`, `a_tok`, 1: `a_t`, `a_valid`) as kept copies: one flag enabled
+    /// the collector's and the tail's 600 bits (fan-out 320).
+    s4_vc: Copies<2>,
+    s4_fin: Copies<2>,
     /// s4's group as a one-hot word (bit 0: the token's first group), decoded
     /// on the way in: the collector's selects read one bit each, where
     /// compares of the group index fanned out to every bit of the logit vectors.
@@ -284,6 +335,16 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// Expert e's load: one 32-bit counter per expert (one wide register with
     /// one wide adder is what synthesis could not finish, docs/timing.md).
     loads: Vec<DFF<Bits<32>>>,
+    /// Expert e's load has reached the capacity, as of this cycle: from
+    /// last cycle's load (`ld_ge`: ≥ cap, `ld_eq`: = cap − 1, compared from
+    /// registers into registers) and whether last cycle's token took it
+    /// (`ld_hit`). The choices' compares of the selected load against the
+    /// capacity were the tail's longest logic (3.0–3.6 ns, docs/timing.md).
+    ld_ge: Vec<DFF<Bit>>,
+    ld_eq: Vec<DFF<Bit>>,
+    ld_hit: Vec<DFF<Bit>>,
+    full_e: Vec<Signal<Local, Bit>>,
+    cap_m1: DFF<Bits<32>>,
     /// Each choice's expert id.
     sels: Vec<Signal<Local, Bits<8>>>,
     /// 1 when one of this token's choices takes expert e (at most one does).
@@ -314,10 +375,21 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// `o_occ`, the state, `w_left`, `w_tok`, `rb`), 1 and 2 the record's
     /// halves, 3 `w_slots`, 4 `w_ids`, `w_addr` and `route_ptr`.
     w_idle_cp: Copies<5>,
-    /// In `Rec`: 0 the write port's selects, 1 and 2 the record's halves' shift.
-    w_rec_cp: Copies<3>,
+    /// In `Rec`: 0 the write port's selects, 1 and 2 the record's halves' shift, 3 the state's exit.
+    w_rec_cp: Copies<4>,
     /// In `Rec` or `WSend`: the shell's `wr_send`, a flip-flop.
     w_send: DFF<Bit>,
+    /// The writer's other states, as flags from `wstate`'s next value: the
+    /// state transitions and the address and word loads read flags, not
+    /// decodes of `wstate` (fan-out 108).
+    ws_dp: DFF<Bit>,
+    ws_sp: DFF<Bit>,
+    ws_ws: DFF<Bit>,
+    /// The statistics writer may start: the run's tokens are all out, the
+    /// output FIFO empty and the writer idle (which, once true, stays true in
+    /// `Run`), registered: `Run`'s hand-over to it decodes no `phase` into
+    /// `wstate`'s next value, which the writer's copies load from.
+    stats_go: DFF<Bit>,
     /// The route record, low and high half: the burst shifts it down a beat
     /// at a time (`w_bcat` the two together).
     w_beats_lo: DFF<Bits<RB2>>,
@@ -352,6 +424,12 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// moves, with `E + 1` registered from the run's E: the writer's next
     /// state reads a flag, not an add and a 32-bit compare.
     si_end: DFF<Bit>,
+    /// `si` as flags: 0, 1, and `si = e + 1` at bit e (`s_load`'s select),
+    /// shifted as `si` steps (a 32-bit compare per expert fanned out to
+    /// `s_load`, fan-out 98).
+    si_z: DFF<Bit>,
+    si_1: DFF<Bit>,
+    si_oh: DFF<Bits<EL>>,
     e_p1: DFF<Bits<32>>,
     stats_done: DFF<Bit>,
     /// Bytes of a token row's last beat that hold X (all when H fills it): the
@@ -389,8 +467,6 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// the normalizer's and the choices' gates read a flag, not a compare.
     k_act: Vec<DFF<Bit>>,
     c_e: Vec<Constant<Bits<8>>>,
-    /// The statistics word before expert e's load (after dropped and capacity).
-    c_se_m1: Vec<Constant<Bits<32>>>,
     c_meta_tok: Constant<Bits<16>>,
     c_rb: Constant<Bits<16>>,
     _lanes: usize,
@@ -410,6 +486,8 @@ enum Phase {
     CapPrep,
     CapMul,
     CapDiv,
+    /// `cap_bad` is registered from `cap`.
+    CapCmp,
     CapCheck,
     BiasReq,
     BiasWait,
@@ -494,6 +572,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             rec_chain: crate::many(cfg.k_max),
             drop_chain: crate::many(cfg.k_max),
             loads: crate::many(cfg.e_max),
+            ld_ge: crate::many(cfg.e_max),
+            ld_eq: crate::many(cfg.e_max),
+            ld_hit: crate::many(cfg.e_max),
+            full_e: crate::many(cfg.e_max),
             sels: crate::many(cfg.k_max),
             hits: crate::many(cfg.e_max),
             c_beat_ones: Constant::new(Bits::<W>::mask()),
@@ -504,6 +586,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_wones: Constant::new(Bits::<W>::mask()),
             c_slot_at: (0..ZB.div_ceil(W)).map(|i| k((i * W) as u64)).collect(),
             bias_hot: (0..ZB.div_ceil(W)).map(|_| DFF::default()).collect(),
+            recv_hot: (0..l).map(|_| DFF::default()).collect(),
+            rw_we: (0..l).map(|_| DFF::default()).collect(),
             _bias_slots: ZB.div_ceil(W),
             c_wbits: k(W as u64),
             c_rb2: k(RB2 as u64),
@@ -530,7 +614,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_i: (0..cfg.k_max).map(|i| k(i as u64)).collect(),
             k_act: (0..cfg.k_max).map(|_| DFF::default()).collect(),
             c_e: (0..cfg.e_max).map(|e| k(e as u64)).collect(),
-            c_se_m1: (0..cfg.e_max).map(|e| k(e as u64 + 1)).collect(),
             c_meta_tok: k(META_TOK as u64),
             c_rb: k(RB as u64),
             _lanes: l,
@@ -540,14 +623,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _rounds: nr,
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
-            .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, groups_of, recv_cnt,
-            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, rx, row_end, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
-            cap, ct, cg, cc, g_at, cgoff, go, at_tok, in_run, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, idle_f, bad_args, bad_size, fm_sh, fm_a, bad_form, groups_of, recv_cnt,
+            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, rx, row_end, row_end_cp, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
+            cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, at_tok, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
-            s4_valid, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
+            s4_valid, s4_vc, s4_fin, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
-            o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, w_beats_lo, w_beats_hi, w_bcat, w_bsh, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, w_word,
-            w_stats, rb, si, si_end, e_p1, stats_done, xmask, lane_off
+            o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, ws_dp, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_bcat, w_bsh, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, w_word,
+            w_stats, rb, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, lane_off
         }))
     }
 }
@@ -559,21 +642,26 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_form, recv_cnt, row_end, beats_m2, one_beat,
-            recv_rows, w_in, e_m1, bias_beats, recv_lane, recv_grp, bias_bus, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, fm_sh, fm_a, bad_form, recv_cnt, row_end, beats_m2, one_beat,
+            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, bias_bus, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
-            wstate, w_send, w_beats_lo, w_beats_hi, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, e_p1, stats_done, xmask, s_load
+            wstate, w_send, ws_dp, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, s_load
         );
         #[rustfmt::skip]
         clock!(
             self, vitis.ap_clk, cap_mul, dbase, xbuf, lane_tag, post_tag, r0, xd_z, xd_mask, xd_meta, xd_v, psum, sd,
-            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de
+            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de, idle_f, run_cp, s4_vc, s4_fin, row_end_cp
         );
         for i in 0..self._bias_slots {
             self.bias_hot[i].clock.next = self.vitis.ap_clk.val();
             self.bias_hot[i].d.next = self.bias_hot[i].q.val();
+        }
+        for j in 0..self._lanes {
+            self.recv_hot[j].clock.next = self.vitis.ap_clk.val();
+            self.recv_hot[j].d.next = self.recv_hot[j].q.val();
+            self.rw_we[j].clock.next = self.vitis.ap_clk.val();
         }
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
@@ -585,14 +673,31 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.shell.fail.next = false;
         self.shell.span_load.next = false;
         self.shell.span_resume.next = false;
-        self.shell.span_addr.next = self.run.wg.val();
-        self.shell.span_beats.next = self.beats.q.val();
-        self.shell.span_rows.next = self.run.e.val();
-        self.shell.span_pitch.next = self.run.ldw.val();
-        // x rows go into the double buffer: row r may load once token r − 2 is issued.
-        self.shell.span_go.next = (self.phase.q.val() == Phase::BiasReq)
-            | (self.phase.q.val() == Phase::WReq)
-            | (self.in_run.q.val() & (self.shell.span_row.val() < self.ct2.q.val()));
+        // The span loaded next, from registers (see `sp_w`): the bias, the
+        // gate weights, the tokens.
+        self.shell.span_addr.next = self.sp_addr.q.val();
+        self.shell.span_beats.next = self.sp_beats.q.val();
+        self.shell.span_rows.next = self.sp_rows.q.val();
+        self.shell.span_pitch.next = self.sp_pitch.q.val();
+        self.sp_addr.d.next = self.run.wg.val();
+        self.sp_beats.d.next = self.beats.q.val();
+        self.sp_rows.d.next = self.run.e.val();
+        self.sp_pitch.d.next = self.run.ldw.val();
+        if self.run.use_bias.val() & !self.sp_w.q.val() {
+            self.sp_addr.d.next = self.run.bias.val();
+            self.sp_beats.d.next = self.bias_beats.q.val();
+            self.sp_rows.d.next = 1.into();
+        }
+        if self.sp_x.q.val() {
+            self.sp_addr.d.next = self.run.x.val();
+            self.sp_rows.d.next = self.run.t.val();
+            self.sp_pitch.d.next = self.run.ldx.val();
+        }
+        // x rows go into the double buffer: row r may load once token r − 2 is
+        // issued. In `BiasWait` and `WWait` the span's rows are all issued.
+        self.shell.span_go.next = self.in_bias.q.val()
+            | self.in_w.q.val()
+            | (self.run_cp.q.val().get_bit(3) & (self.shell.span_row.val() < self.ct2.q.val()));
         self.shell.ar_req.next = false;
         self.shell.ar_req_addr.next = 0.into();
         self.shell.ar_req_len.next = 0.into();
@@ -618,14 +723,17 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             | (self.now.k.val() > self.c_kmax.val())
             | (self.now.k.val() > self.now.e.val())
             | (self.now.capacity.val() & (self.now.cf.val() == 0));
-        self.bad_form.d.next = self.now.bad_shift.val()
-            | (self.now.smult.val() == 0)
-            | self.now.smult.val().get_bit(31)
-            | (((self.now.smult.val() >> 7) >> bit_cast::<32, 6>(self.now.sshift.val())) != 0)
-            | (((self.now.ldx.val() | self.now.ldw.val() | self.now.dpitch.val()) & self.c_pmask32.val()) != 0)
-            | (self.now.ldx.val() < self.now.h.val())
-            | (self.now.ldw.val() < self.now.h.val());
-        self.bad_args.d.next = self.bad_size.q.val() | self.bad_form.q.val();
+        self.bad_args.d.next = self.bad_size.q.val();
+        // The run's forms, checked in `CapCheck` (see `fm_sh`).
+        self.fm_sh.d.next = (self.run.smult.val() >> 7) >> (self.run.sshift.val() & 7);
+        self.fm_a.d.next = self.run.bad_shift.val()
+            | (self.run.smult.val() == 0)
+            | self.run.smult.val().get_bit(31)
+            | (((self.run.ldx.val() | self.run.ldw.val() | self.run.dpitch.val()) & self.c_pmask32.val()) != 0)
+            | (self.run.ldx.val() < self.run.h.val())
+            | (self.run.ldw.val() < self.run.h.val());
+        self.bad_form.d.next =
+            self.fm_a.q.val() | ((self.fm_sh.q.val() >> bit_cast::<32, 6>(self.run.sshift.val() & 0x38)) != 0);
 
         // ---------------- Phase machine and read requests ----------------
         self.cap_mul.a.next = self.cap_a.q.val();
@@ -642,39 +750,52 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
         }
         self.cap_r2.next = (self.cap_rem.q.val() << 1) | bit_cast::<32, 1>(self.cap_num.q.val().get_bit(63).into());
+        // What a run starts from, loaded in every idle cycle (so on `start`'s
+        // too) on the copies of `idle_f`: nothing reads these registers in
+        // `Idle`, and the dispatch table's entry 0 written meanwhile is the
+        // one the run writes first.
+        if self.idle_f.q.val().get_bit(0) {
+            self.beats.d.next = bit_cast::<16, 32>((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val());
+            self.xmask.d.next = self.c_beat_ones.val();
+            if (self.now.h.val() & self.c_pmask32.val()) != 0 {
+                self.xmask.d.next = !(self.c_beat_ones.val() << ((self.now.h.val() & self.c_pmask32.val()) << 3));
+            }
+            self.beats_m1.d.next =
+                bit_cast::<16, 32>(((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val()) - 1);
+            self.t_m1.d.next = self.now.t.val() - 1;
+        }
+        if self.idle_f.q.val().get_bit(1) {
+            self.groups.d.next = self.groups_of.val();
+            self.groups_m1.d.next = self.groups_of.val() - 1;
+            self.emask.d.next = (bits::<EL>(1) << bit_cast::<16, 32>(self.now.e.val())) - 1;
+            self.recv_cnt.d.next = 0.into();
+            self.recv_rows.d.next = 0.into();
+            self.w_in.d.next = false;
+            for j in 0..self._lanes {
+                self.recv_hot[j].d.next = false;
+            }
+            self.recv_hot[0].d.next = true;
+            self.recv_grp.d.next = 0.into();
+            self.cap_i.d.next = 0.into();
+            for i in 0..self._bias_slots {
+                self.bias_hot[i].d.next = false;
+            }
+            self.bias_hot[0].d.next = true;
+            self.cap_a.d.next = self.now.t.val();
+            self.cap_b.d.next = self.now.k.val();
+            self.sp_w.d.next = false;
+            self.sp_x.d.next = false;
+        }
+        if self.idle_f.q.val().get_bit(2) {
+            self.use_sk.d.next = self.now.topk_softmax.val() | self.now.renormalize.val();
+            self.tb_on.d.next = true;
+            self.tb_i.d.next = 0.into();
+            self.tb_addr.d.next = self.now.dispatch.val();
+            self.route_ptr.d.next = self.now.route.val();
+        }
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
-                    self.use_sk.d.next = self.now.topk_softmax.val() | self.now.renormalize.val();
-                    self.beats.d.next =
-                        bit_cast::<16, 32>((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val());
-                    self.xmask.d.next = self.c_beat_ones.val();
-                    if (self.now.h.val() & self.c_pmask32.val()) != 0 {
-                        self.xmask.d.next =
-                            !(self.c_beat_ones.val() << ((self.now.h.val() & self.c_pmask32.val()) << 3));
-                    }
-                    self.groups.d.next = self.groups_of.val();
-                    self.groups_m1.d.next = self.groups_of.val() - 1;
-                    self.beats_m1.d.next =
-                        bit_cast::<16, 32>(((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val()) - 1);
-                    self.t_m1.d.next = self.now.t.val() - 1;
-                    self.emask.d.next = (bits::<EL>(1) << bit_cast::<16, 32>(self.now.e.val())) - 1;
-                    self.recv_cnt.d.next = 0.into();
-                    self.recv_rows.d.next = 0.into();
-                    self.w_in.d.next = false;
-                    self.recv_lane.d.next = 0.into();
-                    self.recv_grp.d.next = 0.into();
-                    self.cap_i.d.next = 0.into();
-                    for i in 0..self._bias_slots {
-                        self.bias_hot[i].d.next = false;
-                    }
-                    self.bias_hot[0].d.next = true;
-                    self.cap_a.d.next = self.now.t.val();
-                    self.cap_b.d.next = self.now.k.val();
-                    self.tb_on.d.next = true;
-                    self.tb_i.d.next = 0.into();
-                    self.tb_addr.d.next = self.now.dispatch.val();
-                    self.route_ptr.d.next = self.now.route.val();
                     self.phase.d.next = Phase::CapPrep;
                     if self.bad_args.q.val() {
                         self.shell.fail.next = true;
@@ -719,26 +840,29 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     if self.run.capacity.val() & (self.cap_q.q.val() < bit_cast::<64, 32>(self.run.t.val())) {
                         self.cap.d.next = self.cap_q.q.val().get_bits::<32>(0);
                     }
-                    self.phase.d.next = Phase::CapCheck;
+                    self.phase.d.next = Phase::CapCmp;
                 }
             }
+            Phase::CapCmp => {
+                self.phase.d.next = Phase::CapCheck;
+            }
             Phase::CapCheck => {
-                // The span defaults are the gate weights'; with FLAGS.bias the bias comes first.
+                // The span registers hold the gate weights'; with FLAGS.bias the
+                // bias's (ceil(4E / beat) beats into the bias bus), which comes first.
                 self.shell.span_load.next = true;
                 self.phase.d.next = Phase::WReq;
+                self.in_w.d.next = true;
                 if self.run.use_bias.val() {
-                    // Bias first: ceil(4E / beat) beats into the bias bus.
-                    self.shell.span_addr.next = self.run.bias.val();
-                    self.shell.span_beats.next = self.bias_beats.q.val();
-                    self.shell.span_rows.next = 1.into();
                     self.phase.d.next = Phase::BiasReq;
                     self.in_bias.d.next = true;
+                    self.in_w.d.next = false;
                 }
-                if bit_cast::<64, 32>(self.run.dpitch.val()) < (bit_cast::<64, 32>(self.cap.q.val()) << 2) {
+                if self.cap_bad.q.val() | self.bad_form.q.val() {
                     self.shell.span_load.next = false;
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
                     self.in_bias.d.next = false;
+                    self.in_w.d.next = false;
                 }
             }
             Phase::BiasReq => {
@@ -752,6 +876,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.shell.span_load.next = true;
                     self.phase.d.next = Phase::WReq;
                     self.in_bias.d.next = false;
+                    self.in_w.d.next = true;
                 }
             }
             Phase::WReq => {
@@ -764,9 +889,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.recv_cnt.d.next = 0.into();
                     self.recv_rows.d.next = 0.into();
                     self.shell.span_load.next = true;
-                    self.shell.span_addr.next = self.run.x.val();
-                    self.shell.span_rows.next = self.run.t.val();
-                    self.shell.span_pitch.next = self.run.ldx.val();
                     self.ct.d.next = 0.into();
                     self.ct_last.d.next = self.t_m1.q.val() == 0;
                     self.cg.d.next = 0.into();
@@ -785,14 +907,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.tokens_out.d.next = 0.into();
                     self.phase.d.next = Phase::Run;
                     self.in_run.d.next = true;
+                    self.in_w.d.next = false;
                 }
             }
             Phase::Run => {
-                if self.out_done.q.val() & !self.o_occ.any.val() & self.w_idle_cp.q.val().get_bit(0) {
-                    self.si.d.next = 0.into();
-                    self.si_end.d.next = false;
-                    self.stats_done.d.next = false;
-                    self.wstate.d.next = WriterState::SPrep;
+                if self.stats_go.q.val() {
                     self.phase.d.next = Phase::Stats;
                     self.in_run.d.next = false;
                 }
@@ -830,6 +949,36 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             & self.vitis.ap_rst_n.val();
         self.cap_de.d.next =
             (self.phase.q.val() == Phase::CapDiv) & (self.cap_i.q.val() == 63) & self.vitis.ap_rst_n.val();
+        self.cap_bad.d.next = bit_cast::<64, 32>(self.run.dpitch.val()) < (bit_cast::<64, 32>(self.cap.q.val()) << 2);
+        // The next span's: after the bias's, the gate weights'; after theirs, the tokens'.
+        if self.shell.span_load.val() {
+            if self.run.use_bias.val() & !self.sp_w.q.val() {
+                self.sp_w.d.next = true;
+            } else {
+                self.sp_x.d.next = true;
+            }
+        }
+        // The statistics writer's start (see `stats_go`): set once, for a cycle.
+        self.stats_go.d.next = self.run_cp.q.val().get_bit(3)
+            & self.out_done.q.val()
+            & !self.o_occ.any.val()
+            & self.w_idle_cp.q.val().get_bit(0)
+            & !self.stats_go.q.val()
+            & self.vitis.ap_rst_n.val();
+        // `Idle` (see `idle_f`): left on `start`, entered after `Done` and on the reset.
+        self.idle_f.d.next = self.idle_f.q.val().get_bit(0) & !self.shell.start.val();
+        if (self.phase.q.val() == Phase::Done) | !self.vitis.ap_rst_n.val() {
+            self.idle_f.d.next = true;
+        }
+        if self.stats_go.q.val() {
+            self.si.d.next = 0.into();
+            self.si_z.d.next = true;
+            self.si_1.d.next = false;
+            self.si_oh.d.next = 0.into();
+            self.si_end.d.next = false;
+            self.stats_done.d.next = false;
+            self.wstate.d.next = WriterState::SPrep;
+        }
 
         // ---------------- Read-data receiver ----------------
         self.rx.next = self.vitis.m_axi_gmem.rvalid.val();
@@ -860,46 +1009,54 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 self.bias_hot[i].d.next = self.bias_hot[i - 1].q.val();
             }
         }
-        if self.rx.val() & ((self.phase.q.val() == Phase::BiasReq) | (self.phase.q.val() == Phase::BiasWait)) {
+        if self.rx.val() & self.in_bias.q.val() {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
-        if self.rx.val() & ((self.phase.q.val() == Phase::WReq) | (self.phase.q.val() == Phase::WWait)) {
+        if self.rx.val() & self.in_w.q.val() {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
-            if self.row_end.q.val() {
+            if self.row_end_cp.q.val().get_bit(1) {
                 self.recv_cnt.d.next = 0.into();
                 self.recv_rows.d.next = self.recv_rows.q.val() + 1;
                 self.w_in.d.next = self.recv_rows.q.val() == self.e_m1.q.val();
-                self.recv_lane.d.next = self.recv_lane.q.val() + 1;
-                if self.recv_lane.q.val() == self.c_lanes.val() - 1 {
-                    self.recv_lane.d.next = 0.into();
-                    self.recv_grp.d.next = self.recv_grp.q.val() + 1;
+                // The next lane; after the last, the next group's first.
+                for j in 1..self._lanes {
+                    self.recv_hot[j].d.next = self.recv_hot[j - 1].q.val();
+                }
+                for last in (self._lanes - 1)..self._lanes {
+                    self.recv_hot[0].d.next = self.recv_hot[last].q.val();
+                    if self.recv_hot[last].q.val() {
+                        self.recv_grp.d.next = self.recv_grp.q.val() + 1;
+                    }
                 }
             }
         }
+        // The gate RAMs' write, a cycle after the beat (see `rw_we`).
+        self.rw_wa.d.next = (self.recv_grp.q.val() << self.c_logcm.val()) + self.recv_cnt.q.val();
+        self.rw_wd.d.next = self.vitis.m_axi_gmem.rdata.val();
         for j in 0..self._lanes {
+            self.rw_we[j].d.next =
+                self.rx.val() & self.in_w.q.val() & self.recv_hot[j].q.val() & self.vitis.ap_rst_n.val();
             self.lanes[j].clock.next = self.vitis.ap_clk.val();
-            self.lanes[j].ram_port.we.next = self.rx.val()
-                & ((self.phase.q.val() == Phase::WReq) | (self.phase.q.val() == Phase::WWait))
-                & (self.recv_lane.q.val().index() == j);
-            self.lanes[j].ram_port.waddr.next = (self.recv_grp.q.val() << self.c_logcm.val()) + self.recv_cnt.q.val();
-            self.lanes[j].ram_port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
+            self.lanes[j].ram_port.we.next = self.rw_we[j].q.val();
+            self.lanes[j].ram_port.waddr.next = self.rw_wa.q.val();
+            self.lanes[j].ram_port.wdata.next = self.rw_wd.q.val();
             self.lanes[j].ram_port.raddr.next = self.g_at.q.val();
             self.lanes[j].x.next = self.xbuf.rdata.val();
             self.lanes[j].valid.next = self.s1_valid.q.val();
             self.lanes[j].first.next = self.s1_first.q.val();
             self.lanes[j].last.next = self.s1_last.q.val();
         }
-        self.xbuf.port.we.next = self.rx.val() & self.in_run.q.val();
+        self.xbuf.port.we.next = self.rx.val() & self.run_cp.q.val().get_bit(1);
         self.xbuf.port.waddr.next =
             (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.recv_cnt.q.val();
         // Zero X's row padding: W's padding then multiplies zeros.
         self.xbuf.port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
-        if self.row_end.q.val() {
+        if self.row_end_cp.q.val().get_bit(0) {
             self.xbuf.port.wdata.next = self.vitis.m_axi_gmem.rdata.val() & self.xmask.q.val();
         }
-        if self.rx.val() & self.in_run.q.val() {
+        if self.rx.val() & self.run_cp.q.val().get_bit(1) {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
-            if self.row_end.q.val() {
+            if self.row_end_cp.q.val().get_bit(1) {
                 self.recv_cnt.d.next = 0.into();
                 self.recv_rows.d.next = self.recv_rows.q.val() + 1;
             }
@@ -907,7 +1064,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         // ---------------- Gate projection: one beat of every lane per cycle ----------------
         // A token starts only when the output FIFO can take it and every token ahead.
-        self.go.next = self.in_run.q.val()
+        self.go.next = self.run_cp.q.val().get_bit(0)
             & self.more.q.val()
             & self.ahead_nz.q.val()
             & (!self.at_tok.q.val() | self.room.q.val());
@@ -1002,15 +1159,19 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.mt.next = self.tplace.val();
         }
         self.a_valid.d.next = false;
-        if self.s4_valid.q.val() {
+        if self.s4_vc.q.val().get_bit(0) {
             self.coll_z.d.next = self.mz.val();
+        }
+        if self.s4_vc.q.val().get_bit(1) {
             self.coll_t.d.next = self.mt.val();
-            if self.s4_lastg.q.val() {
-                self.a_valid.d.next = true;
-                self.a_z.d.next = self.mz.val();
-                self.a_t.d.next = self.mt.val();
-                self.a_tok.d.next = self.s4_tok.q.val();
-            }
+        }
+        if self.s4_fin.q.val().get_bit(0) {
+            self.a_z.d.next = self.mz.val();
+            self.a_tok.d.next = self.s4_tok.q.val();
+        }
+        if self.s4_fin.q.val().get_bit(1) {
+            self.a_valid.d.next = true;
+            self.a_t.d.next = self.mt.val();
         }
 
         // ---------------- Tail: one token per cycle ----------------
@@ -1124,11 +1285,21 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.cd_meta.din.next = bit_cast::<96, 64>(self.cw_meta.val().get_bits::<64>(0))
             | (bit_cast::<96, 32>(self.cw_meta.val().get_bits::<32>(self.c_meta_tok.val().index())) << 64);
         self.cd_v.din.next = bit_cast::<1, 1>(self.cw_valid.val().into());
+        // Each expert's load against the capacity (see `ld_ge`).
+        self.cap_m1.d.next = self.cap.q.val() - 1;
+        for e in 0..self._emax {
+            self.full_e[e].next = self.ld_ge[e].q.val() | (self.ld_hit[e].q.val() & self.ld_eq[e].q.val());
+        }
         for i in 0..self._kmax {
             self.sels[i].next = self.cd_meta.dout.val().get_bits::<8>(i * 8);
             self.choices[i].w.next = self.wq[i].w.val();
             self.choices[i].sel.next = self.sels[i].val();
-            self.choices[i].cap.next = self.cap.q.val();
+            self.choices[i].full.next = false;
+            for e in 0..self._emax {
+                if self.sels[i].val() == self.c_e[e].val() {
+                    self.choices[i].full.next = self.full_e[e].val();
+                }
+            }
             self.choices[i].active.next = self.cd_v.dout.val().any() & self.k_act[i].q.val();
         }
         self.o_valid.d.next = self.cd_v.dout.val().any();
@@ -1161,6 +1332,12 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
             self.loads[e].clock.next = self.vitis.ap_clk.val();
             self.loads[e].d.next = self.loads[e].q.val() + self.hits[e].val();
+            self.ld_ge[e].clock.next = self.vitis.ap_clk.val();
+            self.ld_eq[e].clock.next = self.vitis.ap_clk.val();
+            self.ld_hit[e].clock.next = self.vitis.ap_clk.val();
+            self.ld_ge[e].d.next = self.loads[e].q.val() >= self.cap.q.val();
+            self.ld_eq[e].d.next = self.loads[e].q.val() == self.cap_m1.q.val();
+            self.ld_hit[e].d.next = self.hits[e].val().get_bit(0);
         }
         self.dropped.d.next = self.dropped.q.val() + self.drop_n.q.val();
         for last in (self._kmax - 1)..self._kmax {
@@ -1184,7 +1361,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.o_valid.q.val() {
             self.tokens_out.d.next = self.tokens_out.q.val() + 1;
         }
-        self.out_done.d.next = (self.tokens_out.q.val() == self.run.t.val()) & self.in_run.q.val();
+        self.out_done.d.next = (self.tokens_out.q.val() == self.run.t.val()) & self.run_cp.q.val().get_bit(3);
         self.e_p1.d.next = self.run.e.val() + 1;
         self.e_m1.d.next = self.run.e.val() - 1;
         self.bias_beats.d.next =
@@ -1196,14 +1373,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.tok_end.val() & self.ct_last.q.val() {
             self.more.d.next = false;
         }
-        if self.rx.val() & self.in_run.q.val() & self.row_end.q.val() & !self.tok_end.val() {
+        if self.rx.val() & self.run_cp.q.val().get_bit(1) & self.row_end_cp.q.val().get_bit(1) & !self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() + 1;
         }
-        if !(self.rx.val() & self.in_run.q.val() & self.row_end.q.val()) & self.tok_end.val() {
+        if !(self.rx.val() & self.run_cp.q.val().get_bit(1) & self.row_end_cp.q.val().get_bit(1)) & self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() - 1;
         }
-        if self.in_run.q.val() {
-            self.ahead_nz.d.next = (self.rx.val() & self.row_end.q.val())
+        if self.run_cp.q.val().get_bit(3) {
+            self.ahead_nz.d.next = (self.rx.val() & self.row_end_cp.q.val().get_bit(1))
                 | (self.ahead.q.val() > 1)
                 | ((self.ahead.q.val() == 1) & !self.tok_end.val());
         }
@@ -1240,10 +1417,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.w_beats_hi.d.next = bit_cast::<RB2, RB>(self.w_bsh.val() >> self.c_rb2.val());
         }
         // The idle pop, its loads split among the copies of `w_idle_cp`.
-        self.pop_lo.next = self.w_idle_cp.q.val().get_bit(1) & self.o_occ.any.val() & self.in_run.q.val();
-        self.pop_hi.next = self.w_idle_cp.q.val().get_bit(2) & self.o_occ.any.val() & self.in_run.q.val();
-        self.pop_sl.next = self.w_idle_cp.q.val().get_bit(3) & self.o_occ.any.val() & self.in_run.q.val();
-        self.pop_id.next = self.w_idle_cp.q.val().get_bit(4) & self.o_occ.any.val() & self.in_run.q.val();
+        self.pop_lo.next = self.w_idle_cp.q.val().get_bit(1) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(2);
+        self.pop_hi.next = self.w_idle_cp.q.val().get_bit(2) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(2);
+        self.pop_sl.next = self.w_idle_cp.q.val().get_bit(3) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(2);
+        self.pop_id.next = self.w_idle_cp.q.val().get_bit(4) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(2);
         if self.pop_lo.val() {
             self.w_beats_lo.d.next = self.ofifo.dout.val().get_bits::<RB2>(0);
         }
@@ -1258,7 +1435,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.w_addr.d.next = self.route_ptr.q.val();
             self.route_ptr.d.next = self.route_ptr.q.val() + 64;
         }
-        if self.w_idle_cp.q.val().get_bit(0) & self.o_occ.any.val() & self.in_run.q.val() {
+        if self.w_idle_cp.q.val().get_bit(0) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(2) {
             self.ofifo.pop.next = true;
             self.w_left.d.next = bit_cast::<8, 32>(self.run.k.val());
             self.w_none.d.next = false;
@@ -1269,7 +1446,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.lane_off.next = self.w_addr.q.val() & self.c_pmask.val();
         self.s_load.d.next = 0.into();
         for e in 0..self._emax {
-            if self.si.q.val() == self.c_se_m1[e].val() {
+            if self.si_oh.q.val().get_bit(e) {
                 self.s_load.d.next = self.loads[e].q.val();
             }
         }
@@ -1288,60 +1465,52 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.shell.wr_strb.next = self.c_ones.val();
             self.shell.wr_last.next = self.rb.q.val() == self.c_nb.val() - 1;
         }
-        match self.wstate.q.val() {
-            WriterState::Idle => {
-                // The pop above, on `w_idle_cp`.
-            }
-            WriterState::Rec => {
-                // The burst above, on `w_rec_cp`.
-                if self.shell.wr_fire.val() {
-                    self.wstate.d.next = WriterState::DPrep;
-                }
-            }
-            WriterState::DPrep => {
-                // Dispatch entry of the current choice: DISPATCH[expert][slot] = token;
-                // its row address was read from `dbase` last cycle (d_shift moves on).
-                if self.w_none.q.val() {
-                    self.wstate.d.next = WriterState::Idle;
-                } else if !self.w_slots.q.val().get_bit(31) {
-                    self.w_addr.d.next =
-                        self.dbase.rdata.val() + (bit_cast::<64, 32>(self.w_slots.q.val().get_bits::<32>(0)) << 2);
-                    self.w_word.d.next = self.w_tok.q.val();
-                    self.w_stats.d.next = false;
-                    self.wstate.d.next = WriterState::WSend;
-                }
-            }
-            WriterState::SPrep => {
-                // Statistics: dropped, capacity, load[0..E).
-                if self.si_end.q.val() {
-                    self.stats_done.d.next = true;
-                    self.wstate.d.next = WriterState::Idle;
-                } else {
-                    self.w_addr.d.next = self.run.stats.val() + (bit_cast::<64, 32>(self.si.q.val()) << 2);
-                    self.w_word.d.next = self.s_load.q.val();
-                    if self.si.q.val() == 0 {
-                        self.w_word.d.next = self.dropped.q.val();
-                    }
-                    if self.si.q.val() == 1 {
-                        self.w_word.d.next = self.cap.q.val();
-                    }
-                    self.w_stats.d.next = true;
-                    self.wstate.d.next = WriterState::WSend;
-                }
-            }
-            WriterState::WSend => {
-                if self.shell.wr_fire.val() {
-                    if self.w_stats.q.val() {
-                        self.si.d.next = self.si.q.val() + 1;
-                        self.si_end.d.next = self.si.q.val() == self.e_p1.q.val();
-                        self.wstate.d.next = WriterState::SPrep;
-                    } else {
-                        self.wstate.d.next = WriterState::DPrep;
-                    }
-                }
-            }
-            _ => {
+        // The states, on their flags (`Idle`: the pop above, on `w_idle_cp`).
+        if self.w_rec_cp.q.val().get_bit(3) & self.shell.wr_fire.val() {
+            // The burst above, on `w_rec_cp`.
+            self.wstate.d.next = WriterState::DPrep;
+        }
+        if self.ws_dp.q.val() {
+            // Dispatch entry of the current choice: DISPATCH[expert][slot] = token;
+            // its row address was read from `dbase` last cycle (d_shift moves on).
+            if self.w_none.q.val() {
                 self.wstate.d.next = WriterState::Idle;
+            } else if !self.w_slots.q.val().get_bit(31) {
+                self.w_addr.d.next =
+                    self.dbase.rdata.val() + (bit_cast::<64, 32>(self.w_slots.q.val().get_bits::<32>(0)) << 2);
+                self.w_word.d.next = self.w_tok.q.val();
+                self.w_stats.d.next = false;
+                self.wstate.d.next = WriterState::WSend;
+            }
+        }
+        if self.ws_sp.q.val() {
+            // Statistics: dropped, capacity, load[0..E).
+            if self.si_end.q.val() {
+                self.stats_done.d.next = true;
+                self.wstate.d.next = WriterState::Idle;
+            } else {
+                self.w_addr.d.next = self.run.stats.val() + (bit_cast::<64, 32>(self.si.q.val()) << 2);
+                self.w_word.d.next = self.s_load.q.val();
+                if self.si_z.q.val() {
+                    self.w_word.d.next = self.dropped.q.val();
+                }
+                if self.si_1.q.val() {
+                    self.w_word.d.next = self.cap.q.val();
+                }
+                self.w_stats.d.next = true;
+                self.wstate.d.next = WriterState::WSend;
+            }
+        }
+        if self.ws_ws.q.val() & self.shell.wr_fire.val() {
+            if self.w_stats.q.val() {
+                self.si.d.next = self.si.q.val() + 1;
+                self.si_z.d.next = false;
+                self.si_1.d.next = self.si_z.q.val();
+                self.si_oh.d.next = (self.si_oh.q.val() << 1) | bit_cast::<EL, 1>(self.si_z.q.val().into());
+                self.si_end.d.next = self.si.q.val() == self.e_p1.q.val();
+                self.wstate.d.next = WriterState::SPrep;
+            } else {
+                self.wstate.d.next = WriterState::DPrep;
             }
         }
 
@@ -1359,6 +1528,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.in_bias.d.next = false;
+            self.in_w.d.next = false;
             self.wstate.d.next = WriterState::Idle;
             self.a_valid.d.next = false;
             self.s1_valid.d.next = false;
@@ -1375,6 +1545,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // The writer's kept decodes, from `wstate`'s next value (after the reset).
         self.w_idle_cp.d.next = self.wstate.d.val() == WriterState::Idle;
         self.w_rec_cp.d.next = self.wstate.d.val() == WriterState::Rec;
+        self.ws_dp.d.next = self.wstate.d.val() == WriterState::DPrep;
+        self.ws_sp.d.next = self.wstate.d.val() == WriterState::SPrep;
+        self.ws_ws.d.next = self.wstate.d.val() == WriterState::WSend;
+        // `in_run`'s and s4's copies, from their next values (after the reset).
+        self.run_cp.d.next = self.in_run.d.val();
+        self.row_end_cp.d.next = self.row_end.d.val();
+        self.s4_vc.d.next = self.s4_valid.d.val();
+        self.s4_fin.d.next = self.s4_valid.d.val() & self.s4_lastg.d.val();
         self.w_send.d.next = (self.wstate.d.val() == WriterState::Rec) | (self.wstate.d.val() == WriterState::WSend);
         self.d_shift.d.next = (self.wstate.d.val() == WriterState::DPrep) & !self.w_none.d.val();
     }

@@ -385,7 +385,9 @@ impl Logic for DivStage {
 }
 
 /// Choice `i` of a token (combinational): its slot from its expert's running
-/// load and the capacity, and its fields placed in the route record. Its
+/// load (`ld`; `full` when it has reached the capacity, a flag the top keeps
+/// per expert: a 32-bit compare here followed the load's select, docs/timing.md),
+/// and its fields placed in the route record. Its
 /// weight `w` comes from a [`MulRoundSat16Pipe`](crate::blocks::MulRoundSat16Pipe)
 /// the top runs ahead of it. The top reads the expert id `sel` from the
 /// metadata and selects `ld` from its per-expert counters (an output `sel`
@@ -396,7 +398,7 @@ pub struct Choice {
     pub w: Signal<In, Bits<16>>,
     pub sel: Signal<In, Bits<8>>,
     pub ld: Signal<In, Bits<32>>,
-    pub cap: Signal<In, Bits<32>>,
+    pub full: Signal<In, Bit>,
     pub active: Signal<In, Bit>,
     pub drop: Signal<Out, Bit>,
     pub rec: Signal<Out, Bits<RB>>,
@@ -411,14 +413,14 @@ impl Choice {
         assert!(at[0] + 8 <= at[1] && at[1] + 16 <= at[2] && at[2] + 32 <= RB);
         with_defaults!(Self {
             _at: at,
-            .. w, sel, ld, cap, active, drop, rec
+            .. w, sel, ld, full, active, drop, rec
         })
     }
 }
 
 impl Logic for Choice {
     fn update(&mut self) {
-        let full = self.ld.val() >= self.cap.val();
+        let full = self.full.val();
         let slot = if full { u32::MAX.to_bits() } else { self.ld.val() };
         let active = self.active.val();
         self.drop.next = active & full;
@@ -455,7 +457,6 @@ impl Logic for Choice {
         parts.reverse();
         Verilog::Custom(format!(
             "\
-wire full = ld >= cap;
 wire [31:0] slot = full ? 32'hffffffff : ld;
 always @(*) drop = active & full;
 always @(*) rec = active ? {{{}}} : {RB}'d0;",
