@@ -40,12 +40,15 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     array_clear: DFF<Bit>,
     lanes: Vec<EpilogueLane>,
     bias_ram: SyncRam<W>,
-    /// B beats, read in sixteen slices, each at a kept copy of the read pointer
-    /// (fan-out 33 each; the pop enables all sixteen copies, docs/timing.md).
+    /// B beats, read in eight slices, each at a kept copy of the read pointer
+    /// (one pointer fanned out to every LUT-RAM cell, docs/timing.md); popped
+    /// only by `f_go`, which waits for `b_has`, so it trusts its pops.
     bfifo: Fifo<W>,
     ofifo: Fifo<W>,
     ometa: Fifo<64>,
-    /// Per tile in the array: `i0`, `j0` and the block's rows inside M.
+    /// Per tile in the array: `i0`, `j0` and the block's rows inside M; popped
+    /// by a tile's last row leaving the array, long after its push, so it
+    /// trusts its pops (the pointer compare was on a critical path).
     tiles: Fifo<96>,
     row_mul: MulU32Pipe,
     /// The shell's `idle`, four times: three enable a third of the run's
@@ -96,12 +99,18 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     bk: DFF<Bits<32>>,
     /// `bk` is the last k (`bk == K − 1`), kept a cycle ahead as `f_last` is.
     bk_last: DFF<Bit>,
-    /// The next B read's address. Its add of LDB is split at bit 32: the low
-    /// half's carry selects the high half or the high half plus one, each
-    /// from the register (a 64-bit carry chain in one cycle was a critical
-    /// path, docs/timing.md).
+    /// The next B read's address. Its add of LDB is split at bit 32 and done a
+    /// read ahead: `b_nlo` holds the low half plus LDB with its carry, so a
+    /// step loads the low half from it and the high half, or the high half
+    /// plus one, by a flip-flop (the carry out of the add selecting 32 bits in
+    /// the same cycle was the last carry path, docs/timing.md). Whenever
+    /// `baddr` loads, `b_nlo` loads its low half plus LDB.
     baddr: DFF<Bits<64>>,
-    b_lo: Signal<Local, Bits<33>>,
+    b_nlo: DFF<Bits<33>>,
+    /// `b_nlo` plus LDB (a step), and the low half of the address a column
+    /// block starts at plus LDB (`bnext`, or B at the last block's end).
+    b_ss: Signal<Local, Bits<33>>,
+    b_vs: Signal<Local, Bits<33>>,
     /// The next column block's first address (`B + j0`, `j0` = `bj1` masked to
     /// the beat), registered from `bj1`, which is steady for a cycle at least
     /// before each column block's end (below); added as `baddr` is, with B's
@@ -168,8 +177,10 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     a_we: Vec<DFF<Bit>>,
     a_wa: Vec<Kept<16>>,
     bi_we: DFF<Bit>,
-    /// The phase is `BiasReq` or `BiasWait`: a flag loaded from the next phase,
-    /// so the bias receive (into the RAM's write port) decodes no phase.
+    /// The phase is `BiasReq` or `BiasWait`: a flag set by the start that enters
+    /// `BiasReq` and cleared by `BiasWait`'s exit, so the bias receive (into the
+    /// RAM's write port) decodes no phase (decoded from the next phase, it
+    /// was the end of the start's path through the phase machine).
     in_bias: DFF<Bit>,
     bi_wa: Kept<16>,
     bias_rx: Signal<Local, Bit>,
@@ -485,10 +496,10 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             rows: (0..r).map(|row| PeRow::new(row, c)).collect(),
             lanes: crate::many(c),
             bias_ram: SyncRam::new(cfg.n_max * 4 / p),
-            bfifo: Fifo::with_read_copies(cfg.read_fifo_depth, 8),
+            bfifo: Fifo::with_read_copies(cfg.read_fifo_depth, 8).trusting_pop(),
             ofifo: Fifo::new(ofifo),
             ometa: Fifo::new(ofifo),
-            tiles: Fifo::with_read_copies(4, 3),
+            tiles: Fifo::with_read_copies(4, 3).trusting_pop(),
             bpack: Pack::new(c),
             rchain: crate::many(r),
             ichain: crate::many(r),
@@ -529,7 +540,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             _rows: r,
             _cols: c,
             .. vitis, now, run, row_mul, idle, row_beats, phase, i0,
-            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_lo, bnext, bn_lo, b_hi1, bj1_ge, b_occ,
+            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_nlo, b_ss, b_vs, bnext, bn_lo, b_hi1, bj1_ge, b_occ,
             b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, a_next_last, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, end_ok, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, s1_sh, s1_col, any_cap,
             cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn,
@@ -545,7 +556,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         dff_setup!(
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats,
             b_beats, bj1, bj_done, in_bs, bj1_end, n_mc, nb_one,
-            bk, bk_last, baddr, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, recv_row, fk, fj0, feed_done,
+            bk, bk_last, baddr, b_nlo, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, s1_sh, wstate, w_data,
             w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_zero, bad_size, bad_bias, bad_pitch, bad_ld, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
@@ -663,6 +674,8 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.bj1.d.next = self.c_cols.val();
             self.bj_done.d.next = false;
             self.baddr.d.next = self.now.b.val();
+            self.b_nlo.d.next =
+                bit_cast::<33, 32>(self.now.b.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.now.ldb.val());
             self.nb_one.d.next = self.n_le_c.q.val();
             self.bj1_end.d.next = self.n_le_c.q.val();
             self.n_mc.d.next = self.now.n.val() - self.c_cols.val();
@@ -700,6 +713,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                     if self.now.use_bias.val() {
                         self.phase.d.next = Phase::BiasReq;
                         self.in_a.d.next = false;
+                        self.in_bias.d.next = !self.refuse.q.val();
                     }
                     if self.refuse.q.val() {
                         self.shell.fail.next = true;
@@ -763,6 +777,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
 
         // `BiasWait`'s exit: then the A panel, from the first row.
         if self.bias_in.q.val() {
+            self.in_bias.d.next = false;
             self.recv_cnt.d.next = 0.into();
             self.a_last.d.next = self.row_one.q.val();
             self.shell.span_load.next = true;
@@ -816,8 +831,14 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 bit_cast::<64, 32>(self.bn_lo.val().get_bits::<32>(0)) | (bit_cast::<64, 32>(self.b_hi1.q.val()) << 32);
         }
         self.bj1_ge.d.next = self.bj1.q.val() >= self.n_mc.q.val();
-        self.b_lo.next =
-            bit_cast::<33, 32>(self.baddr.q.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.run.ldb.val());
+        self.b_ss.next =
+            bit_cast::<33, 32>(self.b_nlo.q.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.run.ldb.val());
+        self.b_vs.next =
+            bit_cast::<33, 32>(self.bnext.q.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.run.ldb.val());
+        if self.bj1_end.q.val() {
+            self.b_vs.next =
+                bit_cast::<33, 32>(self.run.b.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.run.ldb.val());
+        }
         if self.b_issue.val() {
             // One single-beat read per k: B[k][j0 .. j0+cols] sits in one beat.
             if self.bk_last.q.val() {
@@ -844,13 +865,15 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
                 if self.bj1_end.q.val() {
                     self.baddr.d.next = self.run.b.val();
                 }
+                self.b_nlo.d.next = self.b_vs.val();
             } else {
-                self.baddr.d.next = bit_cast::<64, 32>(self.b_lo.val().get_bits::<32>(0))
+                self.baddr.d.next = bit_cast::<64, 32>(self.b_nlo.q.val().get_bits::<32>(0))
                     | (bit_cast::<64, 32>(self.baddr.q.val().get_bits::<32>(32)) << 32);
-                if self.b_lo.val().get_bit(32) {
-                    self.baddr.d.next = bit_cast::<64, 32>(self.b_lo.val().get_bits::<32>(0))
+                if self.b_nlo.q.val().get_bit(32) {
+                    self.baddr.d.next = bit_cast::<64, 32>(self.b_nlo.q.val().get_bits::<32>(0))
                         | (bit_cast::<64, 32>(self.baddr.q.val().get_bits::<32>(32) + 1) << 32);
                 }
+                self.b_nlo.d.next = self.b_ss.val();
             }
         }
         if self.in_bs.q.val() & self.bj_done.q.val() & self.shell.slot_free.val() {
@@ -1228,13 +1251,13 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.w_pack.d.next = false;
             self.fin_ok.d.next = false;
             self.bias_in.d.next = false;
+            self.in_bias.d.next = false;
         }
         self.w_idle_cp.d.next = self.w_idle.d.val();
         self.fd_cp.d.next = self.feed_done.d.val();
         self.feed_on.d.next = self.in_b.d.val() & !self.feed_done.d.val();
         self.end_ok.d.next =
             self.gap_ok.d.val() & self.vitis.ap_rst_n.val() & (self.o_occ.q.val() <= self.c_room.val());
-        self.in_bias.d.next = (self.phase.d.val() == Phase::BiasReq) | (self.phase.d.val() == Phase::BiasWait);
         self.ws_fetch.d.next = self.wstate.d.val() == WriterState::Fetch;
         self.ws_bias.d.next = self.wstate.d.val() == WriterState::Bias;
         self.ws_wait.d.next = self.wstate.d.val() == WriterState::Wait;
