@@ -288,6 +288,13 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     any_cap: Signal<Local, Bit>,
     /// The captured row's index in its tile.
     cap_idx: Signal<Local, Bits<32>>,
+    /// The tile FIFO's head, registered every cycle, so the capture's M check
+    /// and row add do not follow the LUT-RAM read (one path, docs/timing.md).
+    /// It is current when read: a tile's first row is captured four cycles
+    /// or more after its push (`t_push`, then the rows' `cap_p`/`cap_q`/`cap_r`)
+    /// and the next tile's two or more after the pop at its last row (tiles
+    /// end `c_gap` = max(rows, cols) + 1 cycles apart, rows leave a cycle apart).
+    t_head: DFF<Bits<96>>,
     /// A finished row, registered before the output FIFO push: the `tiles`
     /// read, the row index and the M check get a cycle of their own.
     cap_v: DFF<Bit>,
@@ -543,7 +550,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_nlo, b_ss, b_vs, bnext, bn_lo, b_hi1, bj1_ge, b_occ,
             b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, a_next_last, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, end_ok, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, s1_sh, s1_col, any_cap,
-            cap_idx, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn,
+            cap_idx, t_head, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn,
             w_beat, w_mask, w_strb, bias_row, b_j0, b_off, w_bias, ldc_min, refuse, bad_zero, bad_size, bad_bias, bad_pitch, bad_ld, bad_shift, w_idle, w_idle_cp, pop_row, bias_in, array_clear, a_wd, bi_we, in_bias, bi_wa, bias_rx, fd_cp, w_pack, w_src, rq_cp, feed_on, ws_fetch, ws_bias, ws_wait
         }))
     }
@@ -558,7 +565,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             b_beats, bj1, bj_done, in_bs, bj1_end, n_mc, nb_one,
             bk, bk_last, baddr, b_nlo, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, s1_sh, wstate, w_data,
-            w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn, w_beat, w_mask, w_strb, b_off, w_bias, cap_v, cap_ok, cap_d, cap_m,
+            w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn, w_beat, w_mask, w_strb, b_off, w_bias, t_head, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_zero, bad_size, bad_bias, bad_pitch, bad_ld, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
         );
         #[rustfmt::skip]
@@ -1048,9 +1055,10 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.tiles.pop.next = self.rows[l].cap.val();
         }
         self.cap_v.d.next = self.any_cap.val();
-        self.cap_ok.d.next = bit_cast::<16, 32>(self.cap_idx.val()) < self.tiles.dout.val().get_bits::<16>(64);
-        self.cap_m.d.next = bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(0) + self.cap_idx.val())
-            | (bit_cast::<64, 32>(self.tiles.dout.val().get_bits::<32>(32)) << 32);
+        self.t_head.d.next = self.tiles.dout.val();
+        self.cap_ok.d.next = bit_cast::<16, 32>(self.cap_idx.val()) < self.t_head.q.val().get_bits::<16>(64);
+        self.cap_m.d.next = bit_cast::<64, 32>(self.t_head.q.val().get_bits::<32>(0) + self.cap_idx.val())
+            | (bit_cast::<64, 32>(self.t_head.q.val().get_bits::<32>(32)) << 32);
         self.ofifo.reset.next = !self.vitis.ap_rst_n.val();
         self.ometa.reset.next = !self.vitis.ap_rst_n.val();
         self.ofifo.push.next = self.cap_v.q.val() & self.cap_ok.q.val();
