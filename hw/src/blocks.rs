@@ -938,20 +938,22 @@ fn from_i64<const N: usize>(v: i64) -> Signed<N> {
 /// on a block's first step, with the rescale taken out of the loop. A step
 /// whose running maximum rose (s > 0) takes three cycles: in the cycle of
 /// `hold` the instance registers `acc >>> 8·(s >> 3)` and the rounding
-/// decode's eight partial ORs, in the next (`mid`) the rest of the shift and
-/// the rounding bit c, and the third adds them, `({fl, c} + {a, c}) >> 1`
-/// (`acc` holds meanwhile: the parent's `upd` is low); other steps add `a` to
-/// `acc` in one cycle. So the loop is a select and one carry chain, and the
-/// shifter and the rounding decode are two registered stages: in one stage
-/// each (`acc` → 6-level shift, `acc` → 48-bit AND-OR tree → c) they were the
-/// attention unit's critical paths (docs/timing.md).
+/// decode's eight partial ORs, in the next (`mid`) `acc` takes the rest of
+/// the shift, `acc >>> s`, and c the rounding bit, and the third adds them,
+/// `({acc, c} + {a, c}) >> 1` (the parent's `upd` is low in the first two);
+/// other steps add `a` to `acc` in one cycle, c 0. So the loop is one carry
+/// chain with a select after it, and the shifter and the rounding decode are
+/// two registered stages: in one stage each (`acc` → 6-level shift, `acc` →
+/// 48-bit AND-OR tree → c) they were the attention unit's critical paths,
+/// and a select of `acc >>> s` before the add (on `post`, fan-out 49) the
+/// next (docs/timing.md).
 ///
 /// `s` is `sh` as of the last `load` (the parent's step entering the stage
 /// before this one), copied into each instance under `(* keep *)` (yosys
 /// merges equal flip-flops, and one shared register's fan-out across the lane
-/// was a path of its own), as are `hold` one and two cycles later. The
-/// shift and the rounding bit are registered in `hold` and `mid` cycles only
-/// (simulators then skip them on the other steps). `hot` marks bit s − 1
+/// was a path of its own), as is `hold` a cycle later. The shift's first
+/// stage is registered in `hold` cycles only (simulators then skip it on the
+/// other steps). `hot` marks bit s − 1
 /// of the same s (none when s = 0) and `lo` the bits below it, decoded once
 /// by the parent for all its instances; the model takes them as given.
 #[derive(LogicBlock, Default)]
@@ -970,15 +972,16 @@ pub struct RescaleAcc<const N: usize> {
 }
 
 /// A [`RescaleAcc`]'s model registers: the shift, `hold` one and two cycles
-/// late, the accumulator, the rounded shift after `hold` and after `mid`.
+/// late, the accumulator, the shift `acc >>> s` and its rounding bit
+/// (registered in `hold`, the shift's first stage in the hardware), c.
 #[derive(Clone, Copy, Default)]
 struct RescaleState {
     s: u32,
     mid: bool,
-    post: bool,
     acc: i64,
-    r1: i64,
-    rs: i64,
+    fl: i64,
+    rc: bool,
+    c: bool,
 }
 
 impl<const N: usize> Logic for RescaleAcc<N> {
@@ -1004,17 +1007,17 @@ fn rescale_step<const N: usize>(st: &mut RescaleState, ctl: (bool, Bits<6>, bool
     let (load, sh, hold, upd, first) = ctl;
     let wrap = |v: i64| (v << (64 - N)) >> (64 - N);
     let old = st.acc;
-    if upd {
-        let base = if st.post { st.rs } else { old };
-        st.acc = if first { a } else { wrap(base.wrapping_add(a)) };
-    }
     if st.mid {
-        st.rs = st.r1;
+        st.acc = st.fl;
+    } else if upd {
+        st.acc = if first { a } else { wrap(old.wrapping_add(a) + i64::from(st.c)) };
     }
+    st.c = st.mid && st.rc;
     if hold {
-        st.r1 = crate::numerics::round_shift(old, st.s.min(62));
+        let s = st.s.min(62);
+        st.fl = old >> s;
+        st.rc = crate::numerics::round_shift(old, s) != st.fl;
     }
-    st.post = st.mid;
     st.mid = hold;
     if load {
         st.s = to_u64(sh) as u32;
@@ -1024,12 +1027,13 @@ fn rescale_step<const N: usize>(st: &mut RescaleState, ctl: (bool, Bits<6>, bool
 /// A [`RescaleAcc`]'s registers and logic in Verilog, its names suffixed by
 /// `sfx` (`acc{sfx}` is the accumulator), adding the expression `a`; reads
 /// the ports `clock`, `load`, `sh`, `hot`, `lo`, `hold`, `upd`, `first`.
-/// The shift and the rounding bit c are written out in the `hold` and `mid`
-/// blocks rather than as wires of `acc` (the same logic): simulators evaluate
-/// a wire every cycle, these only in `hold` and `mid` cycles. The add's carry-in is
-/// `ci + 1` in bit 0 rather than `ci + ci`: the carry out of bit 0 is ci
-/// either way, and bit 0 is dropped, so `ci` is read once (yosys maps both
-/// to the same cells; Verilator computed `ci` into a variable of its own).
+/// The shift's first stage and the rounding decode's partial ORs are
+/// written out in the `hold` block rather than as wires of `acc` (the same
+/// logic): simulators evaluate a wire every cycle, these only in `hold`
+/// cycles. The add's carry-in is
+/// `c + 1` in bit 0 rather than `c + c`: the carry out of bit 0 is c
+/// either way, and bit 0 is dropped, so `c` is read once (yosys maps both
+/// to the same cells; Verilator computed the carry-in into a variable of its own).
 fn rescale_verilog(n: usize, sfx: &str, a: &str) -> String {
     rescale_verilog_ctl(n, sfx, a, ["load", "sh", "hold", "upd", "first"])
 }
@@ -1056,9 +1060,8 @@ fn rescale_verilog_ctl(n: usize, sfx: &str, a: &str, ctl: [&str; 5]) -> String {
         "\
 reg [5:0] sr{sfx};
 (* keep *) always @(posedge clock) if ({load}) sr{sfx} <= {sh};
-reg mid{sfx}, post{sfx};
+reg mid{sfx};
 (* keep *) always @(posedge clock) mid{sfx} <= {hold};
-(* keep *) always @(posedge clock) post{sfx} <= mid{sfx};
 reg signed [{msb}:0] acc{sfx};
 reg signed [{msb}:0] f1{sfx};
 reg [7:0] ch{sfx}, cl{sfx};
@@ -1067,16 +1070,12 @@ always @(posedge clock) if ({hold}) begin
    ch{sfx} <= {{{ch}}};
    cl{sfx} <= {{{cl}}};
 end
-reg signed [{msb}:0] fl{sfx};
 reg c{sfx};
-always @(posedge clock) if (mid{sfx}) begin
-   fl{sfx} <= f1{sfx} >>> sr{sfx}[2:0];
-   c{sfx} <= (|ch{sfx}) && (!f1{sfx}[{msb}] || (|cl{sfx}));
-end
-wire ci{sfx} = post{sfx} & c{sfx};
-wire [{msb}:0] base{sfx} = post{sfx} ? fl{sfx} : acc{sfx};
-wire [{n}:0] sum{sfx} = {{base{sfx}, ci{sfx}}} + {{{a}, 1'b1}};
-always @(posedge clock) if ({upd}) acc{sfx} <= {first} ? {a} : sum{sfx}[{n}:1];
+always @(posedge clock) c{sfx} <= mid{sfx} && (|ch{sfx}) && (!f1{sfx}[{msb}] || (|cl{sfx}));
+wire [{n}:0] sum{sfx} = {{acc{sfx}, c{sfx}}} + {{{a}, 1'b1}};
+always @(posedge clock)
+   if (mid{sfx}) acc{sfx} <= f1{sfx} >>> sr{sfx}[2:0];
+   else if ({upd}) acc{sfx} <= {first} ? {a} : sum{sfx}[{n}:1];
 "
     )
 }
