@@ -936,20 +936,24 @@ fn from_i64<const N: usize>(v: i64) -> Signed<N> {
 /// One online-softmax accumulator (`l`, or one `o[x]`): `acc ← round(acc / 2^s) + a`
 /// (rounding half away from zero, the sum wrapping in `N` bits), or `acc ← a`
 /// on a block's first step, with the rescale taken out of the loop. A step
-/// whose running maximum rose (s > 0) takes two cycles: in the cycle of
-/// `hold` the instance registers `acc >>> s` and the rounding bit c, and the
-/// next cycle adds them, `({fl, c} + {a, c}) >> 1`; other steps add `a` to
-/// `acc` in one cycle. So the loop is a select and one carry chain, and the
-/// shifter and the rounding decode are one registered stage each: in one
-/// cycle (`acc` → shift → rounding bit → add → `acc`) they were the attention
-/// unit's critical path (docs/timing.md).
+/// whose running maximum rose (s > 0) takes three cycles: in the cycle of
+/// `hold` the instance registers `acc >>> 8·(s >> 3)` and the rounding
+/// decode's eight partial ORs, in the next (`mid`) `acc` takes the rest of
+/// the shift, `acc >>> s`, and c the rounding bit, and the third adds them,
+/// `({acc, c} + {a, c}) >> 1` (the parent's `upd` is low in the first two);
+/// other steps add `a` to `acc` in one cycle, c 0. So the loop is one carry
+/// chain with a select after it, and the shifter and the rounding decode are
+/// two registered stages: in one stage each (`acc` → 6-level shift, `acc` →
+/// 48-bit AND-OR tree → c) they were the attention unit's critical paths,
+/// and a select of `acc >>> s` before the add (on `post`, fan-out 49) the
+/// next (docs/timing.md).
 ///
 /// `s` is `sh` as of the last `load` (the parent's step entering the stage
 /// before this one), copied into each instance under `(* keep *)` (yosys
 /// merges equal flip-flops, and one shared register's fan-out across the lane
-/// was a path of its own), as is `hold` one cycle later. The shift and the
-/// rounding bit are registered in `hold` cycles only (simulators then skip
-/// them on the other steps). `hot` marks bit s − 1
+/// was a path of its own), as is `hold` a cycle later. The shift's first
+/// stage is registered in `hold` cycles only (simulators then skip it on the
+/// other steps). `hot` marks bit s − 1
 /// of the same s (none when s = 0) and `lo` the bits below it, decoded once
 /// by the parent for all its instances; the model takes them as given.
 #[derive(LogicBlock, Default)]
@@ -964,11 +968,20 @@ pub struct RescaleAcc<const N: usize> {
     pub first: Signal<In, Bit>,
     pub a: Signal<In, Signed<N>>,
     pub y: Signal<Out, Signed<N>>,
-    /// The model's registers: shift, `hold` a cycle late, accumulator, rounded shift.
-    _s: u32,
-    _post: bool,
-    _acc: i64,
-    _rs: i64,
+    _st: RescaleState,
+}
+
+/// A [`RescaleAcc`]'s model registers: the shift, `hold` one and two cycles
+/// late, the accumulator, the shift `acc >>> s` and its rounding bit
+/// (registered in `hold`, the shift's first stage in the hardware), c.
+#[derive(Clone, Copy, Default)]
+struct RescaleState {
+    s: u32,
+    mid: bool,
+    acc: i64,
+    fl: i64,
+    rc: bool,
+    c: bool,
 }
 
 impl<const N: usize> Logic for RescaleAcc<N> {
@@ -976,9 +989,9 @@ impl<const N: usize> Logic for RescaleAcc<N> {
         if self.clock.pos_edge() {
             let ctl = (self.load.val(), self.sh.val(), self.hold.val(), self.upd.val(), self.first.val());
             let a = to_i64(self.a.val());
-            rescale_step::<N>(&mut self._s, &mut self._post, &mut self._acc, &mut self._rs, ctl, a);
+            rescale_step::<N>(&mut self._st, ctl, a);
         }
-        self.y.next = from_i64(self._acc);
+        self.y.next = from_i64(self._st.acc);
     }
     fn connect(&mut self) {
         self.y.connect();
@@ -990,39 +1003,37 @@ impl<const N: usize> Logic for RescaleAcc<N> {
 
 /// One edge of a [`RescaleAcc`]'s model (also each of a [`RescaleRow`]'s
 /// accumulators): `ctl` is (load, sh, hold, upd, first), `a` the addend.
-fn rescale_step<const N: usize>(
-    s: &mut u32,
-    post: &mut bool,
-    acc: &mut i64,
-    rs: &mut i64,
-    ctl: (bool, Bits<6>, bool, bool, bool),
-    a: i64,
-) {
+fn rescale_step<const N: usize>(st: &mut RescaleState, ctl: (bool, Bits<6>, bool, bool, bool), a: i64) {
     let (load, sh, hold, upd, first) = ctl;
     let wrap = |v: i64| (v << (64 - N)) >> (64 - N);
-    let old = *acc;
-    if upd {
-        let base = if *post { *rs } else { old };
-        *acc = if first { a } else { wrap(base.wrapping_add(a)) };
+    let old = st.acc;
+    if st.mid {
+        st.acc = st.fl;
+    } else if upd {
+        st.acc = if first { a } else { wrap(old.wrapping_add(a) + i64::from(st.c)) };
     }
+    st.c = st.mid && st.rc;
     if hold {
-        *rs = crate::numerics::round_shift(old, (*s).min(62));
+        let s = st.s.min(62);
+        st.fl = old >> s;
+        st.rc = crate::numerics::round_shift(old, s) != st.fl;
     }
-    *post = hold;
+    st.mid = hold;
     if load {
-        *s = to_u64(sh) as u32;
+        st.s = to_u64(sh) as u32;
     }
 }
 
 /// A [`RescaleAcc`]'s registers and logic in Verilog, its names suffixed by
 /// `sfx` (`acc{sfx}` is the accumulator), adding the expression `a`; reads
 /// the ports `clock`, `load`, `sh`, `hot`, `lo`, `hold`, `upd`, `first`.
-/// The shift and the rounding bit c are written out in the `hold` block
-/// rather than as wires of `acc` (the same logic): simulators evaluate a
-/// wire every cycle, these only in `hold` cycles. The add's carry-in is
-/// `ci + 1` in bit 0 rather than `ci + ci`: the carry out of bit 0 is ci
-/// either way, and bit 0 is dropped, so `ci` is read once (yosys maps both
-/// to the same cells; Verilator computed `ci` into a variable of its own).
+/// The shift's first stage and the rounding decode's partial ORs are
+/// written out in the `hold` block rather than as wires of `acc` (the same
+/// logic): simulators evaluate a wire every cycle, these only in `hold`
+/// cycles. The add's carry-in is
+/// `c + 1` in bit 0 rather than `c + c`: the carry out of bit 0 is c
+/// either way, and bit 0 is dropped, so `c` is read once (yosys maps both
+/// to the same cells; Verilator computed the carry-in into a variable of its own).
 fn rescale_verilog(n: usize, sfx: &str, a: &str) -> String {
     rescale_verilog_ctl(n, sfx, a, ["load", "sh", "hold", "upd", "first"])
 }
@@ -1032,25 +1043,39 @@ fn rescale_verilog(n: usize, sfx: &str, a: &str) -> String {
 fn rescale_verilog_ctl(n: usize, sfx: &str, a: &str, ctl: [&str; 5]) -> String {
     let [load, sh, hold, upd, first] = ctl;
     // c: the bit below the cut (`hot`), and for negative acc also any bit
-    // under it (`lo`): AND-OR trees into a register.
+    // under it (`lo`): AND-OR trees, ORed in eight bytes into registers (`ch`,
+    // `cl`) and then into c. The shift: by whole bytes (`f1`), then the rest.
+    assert!(n.is_multiple_of(8) && n < 64);
     let (msb, xe) = (n - 1, format!("{{{{{}{{acc{sfx}[{}]}}}}, acc{sfx}}}", 64 - n, n - 1));
+    let byte = |b: usize| match 8 * b {
+        l if l < n => format!("acc{sfx}[{}:{l}]", l + 7),
+        _ => format!("{{8{{acc{sfx}[{msb}]}}}}"),
+    };
+    let ors = |m: &str| {
+        let v: Vec<String> = (0..8).rev().map(|b| format!("|({} & {m}[{}:{}])", byte(b), 8 * b + 7, 8 * b)).collect();
+        v.join(", ")
+    };
+    let (ch, cl) = (ors("hot"), ors("lo"));
     format!(
         "\
 reg [5:0] sr{sfx};
 (* keep *) always @(posedge clock) if ({load}) sr{sfx} <= {sh};
-reg post{sfx};
-(* keep *) always @(posedge clock) post{sfx} <= {hold};
+reg mid{sfx};
+(* keep *) always @(posedge clock) mid{sfx} <= {hold};
 reg signed [{msb}:0] acc{sfx};
-reg signed [{msb}:0] fl{sfx};
-reg c{sfx};
+reg signed [{msb}:0] f1{sfx};
+reg [7:0] ch{sfx}, cl{sfx};
 always @(posedge clock) if ({hold}) begin
-   fl{sfx} <= $signed({xe}) >>> sr{sfx};
-   c{sfx} <= (|({xe} & hot)) && (!acc{sfx}[{msb}] || (|({xe} & lo)));
+   f1{sfx} <= $signed({xe}) >>> {{sr{sfx}[5:3], 3'd0}};
+   ch{sfx} <= {{{ch}}};
+   cl{sfx} <= {{{cl}}};
 end
-wire ci{sfx} = post{sfx} & c{sfx};
-wire [{msb}:0] base{sfx} = post{sfx} ? fl{sfx} : acc{sfx};
-wire [{n}:0] sum{sfx} = {{base{sfx}, ci{sfx}}} + {{{a}, 1'b1}};
-always @(posedge clock) if ({upd}) acc{sfx} <= {first} ? {a} : sum{sfx}[{n}:1];
+reg c{sfx};
+always @(posedge clock) c{sfx} <= mid{sfx} && (|ch{sfx}) && (!f1{sfx}[{msb}] || (|cl{sfx}));
+wire [{n}:0] sum{sfx} = {{acc{sfx}, c{sfx}}} + {{{a}, 1'b1}};
+always @(posedge clock)
+   if (mid{sfx}) acc{sfx} <= f1{sfx} >>> sr{sfx}[2:0];
+   else if ({upd}) acc{sfx} <= {first} ? {a} : sum{sfx}[{n}:1];
 "
     )
 }
@@ -2253,10 +2278,7 @@ pub struct RescaleRow<const W: usize> {
     _v1: Vec<i64>,
     _pv: Vec<i64>,
     _pvr: Vec<i64>,
-    _s: Vec<u32>,
-    _post: Vec<bool>,
-    _acc: Vec<i64>,
-    _rs: Vec<i64>,
+    _st: Vec<RescaleState>,
     _os: Vec<i64>,
 }
 
@@ -2291,10 +2313,7 @@ impl<const W: usize> RescaleRow<W> {
             _v1: vec![0; d],
             _pv: vec![0; d],
             _pvr: vec![0; d],
-            _s: vec![0; d],
-            _post: vec![false; d],
-            _acc: vec![0; d],
-            _rs: vec![0; d],
+            _st: vec![RescaleState::default(); d],
             _os: vec![0; d],
         }
     }
@@ -2303,17 +2322,17 @@ impl<const W: usize> RescaleRow<W> {
 impl<const W: usize> Logic for RescaleRow<W> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            let d = self._acc.len();
+            let d = self._st.len();
             let (load2, sh2, hold2, upd2, first2, snap2) = self._c2;
             if snap2 {
-                self._os.copy_from_slice(&self._acc);
+                self._os.iter_mut().zip(&self._st).for_each(|(o, st)| *o = st.acc);
             } else if self.shift.val() {
                 self._os.copy_within(2.., 0);
             }
             let ctl = (load2, sh2, hold2, upd2, first2);
             for x in 0..d {
                 let a = self._pvr[x];
-                rescale_step::<48>(&mut self._s[x], &mut self._post[x], &mut self._acc[x], &mut self._rs[x], ctl, a);
+                rescale_step::<48>(&mut self._st[x], ctl, a);
                 self._pvr[x] = self._pv[x];
                 if self._c1.0 {
                     self._pv[x] = self._p1 * self._v1[x];
@@ -2333,7 +2352,7 @@ impl<const W: usize> Logic for RescaleRow<W> {
         self.o1.connect();
     }
     fn hdl(&self) -> Verilog {
-        let (d, g) = (self._acc.len(), self.hot.len());
+        let (d, g) = (self._st.len(), self.hot.len());
         let mut v = format!(
             "\
 reg ld1, ld2, hd1, hd2, up1, up2, fs1, fs2, sn1, sn2;
@@ -2362,8 +2381,8 @@ end
                 &format!("{{{{16{{pvr{x}[31]}}}}, pvr{x}}}"),
                 ["ld2", "sh2", "hd2", "up2", "fs2"],
             );
-            assert!(acc.contains(" & hot))") && acc.contains(" & lo))"));
-            v += &acc.replace(" & hot))", &format!(" & hot${k}))")).replace(" & lo))", &format!(" & lo${k}))"));
+            assert!(acc.contains(" & hot[") && acc.contains(" & lo["));
+            v += &acc.replace(" & hot[", &format!(" & hot${k}[")).replace(" & lo[", &format!(" & lo${k}["));
         }
         let accs: Vec<String> = (0..d).rev().map(|x| format!("acc{x}")).collect();
         let top = 48 * d - 1;

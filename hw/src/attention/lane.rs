@@ -14,8 +14,8 @@
 //! and o ([`RescaleRow`], which holds Y's products too, and does all this
 //! [`RescaleRow::DELAY`] cycles after l: its inputs pass through registers,
 //! its products a second register in the fabric; its snapshot is as late, and
-//! the serializer starts 33 cycles after it). A step whose maximum rose (δ > 0) holds X and Y for one
-//! more cycle, in which Z registers the rescaled l and o before adding, so
+//! the serializer starts 33 cycles after it). A step whose maximum rose (δ > 0) holds X and Y for two
+//! more cycles, in which Z registers the rescaled l and o before adding, so
 //! the l/o loop is one carry chain; the backlog absorbs those cycles (the
 //! lane runs up to that many cycles behind the steps, `idle` says when it has
 //! caught up), and `room` tells the top to stop issuing while it is too full
@@ -125,14 +125,18 @@ pub struct Lane<const W: usize> {
     mask0: Signal<Local, Bit>,
     e: Signal<Local, Signed<32>>,
     m: DFF<Signed<32>>,
+    /// The step's t, m before it and whether m takes its e (`gt3`, registered
+    /// from S3a's compare): S3b selects after its subtraction, so the compare
+    /// loads m alone (selecting m_new into a register of its own as well, 63 loads).
     t3: DFF<Signed<40>>,
-    mn3: DFF<Signed<32>>,
+    gt3: DFF<Bit>,
     mo3: DFF<Signed<32>>,
     f3: DFF<Bits<3>>,
+    gt: Signal<Local, Bit>,
     m_new: Signal<Local, Signed<32>>,
-    delta: Signal<Local, Signed<32>>,
-    m40: Signal<Local, Signed<40>>,
-    u: Signal<Local, Signed<40>>,
+    diff: Signal<Local, Signed<32>>,
+    diff_bits: Signal<Local, Bits<32>>,
+    u_bits: Signal<Local, Bits<40>>,
     delta_bits: Signal<Local, Bits<32>>,
     d3: DFF<Bits<32>>,
     upd3: DFF<Bit>,
@@ -182,9 +186,11 @@ pub struct Lane<const W: usize> {
     hot_nx2: Signal<Local, Bits<64>>,
     lo_nx2: Signal<Local, Bits<64>>,
     c_ones: Constant<Bits<64>>,
-    /// Y's step rose (δ > 0) and is being rescaled this cycle: X and Y hold,
-    /// Z adds it next cycle.
+    /// Y's step rose (δ > 0) and is being rescaled this cycle (`hold`, the
+    /// rescale's first cycle) or the next (`hold2`, its second): X and Y hold,
+    /// Z adds it after `hold2`.
     hold: DFF<Bit>,
+    hold2: DFF<Bit>,
     /// Z: l, and o[x] with Y's products and the finalizer's snapshot `os`.
     l_acc: RescaleAcc<48>,
     o_row: RescaleRow<W>,
@@ -246,8 +252,8 @@ impl<const W: usize> Lane<W> {
             c_meta_rise: Constant::new((META_RISE as u64).to_bits()),
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
             idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, kb, flags0, scale, mask0, e, m, t3,
-            mn3, mo3, f3, m_new, delta, m40, u, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, meta_in,
-            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, adv_d, xd1, xd2, hot_nx2, lo_nx2, hold, l_acc, div_cnt, div_nz, div_first, dl, rem,
+            gt3, mo3, f3, gt, m_new, diff, diff_bits, u_bits, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, meta_in,
+            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, adv_d, xd1, xd2, hot_nx2, lo_nx2, hold, hold2, l_acc, div_cnt, div_nz, div_first, dl, rem,
             quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
     }
@@ -257,8 +263,8 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, kb, m, t3, mn3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xp, xd, xfirst,
-            xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, div_cnt, div_nz, div_first, dl, rem, quo
+            self, clock, kb, m, t3, gt3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xp, xd, xfirst,
+            xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt, div_nz, div_first, dl, rem, quo
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
@@ -294,28 +300,35 @@ impl<const W: usize> Logic for Lane<W> {
 
         // S3a: running max on the integer grid (its own loop, alone in the cycle).
         self.e.next = self.scale.y.val().get_bits::<32>(8);
+        self.gt.next = self.f2.dout.val().get_bit(1) | (self.e.val() > self.m.q.val());
         self.m_new.next = self.m.q.val();
-        if self.f2.dout.val().get_bit(1) | (self.e.val() > self.m.q.val()) {
+        if self.gt.val() {
             self.m_new.next = self.e.val();
         }
         if self.f2.dout.val().get_bit(0) & !self.f2.dout.val().get_bit(2) {
             self.m.d.next = self.m_new.val();
         }
         self.t3.d.next = self.scale.y.val();
-        self.mn3.d.next = self.m_new.val();
+        self.gt3.d.next = self.gt.val();
         self.mo3.d.next = self.m.q.val();
         self.f3.d.next = self.f2.dout.val();
 
-        // S3b: u = t − 256·m, δ = m_new − m_old.
-        self.delta.next = self.mn3.q.val() - self.mo3.q.val();
-        // Widen through a signed 40-bit local: Verilog sign-extends only signed operands.
-        self.m40.next = signed_bit_cast::<40, 32>(self.mn3.q.val());
-        self.u.next = self.t3.q.val() - signed_cast(unsigned_cast(self.m40.val()) << 8);
+        // S3b: u = t − 256·m_new, δ = m_new − m_old, from one subtraction
+        // e − m_old (e = t[39:8]): m_new is e (`gt3`: δ is it, u is t's low
+        // byte) or m_old (δ is 0, u is t − 256·m_old, whose low byte is t's).
+        self.diff.next = self.t3.q.val().get_bits::<32>(8) - self.mo3.q.val();
+        self.diff_bits.next = unsigned_cast(self.diff.val());
+        self.u_bits.next = bit_cast::<40, 8>(unsigned_cast(self.t3.q.val().get_bits::<8>(0)));
+        self.delta_bits.next = 0.into();
+        if self.gt3.q.val() {
+            self.delta_bits.next = self.diff_bits.val();
+        } else {
+            self.u_bits.next = self.u_bits.val() | (bit_cast::<40, 32>(self.diff_bits.val()) << 8);
+        }
         self.exp2.clock.next = self.clock.val();
-        self.exp2.u.next = self.u.val();
+        self.exp2.u.next = signed_cast(self.u_bits.val());
         self.upd3.d.next = self.f3.q.val().get_bit(0) & !self.f3.q.val().get_bit(2);
         self.first3.d.next = self.f3.q.val().get_bit(1);
-        self.delta_bits.next = unsigned_cast(self.delta.val());
         self.d3.d.next = self.delta_bits.val();
 
         // S3c: p = 2^u (`exp2`'s second stage); δ clamped to 62 (δ > 62 as a
@@ -352,7 +365,7 @@ impl<const W: usize> Logic for Lane<W> {
         self.idle.next = self.meta_fifo.empty.val() & !self.xval.q.val() & !self.yval.q.val();
 
         // X: the head step, unless Y's step is being rescaled.
-        self.adv.next = !self.hold.q.val();
+        self.adv.next = !self.hold.q.val() & !self.hold2.q.val();
         self.v_log.pop.next = self.adv.val();
         self.meta_fifo.pop.next = self.adv.val();
         if self.adv.val() {
@@ -395,10 +408,12 @@ impl<const W: usize> Logic for Lane<W> {
             }
         }
         self.hold.d.next = self.adv.val() & self.xval.q.val() & self.xrise.q.val();
+        self.hold2.d.next = self.hold.q.val();
         if self.reset.val() {
             self.xval.d.next = false;
             self.yval.d.next = false;
             self.hold.d.next = false;
+            self.hold2.d.next = false;
         }
 
         // Z: l = rnd(l / 2^δ) + p, o[x] = rnd(o[x] / 2^δ) + p·v[x] (l = p,
@@ -411,7 +426,7 @@ impl<const W: usize> Logic for Lane<W> {
             self.l_acc.lo.next = self.lo_k[g].q.val();
         }
         self.l_acc.hold.next = self.hold.q.val();
-        self.l_acc.upd.next = self.yval.q.val() & !self.hold.q.val();
+        self.l_acc.upd.next = self.yval.q.val() & self.adv.val();
         self.l_acc.first.next = self.yfirst.q.val();
         self.l_acc.a.next = signed_bit_cast::<48, 16>(signed_cast(self.yp.q.val()));
         self.o_row.clock.next = self.clock.val();
@@ -424,7 +439,7 @@ impl<const W: usize> Logic for Lane<W> {
             self.o_row.lo[g].next = self.lo_k[g].q.val();
         }
         self.o_row.hold.next = self.hold.q.val();
-        self.o_row.upd.next = self.yval.q.val() & !self.hold.q.val();
+        self.o_row.upd.next = self.yval.q.val() & self.adv.val();
         self.o_row.first.next = self.yfirst.q.val();
 
         // Finalize: r = floor(2^32 / l) by 33 restoring steps on the snapshot `dl`;

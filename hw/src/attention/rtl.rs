@@ -276,6 +276,14 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     w_shift: DFF<Bit>,
     wb_last: DFF<Bit>,
     wi_last: DFF<Bit>,
+    /// `wb` + 1 and `wi` + 1 (registered in `WPrep`), and two copies of "in
+    /// `WSend`" (registered from the state and the write handshake): there
+    /// `wb` and `wi` take the next beat's values every cycle, the same until
+    /// the beat is sent, so their 48 loads (and `w_sel`'s) see neither the
+    /// state decode nor `wready`.
+    wb_p1: DFF<Bits<16>>,
+    wi_p1: DFF<Bits<32>>,
+    ws: Copies<2>,
     w_bpr: DFF<Bits<16>>,
     w_rowaddr: DFF<Bits<64>>,
     w_off: DFF<Bits<16>>,
@@ -413,7 +421,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
             go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
-            row_byte, beats_per_row
+            row_byte, beats_per_row, wb_p1, wi_p1, ws
         }))
     }
 }
@@ -431,12 +439,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
-            wi_last,
+            wi_last, wb_p1, wi_p1,
             w_rb, w_bpr, w_rowaddr, w_off, w_strb_r,
             in_q, in_st, in_nx, in_ck, in_kct, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
         );
         #[rustfmt::skip]
-        clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r, go_r, sst);
+        clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r, go_r, sst, ws);
         // ---------------- Shell ----------------
         VitisPorts::<W, S>::link(&mut self.vitis, &mut self.shell.vitis);
         for i in 0..TABLE.words() {
@@ -945,29 +953,39 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.w_strb.d.next = self.w_strb_r.q.val();
                 self.wb_last.d.next = self.wb.q.val() + 1 >= self.w_bpr.q.val();
                 self.wi_last.d.next = self.wi.q.val() + 1 >= self.f_lv.q.val();
+                self.wb_p1.d.next = self.wb.q.val() + 1;
+                self.wi_p1.d.next = self.wi.q.val() + 1;
                 self.fin.d.next = Fin::WSend;
             }
             Fin::WSend => {
                 if self.shell.wr_fire.val() {
                     if !self.wb_last.q.val() {
-                        self.wb.d.next = self.wb.q.val() + 1;
                         self.fin.d.next = Fin::WPrep;
                         self.w_shift.d.next = true;
+                    } else if self.wi_last.q.val() {
+                        self.fin.d.next = Fin::Idle;
                     } else {
-                        self.wb.d.next = 0.into();
-                        self.wi.d.next = self.wi.q.val() + 1;
-                        if self.wi_last.q.val() {
-                            self.fin.d.next = Fin::Idle;
-                        } else {
-                            self.fin.d.next = Fin::WRow;
-                            self.w_load.d.next = true;
-                        }
+                        self.fin.d.next = Fin::WRow;
+                        self.w_load.d.next = true;
                     }
                 }
             }
             _ => {
                 self.fin.d.next = Fin::Idle;
             }
+        }
+
+        // The next beat's `wb`, `wi`, taken in every `WSend` cycle (see `ws`).
+        self.ws.d.next = self.vitis.ap_rst_n.val()
+            & ((self.fin.q.val() == Fin::WPrep) | ((self.fin.q.val() == Fin::WSend) & !self.shell.wr_fire.val()));
+        if self.ws.q.val().get_bit(0) {
+            self.wb.d.next = self.wb_p1.q.val();
+            if self.wb_last.q.val() {
+                self.wb.d.next = 0.into();
+            }
+        }
+        if self.ws.q.val().get_bit(1) & self.wb_last.q.val() {
+            self.wi.d.next = self.wi_p1.q.val();
         }
 
         // ---------------- K/V receive ----------------
