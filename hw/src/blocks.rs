@@ -2399,3 +2399,66 @@ end
         Verilog::Custom(v)
     }
 }
+
+/// [`Exp2Pipe`] with its input register inside: `p` is `exp2_fixed(u)` of
+/// the `u` given [`Exp2PipeU::LATENCY`] cycles earlier. The LUT's 16 planes
+/// read the index from four kept copies of `ul` (four planes each), where one
+/// register's low bits fanned out to every plane (the MoE exponentials'
+/// `exp.u → exp.raw`, fan-out 50–163, docs/timing.md). `ul` must equal
+/// u[7:0] whenever `exp2_fixed(u)` is not zero: the MoE's is the difference
+/// before the `e < E` select, which gave a dead expert its floor (loading
+/// the copies behind that select was −2.3 ns). MoE only.
+#[derive(LogicBlock, Default)]
+pub struct Exp2PipeU {
+    pub clock: Signal<In, Clock>,
+    pub u: Signal<In, Signed<40>>,
+    pub ul: Signal<In, Bits<8>>,
+    pub p: Signal<Out, Bits<16>>,
+    /// The model: `u` registered, then [`Exp2Pipe`]'s first stage.
+    _u: i64,
+    _s: (u32, u32, bool, bool),
+}
+
+impl Exp2PipeU {
+    pub const LATENCY: usize = 1 + Exp2Pipe::LATENCY;
+}
+
+impl Logic for Exp2PipeU {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let (raw, sh, pos, inr) = self._s;
+            self.p.next = (if pos {
+                raw
+            } else if inr {
+                raw >> sh
+            } else {
+                0
+            } as u64)
+                .to_bits();
+            let u = self._u;
+            let lut = crate::numerics::exp2_lut();
+            let raw = lut[(u & 0xFF) as usize];
+            let f = ((u >> 8) & 0x1F) as u32;
+            let sh = (!f).wrapping_add(1) & 0x1F;
+            self._s = (raw, sh, u >= 0, (u >> 13) == -1 && f != 0);
+            self._u = to_i64(self.u.val());
+        }
+    }
+    fn connect(&mut self) {
+        self.p.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let Verilog::Custom(base) = Exp2Pipe::default().hdl() else { unreachable!() };
+        // The same stages on `ur` (u registered), the planes on the copies.
+        let mut v = base.replace("u[", "ur[");
+        for b in 0..16 {
+            let from = format!("lut{b}[ur[7:0]]");
+            assert!(v.contains(&from));
+            v = v.replace(&from, &format!("lut{b}[ua{}]", b / 4));
+        }
+        let copies: String = (0..4)
+            .map(|c| format!("reg [7:0] ua{c} = 0;\n(* keep *) always @(posedge clock) ua{c} <= ul;\n"))
+            .collect();
+        Verilog::Custom(format!("reg [39:0] ur = 0;\nalways @(posedge clock) ur <= u;\n{copies}{v}"))
+    }
+}

@@ -79,12 +79,15 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// capacity's; 2: the dispatch table's and the writer's.
     idle_f: Copies<3>,
     /// The arguments as written are refused (docs/moe.md): registered from
-    /// them every cycle in two stages (the sizes' checks, then a copy), as
+    /// them every cycle in two stages (the sizes' checks, then their OR), as
     /// the GEMM's `refuse`: the control slave
     /// takes at least three cycles per AXI4-Lite write, so they are current
     /// when a write of `ap_start` starts a run.
     bad_args: DFF<Bit>,
     bad_size: DFF<Bit>,
+    /// The checks of `bad_size` that compare two arguments (K against E) or
+    /// read a flag, in a register of their own beside it.
+    bad_rel: DFF<Bit>,
     /// The pitches', alignment's and scale's checks, on the run's arguments
     /// in the capacity phases (two stages, the scale's shift split in two:
     /// `fm_sh` by SSHIFT's low three bits, then its high bits), read in
@@ -93,6 +96,7 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// ns of logic, was on the router's list, docs/timing.md).
     fm_sh: DFF<Bits<32>>,
     fm_a: DFF<Bit>,
+    fm_b: DFF<Bit>,
     bad_form: DFF<Bit>,
     groups_of: Signal<Local, Bits<16>>,
     // Read-data receiver.
@@ -112,6 +116,16 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     recv_grp: DFF<Bits<16>>,
     /// The phase is `WReq` or `WWait`, as a flag set and cleared with it.
     in_w: DFF<Bit>,
+    /// `in_w` as kept copies: the sequencer's start values load in every
+    /// cycle of `WReq` and `WWait` (0 the beat's and group's counters, 1 the
+    /// token's and the output's), where `WWait`'s exit decoded `phase` in
+    /// front of them (`phase → cg`, `→ cgoff`, fan-out 30, docs/timing.md).
+    w_cp: Copies<2>,
+    /// `recv_cnt` will equal `bias_beats` (`BiasWait`'s exit), kept a cycle
+    /// ahead from `bias_beats − 1` (`bias_m1`): the exit reads a flag, not a
+    /// 16-bit compare in front of `recv_cnt`'s clear (`recv_cnt → recv_cnt`).
+    b_end: DFF<Bit>,
+    bias_m1: DFF<Bits<16>>,
     /// The gate RAMs' write, registered (enable per lane, address, data): the
     /// decode and the address's add are a cycle ahead of the RAMs.
     rw_we: Vec<DFF<Bit>>,
@@ -198,6 +212,11 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// The group's first expert (`cg · lanes`).
     cgoff: DFF<Bits<16>>,
     go: Signal<Local, Bit>,
+    /// `go` again, on copies 4 and 5 of `run_cp` (so synthesis keeps three
+    /// gates): `go_g` enables the group and token registers, `go_t` the
+    /// token's end (`more`, `ahead`, `pending`); `go` the beat's.
+    go_g: Signal<Local, Bit>,
+    go_t: Signal<Local, Bit>,
     /// The next beat starts a token (`cc` and `cg` are zero), `cc` is at a
     /// group's last beat and `cg` at the last group: kept as flags from the
     /// counts as they move, and `ahead ≠ 0` as `ahead_nz`, so `go` and
@@ -208,10 +227,10 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// The phase is `Run`, as a flag set and cleared with it: the receiver's,
     /// the sequencer's and `ahead`'s updates decode no phase.
     in_run: DFF<Bit>,
-    /// `in_run` as kept copies (fan-out 131): 0 the sequencer's `go`, 1 the
-    /// receiver (`xbuf`, `recv_cnt`, `recv_rows`, `ahead`), 2 the writer's
-    /// pops, 3 `span_go`, `out_done` and `ahead_nz`.
-    run_cp: Copies<4>,
+    /// `in_run` as kept copies (fan-out 131): 0, 4 and 5 the sequencer's `go`,
+    /// `go_g` and `go_t`, 1 the receiver (`xbuf`, `recv_cnt`, `recv_rows`,
+    /// `ahead`), 2 the writer's pops, 3 `span_go`, `out_done` and `ahead_nz`.
+    run_cp: Copies<6>,
     cc_last: DFF<Bit>,
     cg_last: DFF<Bit>,
     tok_last: Signal<Local, Bit>,
@@ -416,6 +435,12 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     d_shift: Copies<2>,
     w_tok: DFF<Bits<32>>,
     w_addr: DFF<Bits<64>>,
+    /// The dispatch entry's address as a carry select: the slot's offset
+    /// (below 2^34) added to the row's low 34 bits, and the high 30 bits
+    /// plus one beside it (one 64-bit carry chain in front of `w_addr` was
+    /// 3.6 ns of logic, docs/timing.md).
+    d_lo: Signal<Local, Bits<35>>,
+    d_hi1: Signal<Local, Bits<30>>,
     w_word: DFF<Bits<32>>,
     w_stats: DFF<Bit>,
     rb: DFF<Bits<8>>,
@@ -523,6 +548,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             Constant::new(v.to_bits())
         }
         let (l, g, p, cm) = (cfg.lanes, cfg.groups(), cfg.port_bytes(), cfg.row_beats());
+        // A row's beat index is below `cm`, so the RAM addresses' `row << log2(cm) | beat` add nothing.
+        assert!(cm.is_power_of_two());
         let nr = cfg.k_max - 1;
         // Cycles from the exponentials to the normalizer: the later of the rounds
         // and Σ_e p, plus one, so that both delays are at least a register.
@@ -623,13 +650,13 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _rounds: nr,
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
-            .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, idle_f, bad_args, bad_size, fm_sh, fm_a, bad_form, groups_of, recv_cnt,
-            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, rx, row_end, row_end_cp, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
-            cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, at_tok, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, idle_f, bad_args, bad_size, bad_rel, fm_sh, fm_a, fm_b, bad_form, groups_of, recv_cnt,
+            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, w_cp, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, rx, row_end, row_end_cp, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
+            cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, go_g, go_t, at_tok, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
             s4_valid, s4_vc, s4_fin, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
-            o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, ws_dp, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_bcat, w_bsh, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, w_word,
+            o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, ws_dp, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_bcat, w_bsh, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, d_lo, d_hi1, w_word,
             w_stats, rb, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, lane_off
         }))
     }
@@ -642,8 +669,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, fm_sh, fm_a, bad_form, recv_cnt, row_end, beats_m2, one_beat,
-            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, bias_bus, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_rel, fm_sh, fm_a, fm_b, bad_form, recv_cnt, row_end, beats_m2, one_beat,
+            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, bias_bus, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
             s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
@@ -652,7 +679,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         clock!(
             self, vitis.ap_clk, cap_mul, dbase, xbuf, lane_tag, post_tag, r0, xd_z, xd_mask, xd_meta, xd_v, psum, sd,
-            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de, idle_f, run_cp, s4_vc, s4_fin, row_end_cp
+            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de, idle_f, run_cp, w_cp, s4_vc, s4_fin, row_end_cp
         );
         for i in 0..self._bias_slots {
             self.bias_hot[i].clock.next = self.vitis.ap_clk.val();
@@ -720,20 +747,20 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             | (self.now.e.val() == 0)
             | (self.now.e.val() > self.c_emax.val())
             | (self.now.k.val() == 0)
-            | (self.now.k.val() > self.c_kmax.val())
-            | (self.now.k.val() > self.now.e.val())
-            | (self.now.capacity.val() & (self.now.cf.val() == 0));
-        self.bad_args.d.next = self.bad_size.q.val();
+            | (self.now.k.val() > self.c_kmax.val());
+        self.bad_rel.d.next =
+            (self.now.k.val() > self.now.e.val()) | (self.now.capacity.val() & (self.now.cf.val() == 0));
+        self.bad_args.d.next = self.bad_size.q.val() | self.bad_rel.q.val();
         // The run's forms, checked in `CapCheck` (see `fm_sh`).
         self.fm_sh.d.next = (self.run.smult.val() >> 7) >> (self.run.sshift.val() & 7);
         self.fm_a.d.next = self.run.bad_shift.val()
             | (self.run.smult.val() == 0)
             | self.run.smult.val().get_bit(31)
-            | (((self.run.ldx.val() | self.run.ldw.val() | self.run.dpitch.val()) & self.c_pmask32.val()) != 0)
-            | (self.run.ldx.val() < self.run.h.val())
-            | (self.run.ldw.val() < self.run.h.val());
-        self.bad_form.d.next =
-            self.fm_a.q.val() | ((self.fm_sh.q.val() >> bit_cast::<32, 6>(self.run.sshift.val() & 0x38)) != 0);
+            | (((self.run.ldx.val() | self.run.ldw.val() | self.run.dpitch.val()) & self.c_pmask32.val()) != 0);
+        self.fm_b.d.next = (self.run.ldx.val() < self.run.h.val()) | (self.run.ldw.val() < self.run.h.val());
+        self.bad_form.d.next = self.fm_a.q.val()
+            | self.fm_b.q.val()
+            | ((self.fm_sh.q.val() >> bit_cast::<32, 6>(self.run.sshift.val() & 0x38)) != 0);
 
         // ---------------- Phase machine and read requests ----------------
         self.cap_mul.a.next = self.cap_a.q.val();
@@ -750,6 +777,22 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
         }
         self.cap_r2.next = (self.cap_rem.q.val() << 1) | bit_cast::<32, 1>(self.cap_num.q.val().get_bit(63).into());
+        // The capacity phases' counter and loads, on their flags (each is set
+        // only in its phase, see `cap_pe`): no decode of `phase` enables them.
+        // `cap_i` counts in every cycle; each phase is entered with it zero.
+        self.cap_i.d.next = self.cap_i.q.val() + 1;
+        self.cap_den.d.next = self.run.e.val() << 16;
+        self.cap_dm1.d.next = (self.run.e.val() << 16) - 1;
+        if self.cap_pe.q.val() {
+            self.cap_a.d.next = self.run.cf.val();
+            self.cap_b.d.next = self.cap_mul.p.val().get_bits::<32>(0);
+            self.cap_i.d.next = 0.into();
+        }
+        if self.cap_me.q.val().get_bit(0) {
+            // `cap_rem` and `cap_q` clear below, on copy 1.
+            self.cap_num.d.next = self.cap_mul.p.val() + bit_cast::<64, 32>(self.cap_dm1.q.val());
+            self.cap_i.d.next = 0.into();
+        }
         // What a run starts from, loaded in every idle cycle (so on `start`'s
         // too) on the copies of `idle_f`: nothing reads these registers in
         // `Idle`, and the dispatch table's entry 0 written meanwhile is the
@@ -804,30 +847,20 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             Phase::CapPrep => {
-                // T·k leaves the multiplier pipeline LATENCY cycles after its operands.
-                self.cap_den.d.next = self.run.e.val() << 16;
-                self.cap_dm1.d.next = (self.run.e.val() << 16) - 1;
-                self.cap_i.d.next = self.cap_i.q.val() + 1;
+                // T·k leaves the multiplier pipeline LATENCY cycles after its
+                // operands (the loads on `cap_pe` are below).
                 if self.cap_pe.q.val() {
-                    self.cap_a.d.next = self.run.cf.val();
-                    self.cap_b.d.next = self.cap_mul.p.val().get_bits::<32>(0);
-                    self.cap_i.d.next = 0.into();
                     self.phase.d.next = Phase::CapMul;
                 }
             }
             Phase::CapMul => {
                 // ceil(CF·T·k / (E·2^16)) = floor((CF·T·k + E·2^16 − 1) / (E·2^16)).
-                self.cap_i.d.next = self.cap_i.q.val() + 1;
                 if self.cap_me.q.val().get_bit(0) {
-                    // `cap_rem` and `cap_q` clear below, on copy 1.
-                    self.cap_num.d.next = self.cap_mul.p.val() + bit_cast::<64, 32>(self.cap_dm1.q.val());
-                    self.cap_i.d.next = 0.into();
                     self.phase.d.next = Phase::CapDiv;
                 }
             }
             Phase::CapDiv => {
                 self.cap_num.d.next = self.cap_num.q.val() << 1;
-                self.cap_i.d.next = self.cap_i.q.val() + 1;
                 self.cap_rem.d.next = self.cap_r2.val();
                 self.cap_q.d.next = self.cap_q.q.val() << 1;
                 if self.cap_r2.val() >= self.cap_den.q.val() {
@@ -871,7 +904,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             Phase::BiasWait => {
-                if self.recv_cnt.q.val() == self.bias_beats.q.val() {
+                if self.b_end.q.val() {
                     self.recv_cnt.d.next = 0.into();
                     self.shell.span_load.next = true;
                     self.phase.d.next = Phase::WReq;
@@ -889,22 +922,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                     self.recv_cnt.d.next = 0.into();
                     self.recv_rows.d.next = 0.into();
                     self.shell.span_load.next = true;
-                    self.ct.d.next = 0.into();
-                    self.ct_last.d.next = self.t_m1.q.val() == 0;
-                    self.cg.d.next = 0.into();
-                    self.cc.d.next = 0.into();
-                    self.g_at.d.next = 0.into();
-                    self.cgoff.d.next = 0.into();
-                    self.pending.d.next = 0.into();
-                    self.room.d.next = true;
-                    self.more.d.next = true;
-                    self.ahead.d.next = 0.into();
-                    self.ahead_nz.d.next = false;
-                    self.at_tok.d.next = true;
-                    self.cc_last.d.next = self.one_beat.q.val();
-                    self.cg_last.d.next = self.one_group.q.val();
-                    self.ct2.d.next = 2.into();
-                    self.tokens_out.d.next = 0.into();
                     self.phase.d.next = Phase::Run;
                     self.in_run.d.next = true;
                     self.in_w.d.next = false;
@@ -980,6 +997,28 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.wstate.d.next = WriterState::SPrep;
         }
 
+        // What `Run` starts from, loaded in every cycle of `WReq` and `WWait`
+        // (see `w_cp`): nothing reads these registers before `Run`.
+        if self.w_cp.q.val().get_bit(0) {
+            self.cc.d.next = 0.into();
+            self.cc_last.d.next = self.one_beat.q.val();
+            self.g_at.d.next = 0.into();
+            self.cg.d.next = 0.into();
+            self.cg_last.d.next = self.one_group.q.val();
+            self.cgoff.d.next = 0.into();
+            self.at_tok.d.next = true;
+        }
+        if self.w_cp.q.val().get_bit(1) {
+            self.ct.d.next = 0.into();
+            self.ct_last.d.next = self.t_m1.q.val() == 0;
+            self.ct2.d.next = 2.into();
+            self.more.d.next = true;
+            self.ahead.d.next = 0.into();
+            self.ahead_nz.d.next = false;
+            self.pending.d.next = 0.into();
+            self.tokens_out.d.next = 0.into();
+        }
+
         // ---------------- Read-data receiver ----------------
         self.rx.next = self.vitis.m_axi_gmem.rvalid.val();
         self.beats_m2.d.next = self.beats_m1.q.val() - 1;
@@ -1012,6 +1051,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.rx.val() & self.in_bias.q.val() {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
         }
+        self.bias_m1.d.next = self.bias_beats.q.val() - 1;
+        self.b_end.d.next = self.recv_cnt.q.val() == self.bias_beats.q.val();
+        if self.rx.val() & self.in_bias.q.val() {
+            self.b_end.d.next = self.recv_cnt.q.val() == self.bias_m1.q.val();
+        }
         if self.rx.val() & self.in_w.q.val() {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
             if self.row_end_cp.q.val().get_bit(1) {
@@ -1031,7 +1075,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
         }
         // The gate RAMs' write, a cycle after the beat (see `rw_we`).
-        self.rw_wa.d.next = (self.recv_grp.q.val() << self.c_logcm.val()) + self.recv_cnt.q.val();
+        self.rw_wa.d.next = (self.recv_grp.q.val() << self.c_logcm.val()) | self.recv_cnt.q.val();
         self.rw_wd.d.next = self.vitis.m_axi_gmem.rdata.val();
         for j in 0..self._lanes {
             self.rw_we[j].d.next =
@@ -1048,7 +1092,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         }
         self.xbuf.port.we.next = self.rx.val() & self.run_cp.q.val().get_bit(1);
         self.xbuf.port.waddr.next =
-            (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.recv_cnt.q.val();
+            (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) | self.recv_cnt.q.val();
         // Zero X's row padding: W's padding then multiplies zeros.
         self.xbuf.port.wdata.next = self.vitis.m_axi_gmem.rdata.val();
         if self.row_end_cp.q.val().get_bit(0) {
@@ -1068,11 +1112,19 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             & self.more.q.val()
             & self.ahead_nz.q.val()
             & (!self.at_tok.q.val() | self.room.q.val());
+        self.go_g.next = self.run_cp.q.val().get_bit(4)
+            & self.more.q.val()
+            & self.ahead_nz.q.val()
+            & (!self.at_tok.q.val() | self.room.q.val());
+        self.go_t.next = self.run_cp.q.val().get_bit(5)
+            & self.more.q.val()
+            & self.ahead_nz.q.val()
+            & (!self.at_tok.q.val() | self.room.q.val());
         self.tok_last.next = self.cc_last.q.val() & self.cg_last.q.val();
         self.groups_m2.d.next = self.groups_m1.q.val() - 1;
         self.one_group.d.next = self.groups_m1.q.val() == 0;
         self.xbuf.port.raddr.next =
-            (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) + self.cc.q.val();
+            (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) | self.cc.q.val();
         self.s1_valid.d.next = self.go.val();
         self.s1_first.d.next = self.cc.q.val() == 0;
         self.s1_last.d.next = self.cc_last.q.val();
@@ -1089,18 +1141,22 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 self.cc.d.next = 0.into();
                 self.g_at.d.next = (self.cg.q.val() + 1) << self.c_logcm.val();
                 self.cc_last.d.next = self.one_beat.q.val();
-                self.cg.d.next = self.cg.q.val() + 1;
-                self.cg_last.d.next = self.cg.q.val() == self.groups_m2.q.val();
-                self.cgoff.d.next = self.cgoff.q.val() + self.c_lanes.val();
                 if self.cg_last.q.val() {
-                    self.cg.d.next = 0.into();
                     self.g_at.d.next = 0.into();
-                    self.cg_last.d.next = self.one_group.q.val();
-                    self.cgoff.d.next = 0.into();
-                    self.ct.d.next = self.ct.q.val() + 1;
-                    self.ct_last.d.next = self.ct.q.val() == self.t_m2.q.val();
-                    self.ct2.d.next = self.ct2.q.val() + 1;
                 }
+            }
+        }
+        if self.go_g.val() & self.cc_last.q.val() {
+            self.cg.d.next = self.cg.q.val() + 1;
+            self.cg_last.d.next = self.cg.q.val() == self.groups_m2.q.val();
+            self.cgoff.d.next = self.cgoff.q.val() + self.c_lanes.val();
+            if self.cg_last.q.val() {
+                self.cg.d.next = 0.into();
+                self.cg_last.d.next = self.one_group.q.val();
+                self.cgoff.d.next = 0.into();
+                self.ct.d.next = self.ct.q.val() + 1;
+                self.ct_last.d.next = self.ct.q.val() == self.t_m2.q.val();
+                self.ct2.d.next = self.ct2.q.val() + 1;
             }
         }
         self.s2_valid.d.next = self.s1_valid.q.val() & self.s1_last.q.val();
@@ -1368,7 +1424,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             bit_cast::<16, 32>(((self.run.e.val() << 2) + self.c_pmask32.val()) >> self.c_logp.val());
         self.room.d.next = self.pending.q.val() < self.c_depth_m1.val();
         // The last beat of a token's last group: ct moves on.
-        self.tok_end.next = self.go.val() & self.tok_last.val();
+        self.tok_end.next = self.go_t.val() & self.tok_last.val();
         self.t_m2.d.next = self.t_m1.q.val() - 1;
         if self.tok_end.val() & self.ct_last.q.val() {
             self.more.d.next = false;
@@ -1443,6 +1499,9 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.rb.d.next = 0.into();
             self.wstate.d.next = WriterState::Rec;
         }
+        self.d_lo.next = bit_cast::<35, 34>(self.dbase.rdata.val().get_bits::<34>(0))
+            + (bit_cast::<35, 32>(self.w_slots.q.val().get_bits::<32>(0)) << 2);
+        self.d_hi1.next = self.dbase.rdata.val().get_bits::<30>(34) + 1;
         self.lane_off.next = self.w_addr.q.val() & self.c_pmask.val();
         self.s_load.d.next = 0.into();
         for e in 0..self._emax {
@@ -1476,8 +1535,12 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             if self.w_none.q.val() {
                 self.wstate.d.next = WriterState::Idle;
             } else if !self.w_slots.q.val().get_bit(31) {
-                self.w_addr.d.next =
-                    self.dbase.rdata.val() + (bit_cast::<64, 32>(self.w_slots.q.val().get_bits::<32>(0)) << 2);
+                self.w_addr.d.next = (bit_cast::<64, 30>(self.dbase.rdata.val().get_bits::<30>(34)) << 34)
+                    | bit_cast::<64, 34>(self.d_lo.val().get_bits::<34>(0));
+                if self.d_lo.val().get_bit(34) {
+                    self.w_addr.d.next = (bit_cast::<64, 30>(self.d_hi1.val()) << 34)
+                        | bit_cast::<64, 34>(self.d_lo.val().get_bits::<34>(0));
+                }
                 self.w_word.d.next = self.w_tok.q.val();
                 self.w_stats.d.next = false;
                 self.wstate.d.next = WriterState::WSend;
@@ -1518,10 +1581,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.o_occ.clear.next = !self.vitis.ap_rst_n.val();
         self.o_occ.push.next = self.ofifo.push.val();
         self.o_occ.pop.next = self.ofifo.pop.val();
-        if self.go.val() & self.at_tok.q.val() & !self.ofifo.pop.val() {
+        if self.go_t.val() & self.at_tok.q.val() & !self.ofifo.pop.val() {
             self.pending.d.next = self.pending.q.val() + 1;
         }
-        if !(self.go.val() & self.at_tok.q.val()) & self.ofifo.pop.val() {
+        if !(self.go_t.val() & self.at_tok.q.val()) & self.ofifo.pop.val() {
             self.pending.d.next = self.pending.q.val() - 1;
         }
 
@@ -1550,6 +1613,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.ws_ws.d.next = self.wstate.d.val() == WriterState::WSend;
         // `in_run`'s and s4's copies, from their next values (after the reset).
         self.run_cp.d.next = self.in_run.d.val();
+        self.w_cp.d.next = self.in_w.d.val();
         self.row_end_cp.d.next = self.row_end.d.val();
         self.s4_vc.d.next = self.s4_valid.d.val();
         self.s4_fin.d.next = self.s4_valid.d.val() & self.s4_lastg.d.val();

@@ -10,7 +10,7 @@
 //! log2-domain values, `PB = 16·EL` of Q1.14 exponentials. They are const
 //! parameters because rust-hdl's widths are types; sizing them for the largest
 //! unit made every unit pay for 256 experts in synthesis and simulation.
-use crate::blocks::{ArgMaxPipe, Carry, DotI8Pipe, Exp2Pipe, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
+use crate::blocks::{ArgMaxPipe, Carry, DotI8Pipe, Exp2PipeU, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
 use crate::clock;
 use rust_hdl::prelude::*;
 
@@ -173,7 +173,7 @@ impl<const ZB: usize> Logic for PostLane<ZB> {
 
 /// Expert `e`'s exponential, a pipeline of [`ExpUnit::LATENCY`] stages:
 /// `u = t[e] − t_max` registered (the most negative value for `e ≥ E`, whose
-/// exponential is zero), then `p = exp2_fixed(u)` in Q1.14 ([`Exp2Pipe`]: the
+/// exponential is zero), then `p = exp2_fixed(u)` in Q1.14 ([`Exp2PipeU`]: the
 /// attention unit's LUT and shift, registered between them).
 #[derive(LogicBlock)]
 pub struct ExpUnit<const TB: usize> {
@@ -182,15 +182,19 @@ pub struct ExpUnit<const TB: usize> {
     pub tmax: Signal<In, Signed<40>>,
     pub experts: Signal<In, Bits<16>>,
     pub p: Signal<Out, Bits<16>>,
-    u: DFF<Bits<40>>,
-    exp: Exp2Pipe,
+    /// `t[e] − t_max`, and `u` before its register (in [`Exp2PipeU`]): the
+    /// copies of the LUT index load `d`'s low bits, not `u`'s, so that the
+    /// `e < E` select is not in front of them.
+    d: Signal<Local, Bits<40>>,
+    u: Signal<Local, Bits<40>>,
+    exp: Exp2PipeU,
     c_e: Constant<Bits<16>>,
     c_t: Constant<Bits<16>>,
     c_floor: Constant<Bits<40>>,
 }
 
 impl<const TB: usize> ExpUnit<TB> {
-    pub const LATENCY: usize = 1 + Exp2Pipe::LATENCY;
+    pub const LATENCY: usize = Exp2PipeU::LATENCY;
 
     pub fn new(e: usize) -> Self {
         let k = |v: usize| Constant::new((v as u64).to_bits());
@@ -198,7 +202,7 @@ impl<const TB: usize> ExpUnit<TB> {
             c_e: k(e),
             c_t: k(40 * e),
             c_floor: Constant::new((1u64 << 39).to_bits()),
-            .. clock, t, tmax, experts, p, u, exp
+            .. clock, t, tmax, experts, p, d, u, exp
         })
     }
 }
@@ -206,14 +210,14 @@ impl<const TB: usize> ExpUnit<TB> {
 impl<const TB: usize> Logic for ExpUnit<TB> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, u);
         self.exp.clock.next = self.clock.val();
-        self.u.d.next = self.c_floor.val();
+        self.d.next = unsigned_cast(signed_cast(self.t.val().get_bits::<40>(self.c_t.val().index())) - self.tmax.val());
+        self.u.next = self.c_floor.val();
         if self.c_e.val() < self.experts.val() {
-            self.u.d.next =
-                unsigned_cast(signed_cast(self.t.val().get_bits::<40>(self.c_t.val().index())) - self.tmax.val());
+            self.u.next = self.d.val();
         }
-        self.exp.u.next = signed_cast(self.u.q.val());
+        self.exp.u.next = signed_cast(self.u.val());
+        self.exp.ul.next = self.d.val().get_bits::<8>(0);
         self.p.next = self.exp.p.val();
     }
 }
