@@ -84,9 +84,15 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// takes at least three cycles per AXI4-Lite write, so they are current
     /// when a write of `ap_start` starts a run.
     bad_args: DFF<Bit>,
-    bad_size: DFF<Bit>,
-    /// The checks of `bad_size` that compare two arguments (K against E) or
-    /// read a flag, in a register of their own beside it.
+    /// The sizes' checks, one register per argument (T, H, E, K): in one
+    /// register their eight 32-bit compares and OR were one path
+    /// (`args[14] → bad_size`, −2.13 ns, docs/timing.md).
+    bad_t: DFF<Bit>,
+    bad_h: DFF<Bit>,
+    bad_e: DFF<Bit>,
+    bad_k: DFF<Bit>,
+    /// The checks that compare two arguments (K against E) or read a flag,
+    /// in a register of their own beside them.
     bad_rel: DFF<Bit>,
     /// The pitches', alignment's and scale's checks, on the run's arguments
     /// in the capacity phases (two stages, the scale's shift split in two:
@@ -279,7 +285,6 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     lane_tag: SkewLine<66>,
     s3_valid: DFF<Bit>,
     s3_g: DFF<Bits<16>>,
-    s3_goff: DFF<Bits<16>>,
     s3_lastg: DFF<Bit>,
     s3_tok: DFF<Bits<32>>,
     /// s3's group, last-group flag and token (bits 0, 16, 17), and valid, on their way to s4.
@@ -444,6 +449,10 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     w_word: DFF<Bits<32>>,
     w_stats: DFF<Bit>,
     rb: DFF<Bits<8>>,
+    /// `rb` is the record's last beat, kept as `rb` moves: `wr_last` reads a
+    /// flag, not an 8-bit compare in front of the shell's `wr_fire` and the
+    /// statistics index's enable (`rb → si_z`/`si_oh`, −1.88, fan-out 40).
+    rb_last: DFF<Bit>,
     si: DFF<Bits<32>>,
     /// `si` is past the last statistics word (`si == E + 2`), kept as `si`
     /// moves, with `E + 1` registered from the run's E: the writer's next
@@ -650,14 +659,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _rounds: nr,
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
-            .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, idle_f, bad_args, bad_size, bad_rel, fm_sh, fm_a, fm_b, bad_form, groups_of, recv_cnt,
+            .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, idle_f, bad_args, bad_t, bad_h, bad_e, bad_k, bad_rel, fm_sh, fm_a, fm_b, bad_form, groups_of, recv_cnt,
             recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, w_cp, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, rx, row_end, row_end_cp, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
             cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, go_g, go_t, at_tok, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
-            s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff, s3_lastg, s3_tok, post_v,
+            s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_lastg, s3_tok, post_v,
             s4_valid, s4_vc, s4_fin, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
             o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, ws_dp, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_bcat, w_bsh, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, d_lo, d_hi1, w_word,
-            w_stats, rb, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, lane_off
+            w_stats, rb, rb_last, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, lane_off
         }))
     }
 }
@@ -669,12 +678,12 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_size, bad_rel, fm_sh, fm_a, fm_b, bad_form, recv_cnt, row_end, beats_m2, one_beat,
+            self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_t, bad_h, bad_e, bad_k, bad_rel, fm_sh, fm_a, fm_b, bad_form, recv_cnt, row_end, beats_m2, one_beat,
             recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, bias_bus, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
-            s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_goff,
+            s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g,
             s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
-            wstate, w_send, ws_dp, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, w_word, w_stats, rb, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, s_load
+            wstate, w_send, ws_dp, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, w_word, w_stats, rb, rb_last, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, s_load
         );
         #[rustfmt::skip]
         clock!(
@@ -740,17 +749,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // corrupting anything. SMULT is a positive int32 with |t| < 2^38 for
         // every |logit| ≤ 2^31: SMULT < 2^(7+SSHIFT). DPITCH is checked once
         // the capacity is known (CapCheck), still before any traffic.
-        self.bad_size.d.next = (self.now.t.val() == 0)
-            | (self.now.t.val() > self.c_tlim.val())
-            | (self.now.h.val() == 0)
-            | (self.now.h.val() > self.c_hmax.val())
-            | (self.now.e.val() == 0)
-            | (self.now.e.val() > self.c_emax.val())
-            | (self.now.k.val() == 0)
-            | (self.now.k.val() > self.c_kmax.val());
+        self.bad_t.d.next = (self.now.t.val() == 0) | (self.now.t.val() > self.c_tlim.val());
+        self.bad_h.d.next = (self.now.h.val() == 0) | (self.now.h.val() > self.c_hmax.val());
+        self.bad_e.d.next = (self.now.e.val() == 0) | (self.now.e.val() > self.c_emax.val());
+        self.bad_k.d.next = (self.now.k.val() == 0) | (self.now.k.val() > self.c_kmax.val());
         self.bad_rel.d.next =
             (self.now.k.val() > self.now.e.val()) | (self.now.capacity.val() & (self.now.cf.val() == 0));
-        self.bad_args.d.next = self.bad_size.q.val() | self.bad_rel.q.val();
+        self.bad_args.d.next =
+            self.bad_t.q.val() | self.bad_h.q.val() | self.bad_e.q.val() | self.bad_k.q.val() | self.bad_rel.q.val();
         // The run's forms, checked in `CapCheck` (see `fm_sh`).
         self.fm_sh.d.next = (self.run.smult.val() >> 7) >> (self.run.sshift.val() & 7);
         self.fm_a.d.next = self.run.bad_shift.val()
@@ -1172,7 +1178,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             | (bit_cast::<66, 32>(self.s2_tok.q.val()) << 34);
         self.s3_valid.d.next = self.lane_tag.dout.val().get_bit(0);
         self.s3_g.d.next = self.lane_tag.dout.val().get_bits::<16>(1);
-        self.s3_goff.d.next = self.lane_tag.dout.val().get_bits::<16>(17);
         self.s3_lastg.d.next = self.lane_tag.dout.val().get_bit(33);
         self.s3_tok.d.next = self.lane_tag.dout.val().get_bits::<32>(34);
         self.post_tag.din.next = bit_cast::<49, 16>(self.s3_g.q.val())
@@ -1190,7 +1195,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.posts[j].res.next = self.lanes[j].res.val();
             self.posts[j].bias.next = self.bias_bus.q.val();
             self.posts[j].use_bias.next = self.run.use_bias.val();
-            self.posts[j].boff.next = self.s3_goff.q.val();
+            // A cycle ahead of s3: the lanes register their bias word's select from it.
+            self.posts[j].boff.next = self.lane_tag.dout.val().get_bits::<16>(17);
             self.posts[j].smult.next = self.run.smult.val();
             self.posts[j].sshift.next = self.run.sshift.val();
         }
@@ -1467,6 +1473,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.w_bsh.next = self.w_bcat.val() >> self.c_wbits.val();
         if self.w_rec_cp.q.val().get_bit(1) & self.shell.wr_beat.val() {
             self.rb.d.next = self.rb.q.val() + 1;
+            self.rb_last.d.next = self.rb.q.val() == self.c_nb.val() - 2;
             self.w_beats_lo.d.next = bit_cast::<RB2, RB>(self.w_bsh.val());
         }
         if self.w_rec_cp.q.val().get_bit(2) & self.shell.wr_beat.val() {
@@ -1497,6 +1504,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.w_none.d.next = false;
             self.w_tok.d.next = self.ofifo.dout.val().get_bits::<32>(self.c_rb.val().index());
             self.rb.d.next = 0.into();
+            self.rb_last.d.next = self.c_nb.val() == 1;
             self.wstate.d.next = WriterState::Rec;
         }
         self.d_lo.next = bit_cast::<35, 34>(self.dbase.rdata.val().get_bits::<34>(0))
@@ -1522,7 +1530,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.shell.wr_len.next = self.c_nb.val() - 1;
             self.shell.wr_data.next = self.w_bcat.val().get_bits::<W>(0);
             self.shell.wr_strb.next = self.c_ones.val();
-            self.shell.wr_last.next = self.rb.q.val() == self.c_nb.val() - 1;
+            self.shell.wr_last.next = self.rb_last.q.val();
         }
         // The states, on their flags (`Idle`: the pop above, on `w_idle_cp`).
         if self.w_rec_cp.q.val().get_bit(3) & self.shell.wr_fire.val() {

@@ -114,16 +114,23 @@ pub struct PostLane<const ZB: usize> {
     pub bias: Signal<In, Bits<ZB>>,
     /// FLAGS.bias: else the bias word is zero (the bus holds a past run's).
     pub use_bias: Signal<In, Bit>,
-    /// The group's first expert (`g · lanes`).
+    /// The group's first expert (`g · lanes`), a cycle before `res`: the
+    /// lane's word index and its range check are registered from it, so that
+    /// the bias word's select follows no add or compare (`off → bias_r`,
+    /// 7.5 ns of routing at fan-out 32, docs/timing.md).
     pub boff: Signal<In, Bits<16>>,
     pub smult: Signal<In, Bits<32>>,
     pub sshift: Signal<In, Bits<6>>,
     pub z_o: Signal<Out, Bits<32>>,
     pub t_o: Signal<Out, Bits<40>>,
-    /// The lane's expert, and its word's bit offset in `bias`: a multiple of 32
-    /// by construction, so the select is a word mux, not a bit shifter.
-    off: Signal<Local, Bits<16>>,
+    /// The lane's expert (`boff + j`) before and after its register, and its
+    /// word's bit offset in `bias`: a multiple of 32 by construction, so the
+    /// select is a word mux, not a bit shifter.
+    off_nx: Signal<Local, Bits<16>>,
+    off: DFF<Bits<16>>,
     off_bit: Signal<Local, Bits<16>>,
+    /// FLAGS.bias and the expert within the bus's slots, registered with `off`.
+    off_ok: DFF<Bit>,
     res_r: DFF<Bits<32>>,
     bias_r: DFF<Bits<32>>,
     zr: DFF<Bits<32>>,
@@ -143,7 +150,7 @@ impl<const ZB: usize> PostLane<ZB> {
             z_dly: SkewLine::new(ScaleRoundPipe::LATENCY),
             c_j: k(j),
             c_top: k(ZB / 32 - 1),
-            .. clock, res, bias, use_bias, boff, smult, sshift, z_o, t_o, off, off_bit, res_r, bias_r, zr, scale
+            .. clock, res, bias, use_bias, boff, smult, sshift, z_o, t_o, off_nx, off, off_bit, off_ok, res_r, bias_r, zr, scale
         })
     }
 }
@@ -151,14 +158,16 @@ impl<const ZB: usize> PostLane<ZB> {
 impl<const ZB: usize> Logic for PostLane<ZB> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, res_r, bias_r, zr);
+        dff_setup!(self, clock, off, off_ok, res_r, bias_r, zr);
         clock!(self, clock, scale, z_dly);
-        self.off.next = self.boff.val() + self.c_j.val();
-        self.off_bit.next = self.off.val() << 5;
-        self.res_r.d.next = self.res.val();
+        self.off_nx.next = self.boff.val() + self.c_j.val();
+        self.off.d.next = self.off_nx.val();
         // Experts past the bus's slots only exist in a partial last group: never read past it.
+        self.off_ok.d.next = self.use_bias.val() & (self.off_nx.val() <= self.c_top.val());
+        self.off_bit.next = self.off.q.val() << 5;
+        self.res_r.d.next = self.res.val();
         self.bias_r.d.next = 0.into();
-        if self.use_bias.val() & (self.off.val() <= self.c_top.val()) {
+        if self.off_ok.q.val() {
             self.bias_r.d.next = self.bias.val().get_bits::<32>(self.off_bit.val().index());
         }
         self.zr.d.next = self.res_r.q.val() + self.bias_r.q.val();
@@ -180,6 +189,7 @@ pub struct ExpUnit<const TB: usize> {
     pub clock: Signal<In, Clock>,
     pub t: Signal<In, Bits<TB>>,
     pub tmax: Signal<In, Signed<40>>,
+    /// E, steady for the run.
     pub experts: Signal<In, Bits<16>>,
     pub p: Signal<Out, Bits<16>>,
     /// `t[e] − t_max`, and `u` before its register (in [`Exp2PipeU`]): the
@@ -187,6 +197,9 @@ pub struct ExpUnit<const TB: usize> {
     /// `e < E` select is not in front of them.
     d: Signal<Local, Bits<40>>,
     u: Signal<Local, Bits<40>>,
+    /// `e < E`, registered: the compare in front of the select fanned out to
+    /// `u`'s 40 bits (`→ exps[*].exp.p`, −1.04 ns, docs/timing.md).
+    live: DFF<Bit>,
     exp: Exp2PipeU,
     c_e: Constant<Bits<16>>,
     c_t: Constant<Bits<16>>,
@@ -202,7 +215,7 @@ impl<const TB: usize> ExpUnit<TB> {
             c_e: k(e),
             c_t: k(40 * e),
             c_floor: Constant::new((1u64 << 39).to_bits()),
-            .. clock, t, tmax, experts, p, d, u, exp
+            .. clock, t, tmax, experts, p, d, u, live, exp
         })
     }
 }
@@ -210,10 +223,12 @@ impl<const TB: usize> ExpUnit<TB> {
 impl<const TB: usize> Logic for ExpUnit<TB> {
     #[hdl_gen]
     fn update(&mut self) {
+        dff_setup!(self, clock, live);
         self.exp.clock.next = self.clock.val();
+        self.live.d.next = self.c_e.val() < self.experts.val();
         self.d.next = unsigned_cast(signed_cast(self.t.val().get_bits::<40>(self.c_t.val().index())) - self.tmax.val());
         self.u.next = self.c_floor.val();
-        if self.c_e.val() < self.experts.val() {
+        if self.live.q.val() {
             self.u.next = self.d.val();
         }
         self.exp.u.next = signed_cast(self.u.val());
