@@ -1301,8 +1301,8 @@ fn delay<T: Copy>(q: &mut [T], v: T) -> T {
 /// every `per_stage` levels and at its root, each level only as wide as its
 /// sums (16 + level bits), sign-extended to 32 bits. `dot` is the dot product
 /// of the rows held [`DotI8Pipe::latency`] cycles earlier; it never wraps
-/// (|dot| ≤ 128 · 2^14). The attention lanes' q·k registers every level, the
-/// MoE gate lanes' x·w every two; in one cycle, products and tree were each
+/// (|dot| ≤ 128 · 2^14). The attention lanes' q·k and the MoE gate lanes'
+/// x·w register every level; in one cycle, products and tree were each
 /// unit's critical path (docs/timing.md).
 #[derive(LogicBlock)]
 pub struct DotI8Pipe<const W: usize> {

@@ -22,8 +22,10 @@ pub const META_TOK: usize = 192;
 pub const META_SUM: usize = 224;
 /// A token's route record (64 bytes).
 pub const RB: usize = 512;
-/// Adder levels a stage of the gate lanes' x·w tree.
-const XW_LEVELS_PER_STAGE: usize = 2;
+/// Adder levels a stage of the gate lanes' x·w tree: one, as the attention
+/// lanes' q·k (two levels after the products' registers were 2.1–2.5 ns of
+/// logic, `xw.r0 → r2` −1.3 ns, docs/timing.md).
+const XW_LEVELS_PER_STAGE: usize = 1;
 
 /// One expert lane of the gate projection: its slice of the gate weights (the
 /// rows of experts `lane, lane + lanes, ...`, one beat per RAM word) and a
@@ -31,7 +33,7 @@ const XW_LEVELS_PER_STAGE: usize = 2;
 ///
 /// Timing: `valid/first/last` arrive with the RAM data (the cycle after the
 /// top presents `raddr`); the dot product is a pipeline ([`DotI8Pipe`]:
-/// products registered, then the adder tree registered every two levels) with
+/// products registered, then the adder tree registered every level) with
 /// the flags delayed beside it, then accumulated; `res` holds the finished
 /// logit [`GateLane::latency`] cycles after the row's last beat arrived.
 #[derive(LogicBlock)]
