@@ -1478,27 +1478,32 @@ pub struct Exp2Pipe {
 
 impl Exp2Pipe {
     pub const LATENCY: usize = 2;
+
+    /// The model's clock edge: the output from the first stage `s`, and the
+    /// first stage for the input `u`: LUT value, shift, `u ≥ 0`, shift in range.
+    fn edge(s: (u32, u32, bool, bool), u: i64) -> (u32, (u32, u32, bool, bool)) {
+        let (raw, sh, pos, inr) = s;
+        let p = if pos {
+            raw
+        } else if inr {
+            raw >> sh
+        } else {
+            0
+        };
+        let raw = crate::numerics::exp2_lut()[(u & 0xFF) as usize];
+        // ceil(−u / 2^8) in 5 bits, in range when u[39:13] is all ones and u[12:8] is not zero.
+        let f = ((u >> 8) & 0x1F) as u32;
+        let sh = (!f).wrapping_add(1) & 0x1F;
+        (p, (raw, sh, u >= 0, (u >> 13) == -1 && f != 0))
+    }
 }
 
 impl Logic for Exp2Pipe {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            let (raw, sh, pos, inr) = self._s;
-            self.p.next = (if pos {
-                raw
-            } else if inr {
-                raw >> sh
-            } else {
-                0
-            } as u64)
-                .to_bits();
-            let u = to_i64(self.u.val());
-            let lut = crate::numerics::exp2_lut();
-            let raw = lut[(u & 0xFF) as usize];
-            // ceil(−u / 2^8) in 5 bits, in range when u[39:13] is all ones and u[12:8] is not zero.
-            let f = ((u >> 8) & 0x1F) as u32;
-            let sh = (!f).wrapping_add(1) & 0x1F;
-            self._s = (raw, sh, u >= 0, (u >> 13) == -1 && f != 0);
+            let p;
+            (p, self._s) = Self::edge(self._s, to_i64(self.u.val()));
+            self.p.next = (p as u64).to_bits();
         }
     }
     fn connect(&mut self) {
@@ -2088,6 +2093,26 @@ mod tests {
     }
 
     #[test]
+    fn exp2_pipe_u_matches_exp2_fixed_after_its_latency() {
+        let lut = crate::numerics::exp2_lut();
+        let mut us: Vec<i64> = (-9000..=0).step_by(11).collect();
+        us.extend([0, -1, -255, -256, -257, -7936, -7937, -8192, -(1i64 << 39)]);
+        let mut e = Exp2PipeU::default();
+        e.connect_all();
+        stream(
+            &mut e,
+            |e, c| e.clock.next = Clock::from(c),
+            Exp2PipeU::LATENCY,
+            &us,
+            |e, &u| {
+                e.u.next = from_i64(u);
+                e.ul.next = ((u & 0xFF) as u64).to_bits();
+            },
+            |e, &u| assert_eq!(e.p.val().to_u64(), crate::numerics::exp2_fixed(&lut, u) as u64, "u = {u}"),
+        );
+    }
+
+    #[test]
     fn add_tree16_pipe_sums_n_lanes_after_its_latency() {
         let buses: Vec<Vec<u64>> =
             (0..6u64).map(|k| (0..16u64).map(|i| (0xFFFF - 977 * i - 4099 * k) & 0xFFFF).collect()).collect();
@@ -2426,21 +2451,9 @@ impl Exp2PipeU {
 impl Logic for Exp2PipeU {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            let (raw, sh, pos, inr) = self._s;
-            self.p.next = (if pos {
-                raw
-            } else if inr {
-                raw >> sh
-            } else {
-                0
-            } as u64)
-                .to_bits();
-            let u = self._u;
-            let lut = crate::numerics::exp2_lut();
-            let raw = lut[(u & 0xFF) as usize];
-            let f = ((u >> 8) & 0x1F) as u32;
-            let sh = (!f).wrapping_add(1) & 0x1F;
-            self._s = (raw, sh, u >= 0, (u >> 13) == -1 && f != 0);
+            let p;
+            (p, self._s) = Exp2Pipe::edge(self._s, self._u);
+            self.p.next = (p as u64).to_bits();
             self._u = to_i64(self.u.val());
         }
     }

@@ -45,6 +45,14 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// The launch checks of `bad_args`, in registered parts (`Check`, `Check2`).
     bad_t: DFF<Bit>,
     bad_c: DFF<Bit>,
+    /// `bad_t`'s terms, registered every cycle from the arguments as written
+    /// (steady three cycles before `start`, so in `Check` they are the run's):
+    /// `bad_t` is their OR, not a zero check behind the run registers' routing.
+    bz_hd: DFF<Bit>,
+    bz_sq: DFF<Bit>,
+    bz_sm: DFF<Bit>,
+    bz_om: DFF<Bit>,
+    bz_st: DFF<Bit>,
     sm_r: DFF<Bits<64>>,
     th_r: DFF<Bits<64>>,
     bad_r: DFF<Bit>,
@@ -58,6 +66,13 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// That word is 0, or above SEQ_KV (compared as it is read).
     kv_zero: DFF<Bit>,
     kv_over: DFF<Bit>,
+    /// Either (for `KvCheckTest`'s branch). The checks compare every 32-bit
+    /// word of the beat and pick the entry's by `kv_oh` (one-hot, registered
+    /// from `b` as `kv_sel` is), so no select stands before the compares.
+    kv_bad: DFF<Bit>,
+    kv_oh: DFF<Bits<32>>,
+    kv_gt: Signal<Local, Bit>,
+    kv_z: Signal<Local, Bit>,
     /// `bh + HPB` and whether it reaches HEADS (the key-count check's end),
     /// registered every cycle: `bh` changes at least three cycles before the
     /// next `KvCheckTest` reads them (a KVLEN read lies between).
@@ -122,7 +137,9 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// Every Q beat of the block is in (`qb = q_total`), kept as `qb` moves
     /// (from `q_total − 1`), so that the cycle entering `Stream` compares nothing.
     q_in: DFF<Bit>,
-    q_total_m1: DFF<Bits<16>>,
+    /// The next Q beat is the block's last (`qb + 1 = q_total`), kept as `qb`
+    /// moves, so that `sst` and `q_in` compare nothing.
+    q_nl: DFF<Bit>,
     q_rx: Signal<Local, Bit>,
     /// The phase is `QReq` or `QWait` (set in `BlockInit`, cleared when the
     /// stream starts), so that the Q beats' enables decode no phase.
@@ -151,6 +168,11 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     in_st: DFF<Bit>,
     /// The phase is `Next` (set with it, for its loads of q0, h, hb, b).
     in_nx: DFF<Bit>,
+    /// The phase is `HeadInit` (its loads of the head bases, q0 and nkv) or
+    /// `KvTest` (nkv): flags set on the one way into each, so those 320
+    /// enables decode no `phase`.
+    in_hi: DFF<Bit>,
+    in_kt: DFF<Bit>,
     /// The phase is `Check` (its clears of h, hb, b, bh) or `KvCheckTest`
     /// (its loads of b, bh): flags set on the one way into each phase, so
     /// those 128 enables decode no `phase`.
@@ -215,6 +237,12 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// `nk − 2` (registered from `nk`, set in `BlockInit`), so `is_last`'s
     /// update compares `j` with a register, no add.
     nk_m2: DFF<Bits<32>>,
+    /// `j == nk − 2` for `j` as it is next cycle (`j`'s compare with `nk − 2`
+    /// or, when it steps, `nk − 3`), and `nk == 1`, registered: `is_last` and
+    /// so `go_r` see no compare.
+    nk_m3: DFF<Bits<32>>,
+    j_eq: DFF<Bit>,
+    nk_is1: DFF<Bit>,
     st_valid: DFF<Bit>,
     st_first: DFF<Bit>,
     st_j: DFF<Bits<32>>,
@@ -317,6 +345,8 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_mul_wait: Constant<Bits<4>>,
     c_ones64: Constant<Bits<64>>,
     _lanes: usize,
+    /// 32-bit words per beat (`kv_oh`'s bits in use).
+    _words: usize,
     /// `v_at(d) + 3`: `last_pipe`'s bits in use.
     _lp: usize,
 }
@@ -413,9 +443,11 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
-            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk, qleft, lv_r,
+            _words: W / 32,
+            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over,
+            kv_bad, kv_oh, kv_gt, kv_z, bh_nx, bh_end, kv_chk, qleft, lv_r, in_hi, in_kt, q_nl, nk_m3, j_eq, nk_is1,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
-            kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, q_total, qb, q_in, q_total_m1, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
+            kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, q_total, qb, q_in, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
             in_st, in_nx, in_ck, in_kct, sst, fin_idle_nx, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
@@ -431,10 +463,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, hwait, bad_t, bad_c, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over, bh_nx, bh_end, kv_chk,
+            self, vitis.ap_clk, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, sm_r, th_r, bad_r, kv_word_r, kv_sel,
+            kv_zero, kv_over, kv_bad, kv_oh, bh_nx, bh_end, kv_chk, in_hi, in_kt, q_nl, nk_m3, j_eq, nk_is1,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
-            phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, q_total, qb, q_in, q_total_m1, k_addr, v_addr, k_up, v_up, in_qw, kv_rem0, kv_rem,
+            phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, q_total, qb, q_in, k_addr, v_addr, k_up, v_up, in_qw, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
@@ -472,6 +505,19 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // whole beat costs simulators a wide shift every cycle).
         self.kv_word.next = self.vitis.m_axi_gmem.rdata.val().get_bits::<32>(self.kv_sel.q.val().index() * 8);
         self.kv_sel.d.next = (self.b.q.val() << 2) & self.c_pmask32.val();
+        self.kv_oh.d.next = bits::<32>(1) << (((self.b.q.val() << 2) & self.c_pmask32.val()) >> 2);
+        self.kv_gt.next = false;
+        self.kv_z.next = false;
+        for i in 0..self._words {
+            if self.kv_oh.q.val().get_bit(i)
+                & (self.vitis.m_axi_gmem.rdata.val().get_bits::<32>(i * 32) > self.run.seq_kv.val())
+            {
+                self.kv_gt.next = true;
+            }
+            if self.kv_oh.q.val().get_bit(i) & (self.vitis.m_axi_gmem.rdata.val().get_bits::<32>(i * 32) == 0) {
+                self.kv_z.next = true;
+            }
+        }
         self.qs.next = self.q0.q.val() << self.c_logd.val();
         // A block's Q rows: one span from its first beat.
         self.shell.span_load.next = false;
@@ -579,17 +625,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         if self.run.out8.val() {
             self.o_row_log.next = self.c_logd.val();
         }
-        self.bad_zero.next = (self.run.heads.val() == 0)
-            | (self.run.hpb.val() == 0)
-            | (self.run.seq_q.val() == 0)
-            | (self.run.seq_kv.val() == 0)
-            | self.run.bad_shift.val()
-            | (self.run.smult.val() == 0)
-            | self.run.smult.val().get_bit(31)
-            | (self.run.out8.val() & ((self.run.omult.val() == 0) | self.run.omult.val().get_bit(31)))
-            | ((bit_cast::<64, 32>(self.run.q_stride.val() | self.run.kv_stride.val() | self.run.o_stride.val())
+        self.bz_hd.d.next = (self.now.heads.val() == 0) | (self.now.hpb.val() == 0);
+        self.bz_sq.d.next = (self.now.seq_q.val() == 0) | (self.now.seq_kv.val() == 0);
+        self.bz_sm.d.next = self.now.bad_shift.val() | (self.now.smult.val() == 0) | self.now.smult.val().get_bit(31);
+        self.bz_om.d.next = self.now.out8.val() & ((self.now.omult.val() == 0) | self.now.omult.val().get_bit(31));
+        self.bz_st.d.next =
+            (bit_cast::<64, 32>(self.now.q_stride.val() | self.now.kv_stride.val() | self.now.o_stride.val())
                 & self.c_pmask.val())
-                != 0);
+                != 0;
+        self.bad_zero.next =
+            self.bz_hd.q.val() | self.bz_sq.q.val() | self.bz_sm.q.val() | self.bz_om.q.val() | self.bz_st.q.val();
         self.bad_cmp.next = (bit_cast::<64, 32>(self.run.q_stride.val())
             < (bit_cast::<64, 32>(self.run.seq_q.val()) << self.c_logd.val()))
             | (bit_cast::<64, 32>(self.run.kv_stride.val())
@@ -602,6 +647,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.kva.d.next = false;
         self.in_ck.d.next = false;
         self.in_kct.d.next = false;
+        self.in_hi.d.next = false;
+        self.in_kt.d.next = false;
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
@@ -647,7 +694,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.phase.d.next = Phase::HeadWait;
                     self.kva.d.next = false;
                 }
-                if self.kv_zero.q.val() | self.kv_over.q.val() {
+                if self.kv_bad.q.val() {
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
                     self.kva.d.next = false;
@@ -658,15 +705,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.hwait.d.next = self.hwait.q.val() - 1;
                 if self.hwait.q.val() == 0 {
                     self.phase.d.next = Phase::HeadInit;
+                    self.in_hi.d.next = true;
                 }
             }
+            // Its loads are on `in_hi` (after the match).
             Phase::HeadInit => {
-                self.qh.d.next = self.run.q.val() + self.mul_q.p.val();
-                self.kh.d.next = self.run.k.val() + self.mul_kv.p.val();
-                self.vh.d.next = self.run.v.val() + self.mul_kv.p.val();
-                self.oh.d.next = self.run.o.val() + self.mul_o.p.val();
-                self.q0.d.next = 0.into();
-                self.nkv.d.next = self.run.seq_kv.val();
                 self.phase.d.next = Phase::BlockPre1;
                 if self.run.use_kvlen.val() {
                     self.phase.d.next = Phase::KvAddr;
@@ -688,25 +731,22 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             Phase::KvWait => {
                 if self.vitis.m_axi_gmem.rvalid.val() {
                     self.kv_word_r.d.next = self.kv_word.val();
-                    self.kv_zero.d.next = self.kv_word.val() == 0;
-                    self.kv_over.d.next = self.kv_word.val() > self.run.seq_kv.val();
+                    self.kv_zero.d.next = self.kv_z.val();
+                    self.kv_over.d.next = self.kv_gt.val();
+                    self.kv_bad.d.next = self.kv_z.val() | self.kv_gt.val();
                     self.phase.d.next = Phase::KvTest;
+                    self.in_kt.d.next = true;
                     if self.kv_chk.q.val() {
                         self.phase.d.next = Phase::KvCheckTest;
+                        self.in_kt.d.next = false;
                         self.in_kct.d.next = true;
                     }
                 }
             }
+            // Checked in KvCheckTest; clamped again (on `in_kt`, after the
+            // match) only in case KVLEN changed during the run, so the unit still finishes.
             Phase::KvTest => {
-                // Checked in KvCheckTest; clamped again only in case KVLEN
-                // changed during the run, so the unit still finishes.
-                self.nkv.d.next = self.kv_word_r.q.val();
-                if self.kv_over.q.val() {
-                    self.nkv.d.next = self.run.seq_kv.val();
-                    self.shell.fail.next = true;
-                }
-                if self.kv_zero.q.val() {
-                    self.nkv.d.next = 1.into();
+                if self.kv_bad.q.val() {
                     self.shell.fail.next = true;
                 }
                 self.phase.d.next = Phase::BlockPre1;
@@ -838,6 +878,23 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.b.d.next = 0.into();
             self.bh.d.next = 0.into();
         }
+        if self.in_hi.q.val() {
+            self.qh.d.next = self.run.q.val() + self.mul_q.p.val();
+            self.kh.d.next = self.run.k.val() + self.mul_kv.p.val();
+            self.vh.d.next = self.run.v.val() + self.mul_kv.p.val();
+            self.oh.d.next = self.run.o.val() + self.mul_o.p.val();
+            self.q0.d.next = 0.into();
+            self.nkv.d.next = self.run.seq_kv.val();
+        }
+        if self.in_kt.q.val() {
+            self.nkv.d.next = self.kv_word_r.q.val();
+            if self.kv_over.q.val() {
+                self.nkv.d.next = self.run.seq_kv.val();
+            }
+            if self.kv_zero.q.val() {
+                self.nkv.d.next = 1.into();
+            }
+        }
         if self.in_kct.q.val() {
             self.b.d.next = self.b.q.val() + 1;
             self.bh.d.next = self.bh_nx.q.val().get_bits::<32>(0);
@@ -877,7 +934,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         if self.sst.q.val().get_bit(0) {
             self.kv_age.d.next = 0.into();
-            self.is_last.d.next = self.nk.q.val() == 1;
+            self.is_last.d.next = self.nk_is1.q.val();
             self.kv_turn.d.next = false;
             self.recv_v.d.next = false;
             self.j.d.next = 0.into();
@@ -1001,11 +1058,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.recv_v.d.next = !self.recv_v.q.val();
         }
         // A block's first Q beat comes at least two cycles after `BlockInit`
-        // sets `q_total`, so `q_total_m1` is current for it.
-        self.q_total_m1.d.next = self.q_total.q.val() - 1;
+        // sets `q_total` and `qb`, so `q_nl` is current for it.
+        self.q_nl.d.next = bit_cast::<16, 32>(self.qb.q.val()) + 1 == self.q_total.q.val();
         if self.q_rx.val() {
             self.qb.d.next = self.qb.q.val() + 1;
-            self.q_in.d.next = bit_cast::<16, 32>(self.qb.q.val()) == self.q_total_m1.q.val();
+            self.q_in.d.next = self.q_nl.q.val();
+            self.q_nl.d.next = bit_cast::<16, 32>(self.qb.q.val()) + 2 == self.q_total.q.val();
         }
 
         // ---------------- Steps: one key per cycle to every lane ----------------
@@ -1023,13 +1081,21 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.v_dly.din.next = self.vst.dout.val();
         self.v_dly.sh.next = (self.rib.q.val() & self.c_rib_mask.val()) << self.c_logd8.val();
         self.nk_m2.d.next = self.nk.q.val() - 2;
+        self.nk_m3.d.next = self.nk.q.val() - 3;
+        self.nk_is1.d.next = self.nk.q.val() == 1;
+        self.j_eq.d.next = self.j.q.val() == self.nk_m2.q.val();
         if self.go_j.val() {
             self.j.d.next = self.j.q.val() + 1;
+            self.j_eq.d.next = self.j.q.val() == self.nk_m3.q.val();
+        }
+        // The stream starts (`j` clears above, in the phase machine's loads).
+        if self.sst.q.val().get_bit(0) {
+            self.j_eq.d.next = self.nk_m2.q.val() == 0;
         }
         if self.go.val() {
             self.rib.d.next = self.rib.q.val() + 1;
             self.rib_last.d.next = self.rib.q.val() == self.c_rpb_m2.val();
-            self.is_last.d.next = self.j.q.val() == self.nk_m2.q.val();
+            self.is_last.d.next = self.j_eq.q.val();
             if self.rib_last.q.val() | self.is_last.q.val() {
                 self.rib.d.next = 0.into();
                 self.rib_last.d.next = self.c_rpb.val() == 1;
@@ -1131,6 +1197,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.in_nx.d.next = false;
             self.in_ck.d.next = false;
             self.in_kct.d.next = false;
+            self.in_hi.d.next = false;
+            self.in_kt.d.next = false;
         }
         // `fin.d == Idle`, written from the two ways to it (and reset) rather
         // than decoded from the next-state logic's output.
@@ -1154,8 +1222,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.sst.d.next = self.vitis.ap_rst_n.val()
             & !self.sst.q.val().get_bit(0)
             & self.in_qw.q.val()
-            & ((self.q_rx.val() & (bit_cast::<16, 32>(self.qb.q.val()) == self.q_total_m1.q.val()))
-                | (!self.q_rx.val() & self.q_in.q.val()));
+            & ((self.q_rx.val() & self.q_nl.q.val()) | (!self.q_rx.val() & self.q_in.q.val()));
         self.w_sel.d.next = self.wi.d.val();
         self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & self.fin_idle_nx.val();
     }
