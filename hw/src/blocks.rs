@@ -1558,10 +1558,11 @@ end",
 }
 
 /// The sum of the first `n` 16-bit lanes of a packed `W`-bit bus, 32 bits
-/// wide, as a pipeline: a binary adder tree with a register after every two
-/// levels and on its output, [`AddTree16Pipe::latency`] cycles from `x` to
-/// `s`. The MoE's `Σ_e p` over e_max exponentials; a chain of e_max − 1 adds
-/// in one cycle before.
+/// wide, as a pipeline: a binary adder tree with a register after every
+/// level, [`AddTree16Pipe::latency`] cycles from `x` to `s`. The MoE's `Σ_e p`
+/// over e_max exponentials, beside its top-k rounds (two cycles each), so
+/// a level a cycle adds none at k ≥ 2; two levels a cycle were `exps[*].exp.p
+/// → sd.din`, −0.6 ns (docs/timing.md), a chain of e_max − 1 adds before.
 #[derive(LogicBlock)]
 pub struct AddTree16Pipe<const W: usize> {
     pub clock: Signal<In, Clock>,
@@ -1585,9 +1586,9 @@ impl<const W: usize> AddTree16Pipe<W> {
     fn levels(n: usize) -> usize {
         n.next_power_of_two().trailing_zeros() as usize
     }
-    /// Cycles from `x` to `s`: one register per two levels, at least one.
+    /// Cycles from `x` to `s`: one register per level, at least one.
     pub fn latency(n: usize) -> usize {
-        Self::levels(n).div_ceil(2).max(1)
+        Self::levels(n).max(1)
     }
 }
 
@@ -1606,7 +1607,7 @@ impl<const W: usize> Logic for AddTree16Pipe<W> {
         let (tree, root) = tree_verilog(
             self._n,
             |_| 32,
-            |l| l == levels || (l > 0 && l.is_multiple_of(2)),
+            |l| l > 0 || levels == 0,
             |i| format!("{{16'd0, x[{}:{}]}}", 16 * i + 15, 16 * i),
             |_, a, b| format!("{a} + {b}"),
         );
@@ -1681,6 +1682,160 @@ impl<const ZB: usize, const EL: usize, const PB: usize> Logic for ArgMaxPipe<ZB,
             |_, a, b| format!("({b}[40] & (!{a}[40] | ({b}[31:0] > {a}[31:0]))) ? {b} : {a}"),
         );
         Verilog::Custom(format!("{tree}always @(*) sel = {root}[39:32];\nalways @(*) pay_sel = {root}[56:41];"))
+    }
+}
+
+/// Bit of pair `(i, j)`, `i < j < n`, in [`PairCmp`]'s `gt`: the pairs row by row.
+fn pair_bit(n: usize, i: usize, j: usize) -> usize {
+    i * (2 * n - i - 1) / 2 + (j - i - 1)
+}
+
+/// Experts a [`PairCmp`] compares at most: 28 pairs fit its 32-bit `gt`.
+pub const PAIR_MAX: usize = 8;
+
+/// Every pairwise compare of the first `n` int32 lanes of a packed `ZB`-bit
+/// bus (`n ≤ PAIR_MAX`): bit [`pair_bit`]`(i, j)` of `gt` is `z[j] > z[i]`,
+/// the rest zero. With it, [`PairWin`] finds [`ArgMaxPipe`]'s winner under
+/// any mask in two LUT levels: the MoE's top-k rounds compare once a token,
+/// where the tree's 32-bit compares and 57-bit node selects took every round's
+/// critical path (docs/timing.md).
+#[derive(LogicBlock)]
+pub struct PairCmp<const ZB: usize> {
+    pub z: Signal<In, Bits<ZB>>,
+    pub gt: Signal<Out, Bits<32>>,
+    _n: usize,
+}
+
+impl<const ZB: usize> PairCmp<ZB> {
+    pub fn new(n: usize) -> Self {
+        assert!((1..=PAIR_MAX.min(ZB / 32)).contains(&n));
+        with_defaults!(Self { _n: n, .. z, gt })
+    }
+}
+
+impl<const ZB: usize> Logic for PairCmp<ZB> {
+    fn update(&mut self) {
+        let key = |e: usize| self.z.val().get_bits::<32>(32 * e).to_u64() as u32 as i32;
+        let mut gt = 0u64;
+        for i in 0..self._n {
+            for j in i + 1..self._n {
+                gt |= u64::from(key(j) > key(i)) << pair_bit(self._n, i, j);
+            }
+        }
+        self.gt.next = gt.to_bits();
+    }
+    fn connect(&mut self) {
+        self.gt.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let n = self._n;
+        // The key with its sign bit flipped, compared unsigned, as
+        // `ArgMaxPipe`'s nodes (a signed compare placed 3.9 ns of logic).
+        let lane = |e: usize| format!("{{~z[{}], z[{}:{}]}}", 32 * e + 31, 32 * e + 30, 32 * e);
+        let mut parts = vec![format!("{}'d0", 32 - n * (n - 1) / 2)];
+        parts.extend(
+            (0..n)
+                .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
+                .rev()
+                .map(|(i, j)| format!("({} > {})", lane(j), lane(i))),
+        );
+        Verilog::Custom(format!("always @(*) gt = {{{}}};", parts.join(", ")))
+    }
+}
+
+/// [`ArgMaxPipe`]'s winner, one-hot, from [`PairCmp`]'s bits: lane `e` wins
+/// where it is valid and beats every other valid lane (a larger key than each
+/// lower lane, no smaller than each higher one), lane 0 where none is valid.
+/// The mask clears the winner without an index decode.
+#[derive(LogicBlock)]
+pub struct PairWin<const EL: usize> {
+    pub gt: Signal<In, Bits<32>>,
+    pub mask: Signal<In, Bits<EL>>,
+    pub oh: Signal<Out, Bits<EL>>,
+    _n: usize,
+}
+
+impl<const EL: usize> PairWin<EL> {
+    pub fn new(n: usize) -> Self {
+        assert!((1..=PAIR_MAX.min(EL)).contains(&n));
+        with_defaults!(Self { _n: n, .. gt, mask, oh })
+    }
+}
+
+impl<const EL: usize> Logic for PairWin<EL> {
+    fn update(&mut self) {
+        let (n, gt, mask) = (self._n, self.gt.val(), self.mask.val());
+        let beats = |e: usize, j: usize| {
+            !mask.get_bit(j) || if j < e { gt.get_bit(pair_bit(n, j, e)) } else { !gt.get_bit(pair_bit(n, e, j)) }
+        };
+        let none = (0..n).all(|e| !mask.get_bit(e));
+        let win = (0..n).find(|&e| mask.get_bit(e) && (0..n).filter(|&j| j != e).all(|j| beats(e, j)));
+        self.oh.next = bits::<EL>(1) << (if none { 0 } else { win.unwrap_or(0) } as u64);
+    }
+    fn connect(&mut self) {
+        self.oh.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let n = self._n;
+        let wins = (0..n)
+            .map(|e| {
+                let mut t = vec![format!("mask[{e}]")];
+                t.extend((0..n).filter(|&j| j != e).map(|j| {
+                    if j < e {
+                        format!("(!mask[{j}] | gt[{}])", pair_bit(n, j, e))
+                    } else {
+                        format!("(!mask[{j}] | !gt[{}])", pair_bit(n, e, j))
+                    }
+                }));
+                let w = t.join(" & ");
+                if e == 0 {
+                    format!("   oh[0] = ({w}) | ~|mask[{}:0];\n", n - 1)
+                } else {
+                    format!("   oh[{e}] = {w};\n")
+                }
+            })
+            .collect::<String>();
+        Verilog::Custom(format!("always @(*) begin\n   oh = {EL}'d0;\n{wins}end"))
+    }
+}
+
+/// The index and the 16-bit payload of a one-hot lane of `n` ([`PairWin`]'s
+/// winner): an OR of AND-ed lanes, no select tree.
+#[derive(LogicBlock)]
+pub struct OneHotPick<const EL: usize, const PB: usize> {
+    pub oh: Signal<In, Bits<EL>>,
+    pub pay: Signal<In, Bits<PB>>,
+    pub sel: Signal<Out, Bits<8>>,
+    pub pay_sel: Signal<Out, Bits<16>>,
+    _n: usize,
+}
+
+impl<const EL: usize, const PB: usize> OneHotPick<EL, PB> {
+    pub fn new(n: usize) -> Self {
+        assert!((1..=EL.min(PB / 16).min(256)).contains(&n));
+        with_defaults!(Self { _n: n, .. oh, pay, sel, pay_sel })
+    }
+}
+
+impl<const EL: usize, const PB: usize> Logic for OneHotPick<EL, PB> {
+    fn update(&mut self) {
+        let (oh, pay) = (self.oh.val(), self.pay.val());
+        let on = (0..self._n).filter(|&e| oh.get_bit(e));
+        self.sel.next = on.clone().fold(0u64, |s, e| s | e as u64).to_bits();
+        self.pay_sel.next = on.fold(0u64, |s, e| s | pay.get_bits::<16>(16 * e).to_u64()).to_bits();
+    }
+    fn connect(&mut self) {
+        self.sel.connect();
+        self.pay_sel.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let n = self._n;
+        let sel = (0..n).map(|e| format!("({{8{{oh[{e}]}}}} & 8'd{e})")).collect::<Vec<_>>().join(" | ");
+        let pay = (0..n)
+            .map(|e| format!("({{16{{oh[{e}]}}}} & pay[{}:{}])", 16 * e + 15, 16 * e))
+            .collect::<Vec<_>>()
+            .join(" | ");
+        Verilog::Custom(format!("always @(*) sel = {sel};\nalways @(*) pay_sel = {pay};"))
     }
 }
 
@@ -2191,6 +2346,53 @@ mod tests {
                 let Verilog::Custom(v) = t.hdl() else { panic!("ArgMaxPipe is a custom block") };
                 let at_cut = if cut > 0 { n.div_ceil(1 << cut) } else { 0 };
                 assert_eq!(v.matches(" <= ").count(), at_cut, "{v}");
+            }
+        }
+    }
+
+    #[test]
+    fn pair_compares_find_arg_max_pipes_winner_one_hot() {
+        let mut rnd = rng(0x0DDB_A11C_0FFE_E123);
+        let settle = |b: &mut dyn FnMut() -> bool| while b() {};
+        for n in 1..=PAIR_MAX {
+            let (mut cmp, mut win, mut pick) =
+                (PairCmp::<256>::new(n), PairWin::<8>::new(n), OneHotPick::<8, 128>::new(n));
+            cmp.connect_all();
+            win.connect_all();
+            pick.connect_all();
+            for r in 0..60 {
+                let keys: Vec<i32> = (0..n).map(|_| [i32::MIN, -1, 0, 7, i32::MAX][(rnd() % 5) as usize]).collect();
+                let mask = if r % 9 == 0 { 0 } else { rnd() & 0xFF };
+                let pay: Vec<u16> = (0..n).map(|_| rnd() as u16).collect();
+                cmp.z.next = keys
+                    .iter()
+                    .enumerate()
+                    .fold(Bits::default(), |z, (e, &k)| z | (bits::<256>(k as u32 as u64) << (32 * e as u64)));
+                settle(&mut || {
+                    cmp.update_all();
+                    cmp.has_changed()
+                });
+                (win.gt.next, win.mask.next) = (cmp.gt.val(), mask.to_bits());
+                settle(&mut || {
+                    win.update_all();
+                    win.has_changed()
+                });
+                pick.oh.next = win.oh.val();
+                pick.pay.next = pay
+                    .iter()
+                    .enumerate()
+                    .fold(Bits::default(), |b, (e, &p)| b | (bits::<128>(p as u64) << (16 * e as u64)));
+                settle(&mut || {
+                    pick.update_all();
+                    pick.has_changed()
+                });
+                let w = (0..n)
+                    .filter(|&e| mask >> e & 1 == 1)
+                    .max_by_key(|&e| (keys[e], std::cmp::Reverse(e)))
+                    .unwrap_or(0);
+                assert_eq!(win.oh.val().to_u64(), 1 << w, "n = {n}: {keys:?} {mask:#x}");
+                assert_eq!(pick.sel.val().to_u64() as usize, w, "n = {n}: {keys:?} {mask:#x}");
+                assert_eq!(pick.pay_sel.val().to_u64(), pay[w] as u64, "n = {n}: {keys:?} {mask:#x}");
             }
         }
     }

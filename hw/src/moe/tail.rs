@@ -10,7 +10,10 @@
 //! log2-domain values, `PB = 16·EL` of Q1.14 exponentials. They are const
 //! parameters because rust-hdl's widths are types; sizing them for the largest
 //! unit made every unit pay for 256 experts in synthesis and simulation.
-use crate::blocks::{ArgMaxPipe, Carry, DotI8Pipe, Exp2PipeU, RamPort, ScaleRoundPipe, SkewLine, SyncRam};
+use crate::blocks::{
+    ArgMaxPipe, Carry, DotI8Pipe, Exp2PipeU, OneHotPick, PairCmp, PairWin, RamPort, ScaleRoundPipe, SkewLine, SyncRam,
+    PAIR_MAX,
+};
 use crate::clock;
 use rust_hdl::prelude::*;
 
@@ -240,13 +243,19 @@ impl<const TB: usize> Logic for ExpUnit<TB> {
 }
 
 /// One round of top-k, a pipeline of [`TopkRound::latency`] stages (two once
-/// e_max ≥ 2): the largest valid logit, ties to the lower expert index, by a
-/// comparator tree over `e_max` experts ([`ArgMaxPipe`]), registered after its
-/// first `ceil(levels / 2)` levels (the tree in one cycle was too deep for
-/// timing closure); the winner is masked out for the next round and recorded
-/// in the metadata with its exponential (`aux`'s, carried through the tree
-/// with its node, or 1.0 for the first round, which is the maximum). `aux`
-/// rides along unchanged.
+/// e_max ≥ 2): the largest valid logit, ties to the lower expert index; the
+/// winner is masked out for the next round and recorded in the metadata with
+/// its exponential (`aux`'s, or 1.0 for the first round, which is the
+/// maximum). `aux` rides along unchanged. From 2 to [`PAIR_MAX`] experts, the
+/// first round compares every pair of logits into a register ([`PairCmp`]),
+/// which rides along as `gt` (z is the same in every round), and each round
+/// finds its winner one-hot from those bits and its mask ([`PairWin`]): the
+/// first round in its second stage, the others in their first, their second
+/// picking index and exponential by the one-hot ([`OneHotPick`]). The tree's
+/// 32-bit compares and node selects in every round were the router's critical
+/// paths (docs/timing.md). Otherwise a comparator tree over `e_max` experts
+/// ([`ArgMaxPipe`]), registered after its first `ceil(levels / 2)` levels,
+/// carries the exponential with its node.
 #[derive(LogicBlock)]
 pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     pub clock: Signal<In, Clock>,
@@ -255,11 +264,14 @@ pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     pub mask: Signal<In, Bits<EL>>,
     pub meta: Signal<In, Bits<MB>>,
     pub valid: Signal<In, Bit>,
+    /// [`PairCmp`]'s bits from the round before (the first round makes its own).
+    pub gt: Signal<In, Bits<32>>,
     pub z_o: Signal<Out, Bits<ZB>>,
     pub aux_o: Signal<Out, Bits<AB>>,
     pub mask_o: Signal<Out, Bits<EL>>,
     pub meta_o: Signal<Out, Bits<MB>>,
     pub valid_o: Signal<Out, Bit>,
+    pub gt_o: Signal<Out, Bits<32>>,
     /// The wide buses the round passes on unchanged (z, aux) and the
     /// metadata, beside the tree's stages; their `s` as the last stage sees them.
     zc: Carry<ZB>,
@@ -274,17 +286,34 @@ pub struct TopkRound<const EL: usize, const ZB: usize, const AB: usize> {
     masks: Signal<Local, Bits<EL>>,
     valids: Signal<Local, Bit>,
     tree: ArgMaxPipe<ZB, EL, AB>,
+    /// The pairwise mode: the compares, `gt` beside the stages, the winner
+    /// (registered after a later round's first stage) and its pick.
+    cmp: PairCmp<ZB>,
+    gtc: Carry<32>,
+    gts: Signal<Local, Bits<32>>,
+    win: PairWin<EL>,
+    ohr: DFF<Bits<EL>>,
+    ohs: Signal<Local, Bits<EL>>,
+    pick: OneHotPick<EL, AB>,
+    clr: Signal<Local, Bits<EL>>,
     sel: Signal<Local, Bits<8>>,
     psel: Signal<Local, Bits<16>>,
     c_sel_sh: Constant<Bits<16>>,
     c_p_sh: Constant<Bits<16>>,
     c_first: Constant<Bit>,
+    c_pairs: Constant<Bit>,
     c_one: Constant<Bits<16>>,
     _has_cut: usize,
 }
 
 impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
-    /// The tree level after which a round over `e_max` experts is registered (0: none).
+    /// Whether a round over `e_max` experts compares pairs (else the tree).
+    fn pairs(e_max: usize) -> bool {
+        (2..=PAIR_MAX).contains(&e_max)
+    }
+
+    /// The tree level after which a round over `e_max` experts is registered
+    /// (0: none); 1 or 2 for the pairwise mode's experts, its two stages.
     fn cut_level(e_max: usize) -> usize {
         let levels = e_max.next_power_of_two().trailing_zeros() as usize;
         levels.div_ceil(2)
@@ -298,20 +327,27 @@ impl<const EL: usize, const ZB: usize, const AB: usize> TopkRound<EL, ZB, AB> {
     /// Round `round` (0-based) over `e_max` experts.
     pub fn new(round: usize, e_max: usize) -> Self {
         assert!((1..=EL).contains(&e_max) && round < 8);
-        let cl = Self::cut_level(e_max);
+        let (cl, pairs) = (Self::cut_level(e_max), Self::pairs(e_max));
+        // The mode not taken gets one lane: no logic.
+        let (nt, np) = if pairs { (1, e_max) } else { (e_max, 1) };
         let k = |v: usize| Constant::new((v as u64).to_bits());
         with_defaults!(Self {
-            tree: ArgMaxPipe::new(e_max, cl),
+            tree: ArgMaxPipe::new(nt, if pairs { 0 } else { cl }),
+            cmp: PairCmp::new(np),
+            gtc: Carry::new(true),
+            win: PairWin::new(np),
+            pick: OneHotPick::new(np),
             zc: Carry::new(cl > 0),
             auxc: Carry::new(cl > 0),
             metac: Carry::new(cl > 0),
             c_sel_sh: k(8 * round),
             c_p_sh: k(META_P + 16 * round),
             c_first: Constant::new(round == 0),
+            c_pairs: Constant::new(pairs),
             c_one: k(1 << crate::numerics::EXP2_ONE_BITS),
             _has_cut: usize::from(cl > 0),
-            .. clock, z, aux, mask, meta, valid, z_o, aux_o, mask_o, meta_o, valid_o, maskr, metar, validr,
-            mask1, valid1, masks, valids, sel, psel
+            .. clock, z, aux, mask, meta, valid, gt, z_o, aux_o, mask_o, meta_o, valid_o, gt_o, maskr, metar, validr,
+            mask1, valid1, masks, valids, gts, ohr, ohs, clr, sel, psel
         })
     }
 }
@@ -322,7 +358,7 @@ impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, 
         // Every register below is assigned once, unconditionally: without
         // dff_setup's hold (`d = q`) each is written once per cycle, where a hold
         // and an assignment made simulators zero and copy the 256-bit metadata.
-        clock!(self, clock, maskr, metar, validr, mask1, valid1, tree, zc, auxc, metac);
+        clock!(self, clock, maskr, metar, validr, mask1, valid1, ohr, tree, zc, auxc, metac, gtc);
         self.tree.z.next = self.z.val();
         self.tree.mask.next = self.mask.val();
         self.tree.pay.next = self.aux.val();
@@ -338,12 +374,37 @@ impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, 
             self.masks.next = self.mask1.q.val();
             self.valids.next = self.valid1.q.val();
         }
+        // Pairs: the first round compares, and finds its winner a stage
+        // later; the others find theirs from the bits carried to them.
+        self.cmp.z.next = self.z.val();
+        self.gts.next = self.gt.val();
+        self.win.gt.next = self.gt.val();
+        self.win.mask.next = self.mask.val();
+        if self.c_first.val() {
+            self.gts.next = self.cmp.gt.val();
+            self.win.gt.next = self.gtc.s.val();
+            self.win.mask.next = self.mask1.q.val();
+        }
+        self.gtc.d.next = self.gts.val();
+        self.ohr.d.next = self.win.oh.val();
+        self.ohs.next = self.ohr.q.val();
+        if self.c_first.val() {
+            self.ohs.next = self.win.oh.val();
+        }
+        self.pick.oh.next = self.ohs.val();
+        self.pick.pay.next = self.auxc.s.val();
         self.sel.next = self.tree.sel.val();
         self.psel.next = self.tree.pay_sel.val();
+        self.clr.next = bits::<EL>(1) << self.tree.sel.val();
+        if self.c_pairs.val() {
+            self.sel.next = self.pick.sel.val();
+            self.psel.next = self.pick.pay_sel.val();
+            self.clr.next = self.ohs.val();
+        }
         if self.c_first.val() {
             self.psel.next = self.c_one.val();
         }
-        self.maskr.d.next = self.masks.val() & !(bits::<EL>(1) << self.sel.val());
+        self.maskr.d.next = self.masks.val() & !self.clr.val();
         self.metar.d.next = self.metac.s.val()
             | (bit_cast::<MB, 8>(self.sel.val()) << self.c_sel_sh.val())
             | (bit_cast::<MB, 16>(self.psel.val()) << self.c_p_sh.val());
@@ -353,6 +414,7 @@ impl<const EL: usize, const ZB: usize, const AB: usize> Logic for TopkRound<EL, 
         self.mask_o.next = self.maskr.q.val();
         self.meta_o.next = self.metar.q.val();
         self.valid_o.next = self.validr.q.val();
+        self.gt_o.next = self.gtc.q.val();
     }
 }
 
