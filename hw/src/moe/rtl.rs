@@ -230,6 +230,10 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// are gates of flip-flops, not of 16-bit compares (the MoE router's
     /// critical path, docs/timing.md).
     at_tok: DFF<Bit>,
+    /// `at_tok` again as kept copies for `go_g` (0) and `go_t` (1): one
+    /// register fanned out to 21–69 loads through the three gates, and its
+    /// loop back through `go` was one placement's worst path.
+    at_cp: Copies<2>,
     /// The phase is `Run`, as a flag set and cleared with it: the receiver's,
     /// the sequencer's and `ahead`'s updates decode no phase.
     in_run: DFF<Bit>,
@@ -673,7 +677,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, idle_f, bad_args, bad_t, bad_h, bad_e, bad_k, bad_rel, fm_sh, fm_a, fm_b, bad_form, groups_of, recv_cnt,
             recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, w_cp, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, rx, row_end, row_end_cp, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
-            cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, go_g, go_t, at_tok, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, go_g, go_t, at_tok, at_cp, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_lastg, s3_tok, post_v,
             s4_valid, s4_vc, s4_fin, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_gt, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, cw_v1, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
@@ -700,7 +704,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         clock!(
             self, vitis.ap_clk, cap_mul, dbase, xbuf, lane_tag, post_tag, r0, xd_z, xd_mask, xd_gt, xd_meta, xd_v, psum, sd,
-            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de, idle_f, run_cp, w_cp, s4_vc, s4_fin, row_end_cp
+            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de, idle_f, run_cp, w_cp, at_cp, s4_vc, s4_fin, row_end_cp
         );
         for i in 0..self._bias_slots {
             self.bias_hot[i].clock.next = self.vitis.ap_clk.val();
@@ -1133,11 +1137,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.go_g.next = self.run_cp.q.val().get_bit(4)
             & self.more.q.val()
             & self.ahead_nz.q.val()
-            & (!self.at_tok.q.val() | self.room.q.val());
+            & (!self.at_cp.q.val().get_bit(0) | self.room.q.val());
         self.go_t.next = self.run_cp.q.val().get_bit(5)
             & self.more.q.val()
             & self.ahead_nz.q.val()
-            & (!self.at_tok.q.val() | self.room.q.val());
+            & (!self.at_cp.q.val().get_bit(1) | self.room.q.val());
         self.tok_last.next = self.cc_last.q.val() & self.cg_last.q.val();
         self.groups_m2.d.next = self.groups_m1.q.val() - 1;
         self.one_group.d.next = self.groups_m1.q.val() == 0;
@@ -1615,10 +1619,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.o_occ.clear.next = !self.vitis.ap_rst_n.val();
         self.o_occ.push.next = self.ofifo.push.val();
         self.o_occ.pop.next = self.ofifo.pop.val();
-        if self.go_t.val() & self.at_tok.q.val() & !self.ofifo.pop.val() {
+        if self.go_t.val() & self.at_cp.q.val().get_bit(1) & !self.ofifo.pop.val() {
             self.pending.d.next = self.pending.q.val() + 1;
         }
-        if !(self.go_t.val() & self.at_tok.q.val()) & self.ofifo.pop.val() {
+        if !(self.go_t.val() & self.at_cp.q.val().get_bit(1)) & self.ofifo.pop.val() {
             self.pending.d.next = self.pending.q.val() - 1;
         }
 
@@ -1648,6 +1652,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // `in_run`'s and s4's copies, from their next values (after the reset).
         self.run_cp.d.next = self.in_run.d.val();
         self.w_cp.d.next = self.in_w.d.val();
+        self.at_cp.d.next = self.at_tok.d.val();
         self.row_end_cp.d.next = self.row_end.d.val();
         self.s4_vc.d.next = self.s4_valid.d.val();
         self.s4_fin.d.next = self.s4_valid.d.val() & self.s4_lastg.d.val();
