@@ -218,11 +218,15 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// The group's first expert (`cg · lanes`).
     cgoff: DFF<Bits<16>>,
     go: Signal<Local, Bit>,
-    /// `go` again, on copies 4 and 5 of `run_cp` (so synthesis keeps three
-    /// gates): `go_g` enables the group and token registers, `go_t` the
-    /// token's end (`more`, `ahead`, `pending`); `go` the beat's.
+    /// `go` again, on copies 1 and 2 of `go_r`: `go_g` enables the group and
+    /// token registers, `go_t` the token's end (`more`, `ahead`, `pending`);
+    /// `go` the beat's.
     go_g: Signal<Local, Bit>,
     go_t: Signal<Local, Bit>,
+    /// `go` a cycle ahead, from the next values of its registers, as kept
+    /// copies: the gate of four flip-flops in front of `at_tok` and the
+    /// counters was a loop that one placement routed at 7.5 ns.
+    go_r: Copies<3>,
     /// The next beat starts a token (`cc` and `cg` are zero), `cc` is at a
     /// group's last beat and `cg` at the last group: kept as flags from the
     /// counts as they move, and `ahead ≠ 0` as `ahead_nz`, so `go` and
@@ -230,17 +234,13 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// are gates of flip-flops, not of 16-bit compares (the MoE router's
     /// critical path, docs/timing.md).
     at_tok: DFF<Bit>,
-    /// `at_tok` again as kept copies for `go_g` (0) and `go_t` (1): one
-    /// register fanned out to 21–69 loads through the three gates, and its
-    /// loop back through `go` was one placement's worst path.
-    at_cp: Copies<2>,
     /// The phase is `Run`, as a flag set and cleared with it: the receiver's,
     /// the sequencer's and `ahead`'s updates decode no phase.
     in_run: DFF<Bit>,
-    /// `in_run` as kept copies (fan-out 131): 0, 4 and 5 the sequencer's `go`,
-    /// `go_g` and `go_t`, 1 the receiver (`xbuf`, `recv_cnt`, `recv_rows`,
-    /// `ahead`), 2 the writer's pops, 3 `span_go`, `out_done` and `ahead_nz`.
-    run_cp: Copies<6>,
+    /// `in_run` as kept copies (fan-out 131): 0 the receiver (`xbuf`,
+    /// `recv_cnt`, `recv_rows`, `ahead`), 1 the writer's pops, 2 `span_go`,
+    /// `out_done` and `ahead_nz`.
+    run_cp: Copies<3>,
     cc_last: DFF<Bit>,
     cg_last: DFF<Bit>,
     tok_last: Signal<Local, Bit>,
@@ -677,7 +677,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, idle_f, bad_args, bad_t, bad_h, bad_e, bad_k, bad_rel, fm_sh, fm_a, fm_b, bad_form, groups_of, recv_cnt,
             recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, w_cp, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, rx, row_end, row_end_cp, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
-            cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, go_g, go_t, at_tok, at_cp, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, go_g, go_t, go_r, at_tok, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_lastg, s3_tok, post_v,
             s4_valid, s4_vc, s4_fin, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_gt, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, cw_v1, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
@@ -704,7 +704,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         clock!(
             self, vitis.ap_clk, cap_mul, dbase, xbuf, lane_tag, post_tag, r0, xd_z, xd_mask, xd_gt, xd_meta, xd_v, psum, sd,
-            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de, idle_f, run_cp, w_cp, at_cp, s4_vc, s4_fin, row_end_cp
+            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de, idle_f, run_cp, go_r, w_cp, s4_vc, s4_fin, row_end_cp
         );
         for i in 0..self._bias_slots {
             self.bias_hot[i].clock.next = self.vitis.ap_clk.val();
@@ -749,7 +749,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         // issued. In `BiasWait` and `WWait` the span's rows are all issued.
         self.shell.span_go.next = self.in_bias.q.val()
             | self.in_w.q.val()
-            | (self.run_cp.q.val().get_bit(3) & (self.shell.span_row.val() < self.ct2.q.val()));
+            | (self.run_cp.q.val().get_bit(2) & (self.shell.span_row.val() < self.ct2.q.val()));
         self.shell.ar_req.next = false;
         self.shell.ar_req_addr.next = 0.into();
         self.shell.ar_req_len.next = 0.into();
@@ -998,7 +998,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             }
         }
         // The statistics writer's start (see `stats_go`): set once, for a cycle.
-        self.stats_go.d.next = self.run_cp.q.val().get_bit(3)
+        self.stats_go.d.next = self.run_cp.q.val().get_bit(2)
             & self.out_done.q.val()
             & !self.o_occ.any.val()
             & self.w_idle_cp.q.val().get_bit(0)
@@ -1112,7 +1112,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.lanes[j].first.next = self.s1_first.q.val();
             self.lanes[j].last.next = self.s1_last.q.val();
         }
-        self.xbuf.port.we.next = self.rx.val() & self.run_cp.q.val().get_bit(1);
+        self.xbuf.port.we.next = self.rx.val() & self.run_cp.q.val().get_bit(0);
         self.xbuf.port.waddr.next =
             (bit_cast::<16, 1>(self.recv_rows.q.val().get_bit(0).into()) << self.c_logcm.val()) | self.recv_cnt.q.val();
         // Zero X's row padding: W's padding then multiplies zeros.
@@ -1120,7 +1120,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.row_end_cp.q.val().get_bit(0) {
             self.xbuf.port.wdata.next = self.vitis.m_axi_gmem.rdata.val() & self.xmask.q.val();
         }
-        if self.rx.val() & self.run_cp.q.val().get_bit(1) {
+        if self.rx.val() & self.run_cp.q.val().get_bit(0) {
             self.recv_cnt.d.next = self.recv_cnt.q.val() + 1;
             if self.row_end_cp.q.val().get_bit(1) {
                 self.recv_cnt.d.next = 0.into();
@@ -1130,18 +1130,9 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         // ---------------- Gate projection: one beat of every lane per cycle ----------------
         // A token starts only when the output FIFO can take it and every token ahead.
-        self.go.next = self.run_cp.q.val().get_bit(0)
-            & self.more.q.val()
-            & self.ahead_nz.q.val()
-            & (!self.at_tok.q.val() | self.room.q.val());
-        self.go_g.next = self.run_cp.q.val().get_bit(4)
-            & self.more.q.val()
-            & self.ahead_nz.q.val()
-            & (!self.at_cp.q.val().get_bit(0) | self.room.q.val());
-        self.go_t.next = self.run_cp.q.val().get_bit(5)
-            & self.more.q.val()
-            & self.ahead_nz.q.val()
-            & (!self.at_cp.q.val().get_bit(1) | self.room.q.val());
+        self.go.next = self.go_r.q.val().get_bit(0);
+        self.go_g.next = self.go_r.q.val().get_bit(1);
+        self.go_t.next = self.go_r.q.val().get_bit(2);
         self.tok_last.next = self.cc_last.q.val() & self.cg_last.q.val();
         self.groups_m2.d.next = self.groups_m1.q.val() - 1;
         self.one_group.d.next = self.groups_m1.q.val() == 0;
@@ -1453,7 +1444,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.o_valid.q.val() {
             self.tokens_out.d.next = self.tokens_out.q.val() + 1;
         }
-        self.out_done.d.next = (self.tokens_out.q.val() == self.run.t.val()) & self.run_cp.q.val().get_bit(3);
+        self.out_done.d.next = (self.tokens_out.q.val() == self.run.t.val()) & self.run_cp.q.val().get_bit(2);
         self.e_p1.d.next = self.run.e.val() + 1;
         self.e_m1.d.next = self.run.e.val() - 1;
         self.bias_beats.d.next =
@@ -1465,13 +1456,13 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.tok_end.val() & self.ct_last.q.val() {
             self.more.d.next = false;
         }
-        if self.rx.val() & self.run_cp.q.val().get_bit(1) & self.row_end_cp.q.val().get_bit(1) & !self.tok_end.val() {
+        if self.rx.val() & self.run_cp.q.val().get_bit(0) & self.row_end_cp.q.val().get_bit(1) & !self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() + 1;
         }
-        if !(self.rx.val() & self.run_cp.q.val().get_bit(1) & self.row_end_cp.q.val().get_bit(1)) & self.tok_end.val() {
+        if !(self.rx.val() & self.run_cp.q.val().get_bit(0) & self.row_end_cp.q.val().get_bit(1)) & self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() - 1;
         }
-        if self.run_cp.q.val().get_bit(3) {
+        if self.run_cp.q.val().get_bit(2) {
             self.ahead_nz.d.next = (self.rx.val() & self.row_end_cp.q.val().get_bit(1))
                 | (self.ahead.q.val() > 1)
                 | ((self.ahead.q.val() == 1) & !self.tok_end.val());
@@ -1510,10 +1501,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.w_beats_hi.d.next = bit_cast::<RB2, RB>(self.w_bsh.val() >> self.c_rb2.val());
         }
         // The idle pop, its loads split among the copies of `w_idle_cp`.
-        self.pop_lo.next = self.w_idle_cp.q.val().get_bit(1) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(2);
-        self.pop_hi.next = self.w_idle_cp.q.val().get_bit(2) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(2);
-        self.pop_sl.next = self.w_idle_cp.q.val().get_bit(3) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(2);
-        self.pop_id.next = self.w_idle_cp.q.val().get_bit(4) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(2);
+        self.pop_lo.next = self.w_idle_cp.q.val().get_bit(1) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(1);
+        self.pop_hi.next = self.w_idle_cp.q.val().get_bit(2) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(1);
+        self.pop_sl.next = self.w_idle_cp.q.val().get_bit(3) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(1);
+        self.pop_id.next = self.w_idle_cp.q.val().get_bit(4) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(1);
         if self.pop_lo.val() {
             self.w_beats_lo.d.next = self.ofifo.dout.val().get_bits::<RB2>(0);
         }
@@ -1528,7 +1519,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.w_addr.d.next = self.route_ptr.q.val();
             self.route_ptr.d.next = self.route_ptr.q.val() + 64;
         }
-        if self.w_idle_cp.q.val().get_bit(0) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(2) {
+        if self.w_idle_cp.q.val().get_bit(0) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(1) {
             self.ofifo.pop.next = true;
             self.w_left.d.next = bit_cast::<8, 32>(self.run.k.val());
             self.w_none.d.next = false;
@@ -1619,10 +1610,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.o_occ.clear.next = !self.vitis.ap_rst_n.val();
         self.o_occ.push.next = self.ofifo.push.val();
         self.o_occ.pop.next = self.ofifo.pop.val();
-        if self.go_t.val() & self.at_cp.q.val().get_bit(1) & !self.ofifo.pop.val() {
+        if self.go_t.val() & self.at_tok.q.val() & !self.ofifo.pop.val() {
             self.pending.d.next = self.pending.q.val() + 1;
         }
-        if !(self.go_t.val() & self.at_cp.q.val().get_bit(1)) & self.ofifo.pop.val() {
+        if !(self.go_t.val() & self.at_tok.q.val()) & self.ofifo.pop.val() {
             self.pending.d.next = self.pending.q.val() - 1;
         }
 
@@ -1651,8 +1642,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.ws_ws.d.next = self.wstate.d.val() == WriterState::WSend;
         // `in_run`'s and s4's copies, from their next values (after the reset).
         self.run_cp.d.next = self.in_run.d.val();
+        self.go_r.d.next = self.in_run.d.val()
+            & self.more.d.val()
+            & self.ahead_nz.d.val()
+            & (!self.at_tok.d.val() | self.room.d.val());
         self.w_cp.d.next = self.in_w.d.val();
-        self.at_cp.d.next = self.at_tok.d.val();
         self.row_end_cp.d.next = self.row_end.d.val();
         self.s4_vc.d.next = self.s4_valid.d.val();
         self.s4_fin.d.next = self.s4_valid.d.val() & self.s4_lastg.d.val();
