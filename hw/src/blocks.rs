@@ -35,6 +35,10 @@ pub struct SyncRam<const D: usize> {
     pub port: RamPort<D>,
     pub rdata: Signal<Out, Bits<D>>,
     _mem: Vec<Bits<D>>,
+    /// [`SyncRam::read_ahead`]'s copies of the read address (0: none) and
+    /// the address they hold in the model.
+    _copies: usize,
+    _ra: u64,
 }
 
 impl<const D: usize> SyncRam<D> {
@@ -42,8 +46,23 @@ impl<const D: usize> SyncRam<D> {
         assert!((1..=1 << 16).contains(&depth));
         with_defaults!(Self {
             _mem: vec![Bits::default(); depth],
+            _copies: 0,
+            _ra: 0,
             .. clock, port, rdata
         })
+    }
+
+    /// `port.raddr` is the read address a cycle ahead (the next value of the
+    /// parent's address registers): the RAM registers it in `copies` kept
+    /// copies, each reading one slice of the width, so that no net of the
+    /// width's fan-out lies in front of the read (the router's x buffer, a
+    /// 128-bit row select off its token counter, docs/timing.md). `rdata`
+    /// is then `mem[raddr two cycles ago]`, as [`SyncRam::new`]'s would be
+    /// with the address registered outside.
+    pub fn read_ahead(depth: usize, copies: usize) -> Self {
+        assert!(depth.is_power_of_two() && depth <= 1 << 16);
+        assert!(copies >= 1 && D.is_multiple_of(copies), "{copies} slices of {D} bits");
+        Self { _copies: copies, ..Self::new(depth) }
     }
 }
 
@@ -52,7 +71,9 @@ impl<const D: usize> Logic for SyncRam<D> {
         if self.clock.pos_edge() {
             let depth = self._mem.len() as u64;
             let p = &self.port;
-            self.rdata.next = self._mem[(to_u64(p.raddr.val()) % depth) as usize];
+            let ra = if self._copies > 0 { self._ra } else { to_u64(p.raddr.val()) };
+            self.rdata.next = self._mem[(ra % depth) as usize];
+            self._ra = to_u64(p.raddr.val());
             if p.we.val() {
                 self._mem[(to_u64(p.waddr.val()) % depth) as usize] = p.wdata.val();
             }
@@ -62,16 +83,37 @@ impl<const D: usize> Logic for SyncRam<D> {
         self.rdata.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(format!(
-            "\
+        let (msb, last) = (D - 1, self._mem.len() - 1);
+        if self._copies == 0 {
+            return Verilog::Custom(format!(
+                "\
 (* no_rw_check *) reg [{msb}:0] mem[0:{last}];
 always @(posedge clock) begin
    if (port$we) mem[port$waddr] <= port$wdata;
    rdata <= mem[port$raddr];
-end",
-            msb = D - 1,
-            last = self._mem.len() - 1
-        ))
+end"
+            ));
+        }
+        // Slice i: its memory `mem{i}`, bits [w·i, w·i + w), read at `ra{i}`.
+        let (k, w) = (self._copies, D / self._copies);
+        let amsb = (self._mem.len().trailing_zeros() as usize).max(1) - 1;
+        let mut v = String::new();
+        for i in 0..k {
+            let (lo, hi) = (w * i, w * i + w - 1);
+            v += &format!(
+                "\
+(* no_rw_check *) reg [{wm}:0] mem{i}[0:{last}];
+reg [{amsb}:0] ra{i};
+(* keep *) always @(posedge clock) ra{i} <= port$raddr[{amsb}:0];
+always @(posedge clock) begin
+   if (port$we) mem{i}[port$waddr[{amsb}:0]] <= port$wdata[{hi}:{lo}];
+   rdata[{hi}:{lo}] <= mem{i}[ra{i}];
+end
+",
+                wm = w - 1
+            );
+        }
+        Verilog::Custom(v)
     }
 }
 

@@ -20,8 +20,12 @@ use rust_hdl::prelude::*;
 
 /// Stages of the reciprocal: quotient bits 26..0 of `2^40 / L`, `L ≥ 2^14`.
 const DIV_STAGES: usize = 27;
-/// Output FIFO depth: tokens admitted but not yet written; covers the tail's latency.
-const OUT_DEPTH: usize = 64;
+/// Output FIFO depth: tokens admitted but not yet written. The writer takes
+/// at least three cycles a token (a record beat, a dispatch entry's `DPrep`
+/// and `WSend`), so no more than a third of the tail's latency is in flight
+/// when it is the bottleneck (checked in `new`); 32 rather than 64 halves the
+/// read pointers' fan-out into the writer (docs/timing.md).
+const OUT_DEPTH: usize = 32;
 /// Output FIFO word: route record and token index.
 const OB: usize = RB + 32;
 /// Half a route record: the writer's record register is two halves, each
@@ -203,6 +207,16 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     cap_de: Copies<2>,
     c_mlat_m1: Constant<Bits<8>>,
     cap_r2: Signal<Local, Bits<32>>,
+    /// `CapDiv`, as kept copies set on `CapMul`'s exit and cleared on
+    /// `CapDiv`'s (`phase`'s decode enabled the division's 160 bits, fan-out
+    /// 163, docs/timing.md): 0 `cap_num` and `cap_rem`, 1 `cap_q`.
+    cap_dv: Copies<2>,
+    /// The quotient is below T, registered: `cap` takes the raw quotient on
+    /// `CapDiv`'s exit and T in `CapMin` (on `cap_fix`) when the capacity is
+    /// off or the quotient is not below T (a 64-bit compare and select in
+    /// front of `cap` was −1.42 ns, docs/timing.md).
+    cap_lt: DFF<Bit>,
+    cap_fix: DFF<Bit>,
     cap: DFF<Bits<32>>,
     /// DPITCH is below the capacity's 4 bytes a slot, registered from `cap`
     /// in `CapCmp` (a 64-bit compare in front of `CapCheck`'s decisions).
@@ -262,6 +276,10 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     t_m2: DFF<Bits<32>>,
     /// x rows received minus tokens finished: the row of token ct is on chip when not zero.
     ahead: DFF<Bits<16>>,
+    /// A row's last beat came in (in `Run`), registered: `ahead` counts it a
+    /// cycle later (AXI `rvalid`, fan-out 130, into `ahead`'s carry chains was
+    /// −1.62 ns, docs/timing.md); `ahead_nz` adds it in, so `go` is as early.
+    row_in: DFF<Bit>,
     /// ct + 2, for the x rows' read-ahead (row r loads once token r − 2 is issued).
     ct2: DFF<Bits<32>>,
     /// Beats and groups less one, latched at ap_start.
@@ -420,6 +438,7 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// state transitions and the address and word loads read flags, not
     /// decodes of `wstate` (fan-out 108).
     ws_dp: DFF<Bit>,
+    ws_dw: DFF<Bit>,
     ws_sp: DFF<Bit>,
     ws_ws: DFF<Bit>,
     /// The statistics writer may start: the run's tokens are all out, the
@@ -459,6 +478,16 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// 3.6 ns of logic, docs/timing.md).
     d_lo: Signal<Local, Bits<35>>,
     d_hi1: Signal<Local, Bits<30>>,
+    /// `d_lo`, the row's high bits and those plus one, registered every cycle:
+    /// `DPrep` loads `w_addr` from them, so the slot's carry chain ends in a
+    /// register (from `w_slots` through it into `w_addr` was −1.06 ns,
+    /// docs/timing.md). They hold the current choice's sum in `DPrep`, which
+    /// comes a cycle or more after the choice's last move: `WSend` or
+    /// `DWait` lies between two choices, and a record of two or more beats
+    /// (or `DWait`) between the pop and the first.
+    d_sum: DFF<Bits<35>>,
+    d_hi: DFF<Bits<30>>,
+    d_hi_p1: DFF<Bits<30>>,
     w_word: DFF<Bits<32>>,
     w_stats: DFF<Bit>,
     rb: DFF<Bits<8>>,
@@ -533,6 +562,8 @@ enum Phase {
     CapPrep,
     CapMul,
     CapDiv,
+    /// `cap` becomes min(quotient, T) (see `cap_lt`).
+    CapMin,
     /// `cap_bad` is registered from `cap`.
     CapCmp,
     CapCheck,
@@ -551,6 +582,9 @@ enum WriterState {
     Idle,
     Rec,
     DPrep,
+    /// A cycle for the dispatch address's registered sum (`d_sum`) to take a
+    /// new choice: after a dropped choice, and after a one-beat record.
+    DWait,
     SPrep,
     WSend,
 }
@@ -588,11 +622,12 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             + MulRoundSat16Pipe::LATENCY
             + 1;
         assert!(tail_lat + 2 < 256);
+        assert!(tail_lat / 3 + 2 < OUT_DEPTH, "the output FIFO covers the tail");
         Ok(with_defaults!(Self {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
             lanes: (0..l).map(|_| GateLane::new(g * cm)).collect(),
             posts: (0..l).map(PostLane::new).collect(),
-            xbuf: SyncRam::new(2 * cm),
+            xbuf: SyncRam::read_ahead(2 * cm, W / 32),
             r0: TopkRound::new(0, cfg.e_max),
             exps: (0..cfg.e_max).map(ExpUnit::new).collect(),
             rounds: (1..cfg.k_max).map(|r| TopkRound::new(r, cfg.e_max)).collect(),
@@ -677,11 +712,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, idle_f, bad_args, bad_t, bad_h, bad_e, bad_k, bad_rel, fm_sh, fm_a, fm_b, bad_form, groups_of, recv_cnt,
             recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, w_cp, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, rx, row_end, row_end_cp, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
-            cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, go_g, go_t, go_r, at_tok, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
+            cap_dv, cap_lt, cap_fix, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, go_g, go_t, go_r, at_tok, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, row_in, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_lastg, s3_tok, post_v,
             s4_valid, s4_vc, s4_fin, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_gt, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, cw_v1, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
-            o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, ws_dp, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_bcat, w_bsh, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, d_lo, d_hi1, w_word,
+            o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, ws_dp, ws_dw, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_bcat, w_bsh, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, d_lo, d_hi1, d_sum, d_hi, d_hi_p1, w_word,
             w_stats, rb, rb_last, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, lane_off
         }))
     }
@@ -695,16 +730,16 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_t, bad_h, bad_e, bad_k, bad_rel, fm_sh, fm_a, fm_b, bad_form, recv_cnt, row_end, beats_m2, one_beat,
-            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, bias_bus, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, bias_bus, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_lt, cap_fix, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, row_in, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g,
             s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_gt, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
-            wstate, w_send, ws_dp, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, w_word, w_stats, rb, rb_last, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, s_load
+            wstate, w_send, ws_dp, ws_dw, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_ids, w_slots, w_left, w_none, route_ptr, w_tok, w_addr, d_sum, d_hi, d_hi_p1, w_word, w_stats, rb, rb_last, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, s_load
         );
         #[rustfmt::skip]
         clock!(
             self, vitis.ap_clk, cap_mul, dbase, xbuf, lane_tag, post_tag, r0, xd_z, xd_mask, xd_gt, xd_meta, xd_v, psum, sd,
-            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de, idle_f, run_cp, go_r, w_cp, s4_vc, s4_fin, row_end_cp
+            qd_meta, qd_v, cd_meta, cd_v, ofifo, o_occ, w_idle_cp, w_rec_cp, d_shift, cap_me, cap_de, idle_f, run_cp, go_r, w_cp, s4_vc, s4_fin, row_end_cp, cap_dv
         );
         for i in 0..self._bias_slots {
             self.bias_hot[i].clock.next = self.vitis.ap_clk.val();
@@ -882,21 +917,13 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             Phase::CapDiv => {
-                self.cap_num.d.next = self.cap_num.q.val() << 1;
-                self.cap_rem.d.next = self.cap_r2.val();
-                self.cap_q.d.next = self.cap_q.q.val() << 1;
-                if self.cap_r2.val() >= self.cap_den.q.val() {
-                    self.cap_rem.d.next = self.cap_r2.val() - self.cap_den.q.val();
-                    self.cap_q.d.next = (self.cap_q.q.val() << 1) | 1;
-                }
+                // The division's shifts are below, on `cap_dv`.
                 if self.cap_de.q.val().get_bit(0) {
-                    // Bounded by T (an expert takes a token at most once), T when unlimited.
-                    self.cap.d.next = self.run.t.val();
-                    if self.run.capacity.val() & (self.cap_q.q.val() < bit_cast::<64, 32>(self.run.t.val())) {
-                        self.cap.d.next = self.cap_q.q.val().get_bits::<32>(0);
-                    }
-                    self.phase.d.next = Phase::CapCmp;
+                    self.phase.d.next = Phase::CapMin;
                 }
+            }
+            Phase::CapMin => {
+                self.phase.d.next = Phase::CapCmp;
             }
             Phase::CapCmp => {
                 self.phase.d.next = Phase::CapCheck;
@@ -972,6 +999,26 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 self.phase.d.next = Phase::Idle;
             }
         }
+        if self.cap_dv.q.val().get_bit(0) {
+            self.cap_num.d.next = self.cap_num.q.val() << 1;
+            self.cap_rem.d.next = self.cap_r2.val();
+            if self.cap_r2.val() >= self.cap_den.q.val() {
+                self.cap_rem.d.next = self.cap_r2.val() - self.cap_den.q.val();
+            }
+        }
+        if self.cap_dv.q.val().get_bit(1) {
+            self.cap_q.d.next =
+                (self.cap_q.q.val() << 1) | bit_cast::<64, 1>((self.cap_r2.val() >= self.cap_den.q.val()).into());
+        }
+        // Bounded by T (an expert takes a token at most once), T when unlimited.
+        self.cap_lt.d.next = self.cap_q.q.val() < bit_cast::<64, 32>(self.run.t.val());
+        self.cap_fix.d.next = self.cap_de.q.val().get_bit(0);
+        if self.cap_de.q.val().get_bit(0) {
+            self.cap.d.next = self.cap_q.q.val().get_bits::<32>(0);
+        }
+        if self.cap_fix.q.val() & !(self.run.capacity.val() & self.cap_lt.q.val()) {
+            self.cap.d.next = self.run.t.val();
+        }
         // `CapMul`'s last cycle, on copy 1: the division's remainder and quotient.
         if self.cap_me.q.val().get_bit(1) {
             self.cap_rem.d.next = 0.into();
@@ -988,6 +1035,9 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             & self.vitis.ap_rst_n.val();
         self.cap_de.d.next =
             (self.phase.q.val() == Phase::CapDiv) & (self.cap_i.q.val() == 63) & self.vitis.ap_rst_n.val();
+        self.cap_dv.d.next = (self.cap_dv.q.val().get_bit(0) | self.cap_me.q.val().get_bit(0))
+            & !self.cap_de.q.val().get_bit(0)
+            & self.vitis.ap_rst_n.val();
         self.cap_bad.d.next = bit_cast::<64, 32>(self.run.dpitch.val()) < (bit_cast::<64, 32>(self.cap.q.val()) << 2);
         // The next span's: after the bias's, the gate weights'; after theirs, the tokens'.
         if self.shell.span_load.val() {
@@ -1136,8 +1186,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.tok_last.next = self.cc_last.q.val() & self.cg_last.q.val();
         self.groups_m2.d.next = self.groups_m1.q.val() - 1;
         self.one_group.d.next = self.groups_m1.q.val() == 0;
-        self.xbuf.port.raddr.next =
-            (bit_cast::<16, 1>(self.ct.q.val().get_bit(0).into()) << self.c_logcm.val()) | self.cc.q.val();
         self.s1_valid.d.next = self.go.val();
         self.s1_first.d.next = self.cc.q.val() == 0;
         self.s1_last.d.next = self.cc_last.q.val();
@@ -1456,16 +1504,20 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.tok_end.val() & self.ct_last.q.val() {
             self.more.d.next = false;
         }
-        if self.rx.val() & self.run_cp.q.val().get_bit(0) & self.row_end_cp.q.val().get_bit(1) & !self.tok_end.val() {
+        self.row_in.d.next = self.rx.val() & self.run_cp.q.val().get_bit(0) & self.row_end_cp.q.val().get_bit(1);
+        if self.row_in.q.val() & !self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() + 1;
         }
-        if !(self.rx.val() & self.run_cp.q.val().get_bit(0) & self.row_end_cp.q.val().get_bit(1)) & self.tok_end.val() {
+        if !self.row_in.q.val() & self.tok_end.val() {
             self.ahead.d.next = self.ahead.q.val() - 1;
         }
+        // `ahead_nz` is next cycle's count ≠ 0, that count being
+        // `ahead + row_in − tok_end` plus a row ending now.
         if self.run_cp.q.val().get_bit(2) {
             self.ahead_nz.d.next = (self.rx.val() & self.row_end_cp.q.val().get_bit(1))
+                | (self.row_in.q.val() & !self.tok_end.val())
                 | (self.ahead.q.val() > 1)
-                | ((self.ahead.q.val() == 1) & !self.tok_end.val());
+                | ((self.ahead.q.val() == 1) & (self.row_in.q.val() | !self.tok_end.val()));
         }
         self.flushed.d.next = self.flush.q.val() == 0;
         if self.flush.q.val() != 0 {
@@ -1531,6 +1583,9 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.d_lo.next = bit_cast::<35, 34>(self.dbase.rdata.val().get_bits::<34>(0))
             + (bit_cast::<35, 32>(self.w_slots.q.val().get_bits::<32>(0)) << 2);
         self.d_hi1.next = self.dbase.rdata.val().get_bits::<30>(34) + 1;
+        self.d_sum.d.next = self.d_lo.val();
+        self.d_hi.d.next = self.dbase.rdata.val().get_bits::<30>(34);
+        self.d_hi_p1.d.next = self.d_hi1.val();
         self.lane_off.next = self.w_addr.q.val() & self.c_pmask.val();
         self.s_load.d.next = 0.into();
         for e in 0..self._emax {
@@ -1557,23 +1612,33 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.w_rec_cp.q.val().get_bit(3) & self.shell.wr_fire.val() {
             // The burst above, on `w_rec_cp`.
             self.wstate.d.next = WriterState::DPrep;
+            if self.c_nb.val() == 1 {
+                self.wstate.d.next = WriterState::DWait;
+            }
         }
         if self.ws_dp.q.val() {
             // Dispatch entry of the current choice: DISPATCH[expert][slot] = token;
-            // its row address was read from `dbase` last cycle (d_shift moves on).
+            // its row address was read from `dbase` and summed (`d_sum`) since
+            // (d_shift moves on).
             if self.w_none.q.val() {
                 self.wstate.d.next = WriterState::Idle;
             } else if !self.w_slots.q.val().get_bit(31) {
-                self.w_addr.d.next = (bit_cast::<64, 30>(self.dbase.rdata.val().get_bits::<30>(34)) << 34)
-                    | bit_cast::<64, 34>(self.d_lo.val().get_bits::<34>(0));
-                if self.d_lo.val().get_bit(34) {
-                    self.w_addr.d.next = (bit_cast::<64, 30>(self.d_hi1.val()) << 34)
-                        | bit_cast::<64, 34>(self.d_lo.val().get_bits::<34>(0));
+                self.w_addr.d.next = (bit_cast::<64, 30>(self.d_hi.q.val()) << 34)
+                    | bit_cast::<64, 34>(self.d_sum.q.val().get_bits::<34>(0));
+                if self.d_sum.q.val().get_bit(34) {
+                    self.w_addr.d.next = (bit_cast::<64, 30>(self.d_hi_p1.q.val()) << 34)
+                        | bit_cast::<64, 34>(self.d_sum.q.val().get_bits::<34>(0));
                 }
                 self.w_word.d.next = self.w_tok.q.val();
                 self.w_stats.d.next = false;
                 self.wstate.d.next = WriterState::WSend;
+            } else {
+                // A dropped choice (no slot): the next one's sum takes a cycle.
+                self.wstate.d.next = WriterState::DWait;
             }
+        }
+        if self.ws_dw.q.val() {
+            self.wstate.d.next = WriterState::DPrep;
         }
         if self.ws_sp.q.val() {
             // Statistics: dropped, capacity, load[0..E).
@@ -1632,12 +1697,14 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.flushed.d.next = false;
             self.at_tok.d.next = true;
             self.ahead_nz.d.next = false;
+            self.row_in.d.next = false;
             self.in_run.d.next = false;
         }
         // The writer's kept decodes, from `wstate`'s next value (after the reset).
         self.w_idle_cp.d.next = self.wstate.d.val() == WriterState::Idle;
         self.w_rec_cp.d.next = self.wstate.d.val() == WriterState::Rec;
         self.ws_dp.d.next = self.wstate.d.val() == WriterState::DPrep;
+        self.ws_dw.d.next = self.wstate.d.val() == WriterState::DWait;
         self.ws_sp.d.next = self.wstate.d.val() == WriterState::SPrep;
         self.ws_ws.d.next = self.wstate.d.val() == WriterState::WSend;
         // `in_run`'s and s4's copies, from their next values (after the reset).
@@ -1652,6 +1719,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.s4_fin.d.next = self.s4_valid.d.val() & self.s4_lastg.d.val();
         self.w_send.d.next = (self.wstate.d.val() == WriterState::Rec) | (self.wstate.d.val() == WriterState::WSend);
         self.d_shift.d.next = (self.wstate.d.val() == WriterState::DPrep) & !self.w_none.d.val();
+        // The x buffer's read address `ct[0] · 2^logcm + cc`, a cycle ahead
+        // (it keeps copies of it, one per 32 bits of the row).
+        self.xbuf.port.raddr.next =
+            (bit_cast::<16, 1>(self.ct.d.val().get_bit(0).into()) << self.c_logcm.val()) | self.cc.d.val();
     }
 }
 
