@@ -1448,8 +1448,12 @@ fn dot_i8_verilator(n: usize, reg: impl Fn(usize) -> bool) -> String {
 
 /// `min(round(p · r / 2^24), 65535)` for unsigned `p` (16 bits) and `r` (32
 /// bits), an MoE gate weight `p / L` in Q0.16 once `r = floor(2^40 / L)`, as
-/// a free-running pipeline of [`MulRoundSat16Pipe::LATENCY`] registered stages: the two 16×16 partial products `p · r[15:0]` and
-/// `p · r[31:16]` (one MULT18X18D each, registered on both sides), their sum
+/// a free-running pipeline of [`MulRoundSat16Pipe::LATENCY`] registered stages: `p` and `r` (the
+/// flow folds these into the multipliers' input registers, so what feeds them
+/// ends in fabric flip-flops: the MoE reciprocal's last compare into a
+/// MULT18X18D's input register was −1.14 ns, docs/timing.md), the two 16×16
+/// partial products `p · r[15:0]` and `p · r[31:16]` (one MULT18X18D each,
+/// registered on both sides), their sum
 /// `s = p · r` (48 bits; its low 16 bits are the low product's), then the
 /// rounding and saturation from `s`'s bits: `w = s[39:24] + s[23]`, or 65535
 /// when `s[47:40]` is not zero or the increment would carry out. `w` is
@@ -1462,24 +1466,24 @@ pub struct MulRoundSat16Pipe {
     pub p: Signal<In, Bits<16>>,
     pub r: Signal<In, Bits<32>>,
     pub w: Signal<Out, Bits<16>>,
-    /// The model's registers: low product, high product, sum.
-    _s: [u64; 3],
+    /// The model's registers: p, r, low product, high product, sum.
+    _s: [u64; 5],
 }
 
 impl MulRoundSat16Pipe {
-    pub const LATENCY: usize = 3;
+    pub const LATENCY: usize = 4;
 }
 
 impl Logic for MulRoundSat16Pipe {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            let [pl, ph, s] = self._s;
+            let [pi, ri, pl, ph, s] = self._s;
             let sat = (s >> 40) != 0 || ((s >> 24) & 0xFFFF == 0xFFFF && (s >> 23) & 1 == 1);
             let w = if sat { 0xFFFF } else { ((s >> 24) & 0xFFFF) + ((s >> 23) & 1) };
             self.w.next = w.to_bits();
             let s = ((ph + (pl >> 16)) << 16 | (pl & 0xFFFF)) & ((1 << 48) - 1);
             let (p, r) = (to_u64(self.p.val()), to_u64(self.r.val()));
-            self._s = [p * (r & 0xFFFF), p * (r >> 16 & 0xFFFF), s];
+            self._s = [p, r, pi * (ri & 0xFFFF), pi * (ri >> 16 & 0xFFFF), s];
         }
     }
     fn connect(&mut self) {
@@ -1488,12 +1492,16 @@ impl Logic for MulRoundSat16Pipe {
     fn hdl(&self) -> Verilog {
         Verilog::Custom(
             "\
+reg [15:0] pi = 0;
+reg [31:0] ri = 0;
 reg [31:0] pl = 0;
 reg [31:0] ph = 0;
 reg [47:0] s = 0;
 always @(posedge clock) begin
-   pl <= p * r[15:0];
-   ph <= p * r[31:16];
+   pi <= p;
+   ri <= r;
+   pl <= pi * ri[15:0];
+   ph <= pi * ri[31:16];
    s <= {ph + {16'd0, pl[31:16]}, pl[15:0]};
    w <= ((|s[47:40]) || ((&s[39:24]) && s[23])) ? 16'hffff : s[39:24] + {15'd0, s[23]};
 end"

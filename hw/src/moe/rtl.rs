@@ -12,7 +12,9 @@
 use super::config::{MoeConfig, EXPERT_SLOTS, E_LIMIT, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
 use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_TOK, POST_LATENCY, RB};
-use crate::blocks::{AddTree16Pipe, Copies, Fifo, MulRoundSat16Pipe, MulU32Pipe, Occupancy, Pack, SkewLine, SyncRam};
+use crate::blocks::{
+    AddTree16Pipe, Copies, Fifo, Kept, MulRoundSat16Pipe, MulU32Pipe, Occupancy, Pack, SkewLine, SyncRam,
+};
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
 use crate::{clock, dff_setup};
@@ -430,8 +432,8 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// `o_occ`, the state, `w_left`, `w_tok`, `rb`), 1 and 2 the record's
     /// halves, 3 `w_slots`, 4 `w_ids`, `w_addr` and `route_ptr`.
     w_idle_cp: Copies<5>,
-    /// In `Rec`: 0 the write port's selects, 1 and 2 the record's halves' shift, 3 the state's exit.
-    w_rec_cp: Copies<4>,
+    /// In `Rec`: 0 the write port's selects, 1 the beat counters, 2 the state's exit.
+    w_rec_cp: Copies<3>,
     /// In `Rec` or `WSend`: the shell's `wr_send`, a flip-flop.
     w_send: DFF<Bit>,
     /// The writer's other states, as flags from `wstate`'s next value: the
@@ -446,12 +448,28 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// `Run`), registered: `Run`'s hand-over to it decodes no `phase` into
     /// `wstate`'s next value, which the writer's copies load from.
     stats_go: DFF<Bit>,
-    /// The route record, low and high half: the burst shifts it down a beat
-    /// at a time (`w_bcat` the two together).
+    /// The route record, low and high half (`w_bcat` the two together),
+    /// loaded by the pop and held through the burst.
     w_beats_lo: DFF<Bits<RB2>>,
     w_beats_hi: DFF<Bits<RB2>>,
     w_bcat: Signal<Local, Bits<RB>>,
-    w_bsh: Signal<Local, Bits<RB>>,
+    /// The burst's beat (`rb`'s low bits, a record being at most 4 beats),
+    /// as kept copies, one per 32 bits of the port: the write data is the
+    /// beat's share of the record by a select (`w_dsel`), so a beat taken
+    /// loads 2 flip-flops a copy, not the record's 512 bits that a shift
+    /// enabled off `wready` (fan-out 256, −0.66 ns, docs/timing.md).
+    /// `c_sl[i]` is copy i's bits.
+    rb_at: Vec<Kept<2>>,
+    w_dsel: Signal<Local, Bits<W>>,
+    w_beat0: Signal<Local, Bits<W>>,
+    w_beat1: Signal<Local, Bits<W>>,
+    w_beat2: Signal<Local, Bits<W>>,
+    w_beat3: Signal<Local, Bits<W>>,
+    c_wb1: Constant<Bits<16>>,
+    c_wb2: Constant<Bits<16>>,
+    c_wb3: Constant<Bits<16>>,
+    c_sl: Vec<Constant<Bits<W>>>,
+    _wsl: usize,
     pop_lo: Signal<Local, Bit>,
     pop_hi: Signal<Local, Bit>,
     pop_sl: Signal<Local, Bit>,
@@ -518,7 +536,6 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     c_pmask: Constant<Bits<64>>,
     c_pmask32: Constant<Bits<32>>,
     c_logcm: Constant<Bits<16>>,
-    c_wbits: Constant<Bits<16>>,
     c_rb2: Constant<Bits<16>>,
     c_hmax: Constant<Bits<32>>,
     c_emax: Constant<Bits<32>>,
@@ -623,6 +640,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             + 1;
         assert!(tail_lat + 2 < 256);
         assert!(tail_lat / 3 + 2 < OUT_DEPTH, "the output FIFO covers the tail");
+        assert!(RECORD_BYTES / p <= 4, "a record's beat is rb's two low bits");
         Ok(with_defaults!(Self {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
             lanes: (0..l).map(|_| GateLane::new(g * cm)).collect(),
@@ -676,7 +694,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             recv_hot: (0..l).map(|_| DFF::default()).collect(),
             rw_we: (0..l).map(|_| DFF::default()).collect(),
             _bias_slots: ZB.div_ceil(W),
-            c_wbits: k(W as u64),
             c_rb2: k(RB2 as u64),
             c_hmax: k(cfg.h_max as u64),
             c_emax: k(cfg.e_max as u64),
@@ -690,6 +707,12 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_depth_m1: k(OUT_DEPTH as u64 - 1),
             c_flush: k(tail_lat as u64 + 2),
             c_nb: k((RECORD_BYTES / p) as u64),
+            rb_at: (0..W / 32).map(|_| Kept::default()).collect(),
+            c_wb1: k(W as u64),
+            c_wb2: k(2 * W as u64),
+            c_wb3: k(3 * W as u64),
+            c_sl: (0..W / 32).map(|i| Constant::new(Bits::<W>::from(0xFFFF_FFFFu64) << (32 * i) as u64)).collect(),
+            _wsl: W / 32,
             c_rem0: k(1 << 13),
             c_strb: k(0xF),
             c_ones: Constant::new(Bits::<S>::mask()),
@@ -716,7 +739,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_lastg, s3_tok, post_v,
             s4_valid, s4_vc, s4_fin, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
             x1_t, x1_mask, x1_gt, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, cw_v1, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
-            o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, ws_dp, ws_dw, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_bcat, w_bsh, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, d_lo, d_hi1, d_sum, d_hi, d_hi_p1, w_word,
+            o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, ws_dp, ws_dw, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_bcat, w_dsel, w_beat0, w_beat1, w_beat2, w_beat3, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, d_lo, d_hi1, d_sum, d_hi, d_hi_p1, w_word,
             w_stats, rb, rb_last, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, lane_off
         }))
     }
@@ -1539,18 +1562,32 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         if self.d_shift.q.val().get_bit(1) {
             self.w_slots.d.next = self.w_slots.q.val() >> 32;
         }
-        // The record burst: a beat taken shifts the record down (`Rec`, on
-        // copies 1 and 2 of `w_rec_cp`).
+        // The record burst: a beat taken moves the one-hot beat on (`Rec`, on
+        // copy 1 of `w_rec_cp`); the pop below starts it at beat 0.
         self.w_bcat.next = (bit_cast::<RB, RB2>(self.w_beats_hi.q.val()) << self.c_rb2.val())
             | bit_cast::<RB, RB2>(self.w_beats_lo.q.val());
-        self.w_bsh.next = self.w_bcat.val() >> self.c_wbits.val();
         if self.w_rec_cp.q.val().get_bit(1) & self.shell.wr_beat.val() {
             self.rb.d.next = self.rb.q.val() + 1;
             self.rb_last.d.next = self.rb.q.val() == self.c_nb.val() - 2;
-            self.w_beats_lo.d.next = bit_cast::<RB2, RB>(self.w_bsh.val());
         }
-        if self.w_rec_cp.q.val().get_bit(2) & self.shell.wr_beat.val() {
-            self.w_beats_hi.d.next = bit_cast::<RB2, RB>(self.w_bsh.val() >> self.c_rb2.val());
+        self.w_beat0.next = self.w_bcat.val().get_bits::<W>(0);
+        self.w_beat1.next = bit_cast::<W, RB>(self.w_bcat.val() >> self.c_wb1.val());
+        self.w_beat2.next = bit_cast::<W, RB>(self.w_bcat.val() >> self.c_wb2.val());
+        self.w_beat3.next = bit_cast::<W, RB>(self.w_bcat.val() >> self.c_wb3.val());
+        self.w_dsel.next = 0.into();
+        for i in 0..self._wsl {
+            if !self.rb_at[i].q.val().get_bit(1) & !self.rb_at[i].q.val().get_bit(0) {
+                self.w_dsel.next = self.w_dsel.val() | (self.w_beat0.val() & self.c_sl[i].val());
+            }
+            if !self.rb_at[i].q.val().get_bit(1) & self.rb_at[i].q.val().get_bit(0) {
+                self.w_dsel.next = self.w_dsel.val() | (self.w_beat1.val() & self.c_sl[i].val());
+            }
+            if self.rb_at[i].q.val().get_bit(1) & !self.rb_at[i].q.val().get_bit(0) {
+                self.w_dsel.next = self.w_dsel.val() | (self.w_beat2.val() & self.c_sl[i].val());
+            }
+            if self.rb_at[i].q.val().get_bit(1) & self.rb_at[i].q.val().get_bit(0) {
+                self.w_dsel.next = self.w_dsel.val() | (self.w_beat3.val() & self.c_sl[i].val());
+            }
         }
         // The idle pop, its loads split among the copies of `w_idle_cp`.
         self.pop_lo.next = self.w_idle_cp.q.val().get_bit(1) & self.o_occ.any.val() & self.run_cp.q.val().get_bit(1);
@@ -1580,6 +1617,10 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.rb_last.d.next = self.c_nb.val() == 1;
             self.wstate.d.next = WriterState::Rec;
         }
+        for i in 0..self._wsl {
+            self.rb_at[i].clock.next = self.vitis.ap_clk.val();
+            self.rb_at[i].d.next = self.rb.d.val().get_bits::<2>(0);
+        }
         self.d_lo.next = bit_cast::<35, 34>(self.dbase.rdata.val().get_bits::<34>(0))
             + (bit_cast::<35, 32>(self.w_slots.q.val().get_bits::<32>(0)) << 2);
         self.d_hi1.next = self.dbase.rdata.val().get_bits::<30>(34) + 1;
@@ -1604,12 +1645,12 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             // The 64-byte record as one burst of full beats.
             self.shell.wr_addr.next = self.w_addr.q.val();
             self.shell.wr_len.next = self.c_nb.val() - 1;
-            self.shell.wr_data.next = self.w_bcat.val().get_bits::<W>(0);
+            self.shell.wr_data.next = self.w_dsel.val();
             self.shell.wr_strb.next = self.c_ones.val();
             self.shell.wr_last.next = self.rb_last.q.val();
         }
         // The states, on their flags (`Idle`: the pop above, on `w_idle_cp`).
-        if self.w_rec_cp.q.val().get_bit(3) & self.shell.wr_fire.val() {
+        if self.w_rec_cp.q.val().get_bit(2) & self.shell.wr_fire.val() {
             // The burst above, on `w_rec_cp`.
             self.wstate.d.next = WriterState::DPrep;
             if self.c_nb.val() == 1 {
@@ -1709,7 +1750,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.ws_ws.d.next = self.wstate.d.val() == WriterState::WSend;
         // `in_run`'s and s4's copies, from their next values (after the reset).
         self.run_cp.d.next = self.in_run.d.val();
-        self.go_r.d.next = self.in_run.d.val()
+        // `in_run`'s register, not its next value: it rises a cycle before a
+        // row can make `ahead_nz` (whose next value holds outside `Run`), and
+        // falls on `stats_go`, once `more` is clear, so `go` is the same, and
+        // `stats_go` (fan-out 49) is off `go_r`'s input (−1.3 ns, docs/timing.md).
+        self.go_r.d.next = self.in_run.q.val()
             & self.more.d.val()
             & self.ahead_nz.d.val()
             & (!self.at_tok.d.val() | self.room.d.val());
