@@ -73,12 +73,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// word of the beat and pick the entry's by `kv_oh` (one-hot, registered
     /// from `b` as `kv_sel` is), so no select stands before the compares.
     kv_bad: DFF<Bit>,
-    /// SEQ_KV as latched, a cycle later (the KVLEN checks come many cycles
-    /// after the start): the checks' own copy, placed by the read data.
-    skv: DFF<Bits<32>>,
-    /// INT8 as written, a cycle later (`Check` sees the start cycle's): the
-    /// launch check's own copy of a run register with 449 loads.
-    o8c: DFF<Bit>,
     kv_oh: DFF<Bits<32>>,
     kv_gt: Signal<Local, Bit>,
     kv_z: Signal<Local, Bit>,
@@ -155,12 +149,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// `QReq` ends on a register, not on the shell's AND of its state, a
     /// cycle later (the Q beats come later still).
     sd_r: DFF<Bit>,
-    /// The finalizer is idle, no step is in flight and every write is
-    /// answered, registered: `Finish` ends on it a cycle later (+1 cycle a
-    /// launch) rather than on the finalizer's state decode and the shell's
-    /// write count. It is low on `Finish`'s first cycle: the last step went
-    /// two cycles before, so `last_pipe` was not empty a cycle before.
-    all_done: DFF<Bit>,
     q_rx: Signal<Local, Bit>,
     /// The phase is `QReq` or `QWait` (set in `BlockInit`, cleared when the
     /// stream starts), so that the Q beats' enables decode no phase.
@@ -338,10 +326,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     w_shift: DFF<Bit>,
     wb_last: DFF<Bit>,
     wi_last: DFF<Bit>,
-    /// `wi + 1 ≥ f_lv`, registered every cycle: `wi` holds from `WRow` to
-    /// `WPrep` (it moves in `WSend`), so `WPrep` takes `wi_last` from it
-    /// rather than from a 32-bit add and compare of its own.
-    wi_ge: DFF<Bit>,
     /// `wb` + 1 and `wi` + 1 (registered in `WPrep`), and two copies of "in
     /// `WSend`" (registered from the state and the write handshake): there
     /// `wb` and `wi` take the next beat's values every cycle, the same until
@@ -483,13 +467,13 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             _lanes: l,
             _words: W / 32,
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over,
-            kv_bad, skv, o8c, kv_oh, kv_gt, kv_z, bh_nx, bh_end, kv_chk, qleft, lv_r, in_hi, in_kt, q_nl, sd_r, all_done, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
+            kv_bad, kv_oh, kv_gt, kv_z, bh_nx, bh_end, kv_chk, qleft, lv_r, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
             kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, qr, q_in, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
             in_st, in_nx, in_ck, in_kct, sst, fin_idle_nx, fin_free, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
-            go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, wi_ge, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
+            go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
             row_byte, beats_per_row, wb_p1, wi_p1, ws
         }))
@@ -502,7 +486,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, sm_r, th_r, bad_r, kv_word_r, kv_sel,
-            kv_zero, kv_over, kv_bad, skv, o8c, kv_oh, bh_nx, bh_end, kv_chk, in_hi, in_kt, q_nl, sd_r, all_done, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
+            kv_zero, kv_over, kv_bad, kv_oh, bh_nx, bh_end, kv_chk, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
             phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qr, q_in, k_addr, v_addr, k_up, v_up, in_qw, kv_rem0, kv_rem,
@@ -510,7 +494,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
-            wi_last, wi_ge, wb_p1, wi_p1,
+            wi_last, wb_p1, wi_p1,
             w_rb, w_bpr, w_rowaddr, w_off, w_strb_r,
             in_q, in_st, in_nx, in_ck, in_kct, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
         );
@@ -548,7 +532,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.kv_z.next = false;
         for i in 0..self._words {
             if self.kv_oh.q.val().get_bit(i)
-                & (self.vitis.m_axi_gmem.rdata.val().get_bits::<32>(i * 32) > self.skv.q.val())
+                & (self.vitis.m_axi_gmem.rdata.val().get_bits::<32>(i * 32) > self.run.seq_kv.val())
             {
                 self.kv_gt.next = true;
             }
@@ -659,10 +643,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // docs/attention.md. Multipliers are positive int32; |t| < 2^38 is
         // d·SMULT < 2^(24+SSHIFT); head strides are beat multiples that hold a head.
         // Checked on the latched arguments in `Check` and `Check2`, registered in parts.
-        self.skv.d.next = self.run.seq_kv.val();
-        self.o8c.d.next = self.now.out8.val();
         self.o_row_log.next = self.c_logd.val() + 2;
-        if self.o8c.q.val() {
+        if self.run.out8.val() {
             self.o_row_log.next = self.c_logd.val();
         }
         self.bz_hd.d.next = (self.now.heads.val() == 0) | (self.now.hpb.val() == 0);
@@ -691,10 +673,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.in_kt.d.next = false;
         self.hwait.d.next = self.c_mul_wait.val();
         self.sd_r.d.next = self.shell.span_done.val() & self.in_q.q.val() & !self.in_qw.q.val();
-        self.all_done.d.next = (self.fin.q.val() == Fin::Idle)
-            & (self.last_pipe.q.val() == 0)
-            & !self.drain.q.val()
-            & self.shell.writes_done.val();
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
@@ -856,7 +834,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 }
             }
             Phase::Finish => {
-                if self.all_done.q.val() {
+                if (self.fin.q.val() == Fin::Idle)
+                    & (self.last_pipe.q.val() == 0)
+                    & !self.drain.q.val()
+                    & self.shell.writes_done.val()
+                {
                     self.phase.d.next = Phase::Done;
                 }
             }
@@ -1047,7 +1029,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.w_beat.d.next = bit_cast::<W, ROW32_BITS>(self.wrow.q.val()) << (self.w_off.q.val() << 3);
                 self.w_strb.d.next = self.w_strb_r.q.val();
                 self.wb_last.d.next = self.wb.q.val() + 1 >= self.w_bpr.q.val();
-                self.wi_last.d.next = self.wi_ge.q.val();
+                self.wi_last.d.next = self.wi.q.val() + 1 >= self.f_lv.q.val();
                 self.wb_p1.d.next = self.wb.q.val() + 1;
                 self.wi_p1.d.next = self.wi.q.val() + 1;
                 self.fin.d.next = Fin::WSend;
@@ -1070,7 +1052,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
         }
 
-        self.wi_ge.d.next = self.wi.q.val() + 1 >= self.f_lv.q.val();
         // The next beat's `wb`, `wi`, taken in every `WSend` cycle (see `ws`).
         self.ws.d.next = self.vitis.ap_rst_n.val()
             & ((self.fin.q.val() == Fin::WPrep) | ((self.fin.q.val() == Fin::WSend) & !self.shell.wr_fire.val()));
