@@ -144,6 +144,10 @@ pub struct Lane<const W: usize> {
     /// S3b's `u` enters here; its first stage is S3b's register, `p` (= p3) S3c's.
     exp2: Exp2Pipe,
     d3c: DFF<Bits<6>>,
+    /// `d3c ≠ 0`, registered beside it from `d3` (the flow merges both into
+    /// the backlog's write port, where the OR after the clamp was a LUT
+    /// level more in front of the LUT RAM).
+    rise3c: DFF<Bit>,
     upd3c: DFF<Bit>,
     first3c: DFF<Bit>,
     /// The backlog: each unmasked step's V row (8·d bits; on `adv` its head
@@ -202,6 +206,11 @@ pub struct Lane<const W: usize> {
     dl: DFF<Bits<40>>,
     rem: DFF<Bits<40>>,
     quo: DFF<Bits<40>>,
+    /// `quo`'s low 32 bits a cycle late, loaded every cycle: the
+    /// serializer's multipliers' `r`. The flow folds it into their input
+    /// registers, which `quo` itself (cleared on `div_start`, enabled while
+    /// dividing) could not be; `quo` is final a cycle before `ser_v`.
+    quo_m: DFF<Bits<32>>,
     rem_sh: Signal<Local, Bits<40>>,
     rem_sub: Signal<Local, Bits<41>>,
     mulr: MulRound16Pipe,
@@ -252,9 +261,9 @@ impl<const W: usize> Lane<W> {
             c_meta_rise: Constant::new((META_RISE as u64).to_bits()),
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
             idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, kb, flags0, scale, mask0, e, m, t3,
-            gt3, mo3, f3, gt, m_new, diff, diff_bits, u_bits, delta_bits, d3, upd3, first3, exp2, d3c, upd3c, first3c, meta_in,
+            gt3, mo3, f3, gt, m_new, diff, diff_bits, u_bits, delta_bits, d3, upd3, first3, exp2, d3c, rise3c, upd3c, first3c, meta_in,
             room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, adv_d, xd1, xd2, hot_nx2, lo_nx2, hold, hold2, l_acc, div_cnt, div_nz, div_first, dl, rem,
-            quo, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
+            quo, quo_m, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
     }
 }
@@ -263,8 +272,9 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, kb, m, t3, gt3, mo3, f3, d3, upd3, first3, d3c, upd3c, first3c, room_r, xval, xp, xd, xfirst,
-            xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt, div_nz, div_first, dl, rem, quo
+            self, clock, kb, m, t3, gt3, mo3, f3, d3, upd3, first3, d3c, rise3c, upd3c, first3c, room_r, xval, xp, xd,
+            xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt, div_nz, div_first, dl, rem, quo,
+            quo_m
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
@@ -341,6 +351,10 @@ impl<const W: usize> Logic for Lane<W> {
         {
             self.d3c.d.next = 62.into();
         }
+        // The clamp is 62 or δ's low bits, non-zero iff those are or δ ≥ 64.
+        self.rise3c.d.next = !self.first3.q.val()
+            & (self.d3.q.val().get_bits::<6>(0).any()
+                | (!self.d3.q.val().get_bit(31) & self.d3.q.val().get_bits::<25>(6).any()));
         if self.first3.q.val() {
             self.d3c.d.next = 0.into();
         }
@@ -358,7 +372,7 @@ impl<const W: usize> Logic for Lane<W> {
         self.meta_in.next = bit_cast::<32, 16>(self.exp2.p.val())
             | (bit_cast::<32, 6>(self.d3c.q.val()) << self.c_meta_d.val())
             | (bit_cast::<32, 1>(self.first3c.q.val().into()) << self.c_meta_first.val())
-            | (bit_cast::<32, 1>(self.d3c.q.val().any().into()) << self.c_meta_rise.val());
+            | (bit_cast::<32, 1>(self.rise3c.q.val().into()) << self.c_meta_rise.val());
         self.meta_fifo.din.next = self.meta_in.val();
         self.room_r.d.next = self.meta_fifo.count.val() < self.c_room.val();
         self.room.next = self.room_r.q.val();
@@ -472,8 +486,9 @@ impl<const W: usize> Logic for Lane<W> {
         self.o_row.shift.next = self.ser_v.val();
         self.mulr.o.next = self.o_row.o0.val();
         self.mulr_o.o.next = self.o_row.o1.val();
-        self.mulr.r.next = self.quo.q.val().get_bits::<32>(0);
-        self.mulr_o.r.next = self.quo.q.val().get_bits::<32>(0);
+        self.quo_m.d.next = self.quo.q.val().get_bits::<32>(0);
+        self.mulr.r.next = self.quo_m.q.val();
+        self.mulr_o.r.next = self.quo_m.q.val();
         self.sh32.din.next = self.ser_v.val().into();
         self.sh8.din.next = self.sh32.dout.val();
         self.rq.x.next = self.mulr.y.val();

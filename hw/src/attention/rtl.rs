@@ -40,7 +40,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     mul_q: MulU32Pipe,
     mul_kv: MulU32Pipe,
     mul_o: MulU32Pipe,
-    /// Cycles left in `HeadWait` (the head's `h · stride` products settle).
+    /// Cycles left in `HeadWait` (the head's `h · stride` products settle):
+    /// it counts down there and takes the full wait in every other phase,
+    /// so only that phase's decode stands before it (it loaded on the three
+    /// ways into `HeadWait`).
     hwait: DFF<Bits<4>>,
     /// The launch checks of `bad_args`, in registered parts (`Check`, `Check2`).
     bad_t: DFF<Bit>,
@@ -132,14 +135,20 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     lv: DFF<Bits<32>>,
     nk: DFF<Bits<32>>,
     qs: Signal<Local, Bits<32>>,
-    q_total: DFF<Bits<16>>,
-    qb: DFF<Bits<32>>,
-    /// Every Q beat of the block is in (`qb = q_total`), kept as `qb` moves
-    /// (from `q_total − 1`), so that the cycle entering `Stream` compares nothing.
+    /// The block's Q beats not yet in, counted down from the span's beats:
+    /// `q_nl` compares it with constants (an up-count compared with the
+    /// total took an add and a 16-bit compare of two registers).
+    qr: DFF<Bits<16>>,
+    /// Every Q beat of the block is in (`qr = 0`), kept as `qr` moves
+    /// (from `qr = 1`), so that the cycle entering `Stream` compares nothing.
     q_in: DFF<Bit>,
-    /// The next Q beat is the block's last (`qb + 1 = q_total`), kept as `qb`
-    /// moves, so that `sst` and `q_in` compare nothing.
+    /// The next Q beat is the block's last (`qr = 1`), kept as `qr` moves,
+    /// so that `sst` and `q_in` compare nothing.
     q_nl: DFF<Bit>,
+    /// The block's Q span is requested (`span_done` in `QReq`), registered:
+    /// `QReq` ends on a register, not on the shell's AND of its state, a
+    /// cycle later (the Q beats come later still).
+    sd_r: DFF<Bit>,
     q_rx: Signal<Local, Bit>,
     /// The phase is `QReq` or `QWait` (set in `BlockInit`, cleared when the
     /// stream starts), so that the Q beats' enables decode no phase.
@@ -182,8 +191,17 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// the control (phase, flags, counters), 1 for `k_addr`/`v_addr`, 2 for
     /// `kv_rem`.
     sst: Copies<3>,
-    /// The finalizer is idle next cycle (`fin.d == Idle`, for `go_r` and `snap_r`).
+    /// The finalizer is idle and stays idle next cycle (for `snap_r`):
+    /// `fin.d == Idle` from `Idle` alone, so it sees no write handshake (the
+    /// last beat's AWREADY came through five LUT levels into `snap_r` and
+    /// `go_r`); a snapshot waits a cycle more when the finalizer's last write
+    /// is taken in the cycle before.
     fin_idle_nx: Signal<Local, Bit>,
+    /// A block's last step may go (for `go_r`): the finalizer is idle as for
+    /// `fin_idle_nx`, or is sending the block's last beat, taken or not. That
+    /// step's parameters go to `p_*`, which the finalizer reads only at the
+    /// snapshot, and the snapshot (after the drain) waits for `fin_idle_nx`.
+    fin_free: Signal<Local, Bit>,
     kva: DFF<Bit>,
     kvr: DFF<Bit>,
     /// Kept copies of `kv_turn`: the request address's low and high halves
@@ -234,15 +252,19 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     go_j: Signal<Local, Bit>,
     /// Step `j` is the block's last (`j + 1 == nk`), kept a step ahead.
     is_last: DFF<Bit>,
-    /// `nk − 2` (registered from `nk`, set in `BlockInit`), so `is_last`'s
-    /// update compares `j` with a register, no add.
+    /// `nk − 2` (registered from `nk`, set in `BlockInit`): `jl`'s start.
     nk_m2: DFF<Bits<32>>,
-    /// `j == nk − 2` for `j` as it is next cycle (`j`'s compare with `nk − 2`
-    /// or, when it steps, `nk − 3`), and `nk == 1`, registered: `is_last` and
-    /// so `go_r` see no compare.
-    nk_m3: DFF<Bits<32>>,
+    /// `nk − 2 − j`, counted down as `j` steps; `j_eq` (`jl == 0`, i.e.
+    /// `j == nk − 2`) and `jl1` (`jl == 1`) are kept as it moves, so
+    /// `is_last` and `go_r` see no compare and `j_eq` takes `jl1` on a step
+    /// (a 32-bit compare of two registers fed it before). `nk_is1..3`:
+    /// `nk` = 1, 2, 3, registered, for the stream start.
+    jl: DFF<Bits<32>>,
+    jl1: DFF<Bit>,
     j_eq: DFF<Bit>,
     nk_is1: DFF<Bit>,
+    nk_is2: DFF<Bit>,
+    nk_is3: DFF<Bit>,
     st_valid: DFF<Bit>,
     st_first: DFF<Bit>,
     st_j: DFF<Bits<32>>,
@@ -445,10 +467,10 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             _lanes: l,
             _words: W / 32,
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over,
-            kv_bad, kv_oh, kv_gt, kv_z, bh_nx, bh_end, kv_chk, qleft, lv_r, in_hi, in_kt, q_nl, nk_m3, j_eq, nk_is1,
+            kv_bad, kv_oh, kv_gt, kv_z, bh_nx, bh_end, kv_chk, qleft, lv_r, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
-            kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, q_total, qb, q_in, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
-            in_st, in_nx, in_ck, in_kct, sst, fin_idle_nx, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
+            kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, qr, q_in, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
+            in_st, in_nx, in_ck, in_kct, sst, fin_idle_nx, fin_free, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
             go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
@@ -464,10 +486,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, sm_r, th_r, bad_r, kv_word_r, kv_sel,
-            kv_zero, kv_over, kv_bad, kv_oh, bh_nx, bh_end, kv_chk, in_hi, in_kt, q_nl, nk_m3, j_eq, nk_is1,
+            kv_zero, kv_over, kv_bad, kv_oh, bh_nx, bh_end, kv_chk, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
-            phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, q_total, qb, q_in, k_addr, v_addr, k_up, v_up, in_qw, kv_rem0, kv_rem,
+            phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qr, q_in, k_addr, v_addr, k_up, v_up, in_qw, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
@@ -649,6 +671,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.in_kct.d.next = false;
         self.in_hi.d.next = false;
         self.in_kt.d.next = false;
+        self.hwait.d.next = self.c_mul_wait.val();
+        self.sd_r.d.next = self.shell.span_done.val() & self.in_q.q.val() & !self.in_qw.q.val();
         match self.phase.q.val() {
             Phase::Idle => {
                 if self.shell.start.val() {
@@ -671,7 +695,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.phase.d.next = Phase::Check3;
             }
             Phase::Check3 => {
-                self.hwait.d.next = self.c_mul_wait.val();
                 self.phase.d.next = Phase::HeadWait;
                 if self.run.use_kvlen.val() {
                     self.kv_chk.d.next = true;
@@ -690,7 +713,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.kva.d.next = true;
                 if self.bh_end.q.val() {
                     self.kv_chk.d.next = false;
-                    self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
                     self.kva.d.next = false;
                 }
@@ -779,15 +801,14 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.nk.d.next = self.qend.q.val();
                 }
                 self.shell.span_load.next = true;
-                self.q_total.d.next = self.shell.span_beats.val();
-                self.qb.d.next = 0.into();
+                self.qr.d.next = self.shell.span_beats.val();
                 self.q_in.d.next = false;
                 self.binit.next = true;
                 self.in_q.d.next = true;
                 self.phase.d.next = Phase::QReq;
             }
             Phase::QReq => {
-                if self.shell.span_done.val() {
+                if self.sd_r.q.val() {
                     self.phase.d.next = Phase::QWait;
                     self.in_qw.d.next = true;
                 }
@@ -806,7 +827,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 // move after the match, on `in_nx`).
                 self.phase.d.next = Phase::BlockPre1;
                 if self.q_last.q.val() {
-                    self.hwait.d.next = self.c_mul_wait.val();
                     self.phase.d.next = Phase::HeadWait;
                     if self.h_last.q.val() {
                         self.phase.d.next = Phase::Finish;
@@ -1058,12 +1078,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.recv_v.d.next = !self.recv_v.q.val();
         }
         // A block's first Q beat comes at least two cycles after `BlockInit`
-        // sets `q_total` and `qb`, so `q_nl` is current for it.
-        self.q_nl.d.next = bit_cast::<16, 32>(self.qb.q.val()) + 1 == self.q_total.q.val();
+        // sets `qr`, so `q_nl` is current for it.
+        self.q_nl.d.next = self.qr.q.val() == 1;
         if self.q_rx.val() {
-            self.qb.d.next = self.qb.q.val() + 1;
+            self.qr.d.next = self.qr.q.val() - 1;
             self.q_in.d.next = self.q_nl.q.val();
-            self.q_nl.d.next = bit_cast::<16, 32>(self.qb.q.val()) + 2 == self.q_total.q.val();
+            self.q_nl.d.next = self.qr.q.val() == 2;
         }
 
         // ---------------- Steps: one key per cycle to every lane ----------------
@@ -1081,16 +1101,20 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.v_dly.din.next = self.vst.dout.val();
         self.v_dly.sh.next = (self.rib.q.val() & self.c_rib_mask.val()) << self.c_logd8.val();
         self.nk_m2.d.next = self.nk.q.val() - 2;
-        self.nk_m3.d.next = self.nk.q.val() - 3;
         self.nk_is1.d.next = self.nk.q.val() == 1;
-        self.j_eq.d.next = self.j.q.val() == self.nk_m2.q.val();
+        self.nk_is2.d.next = self.nk.q.val() == 2;
+        self.nk_is3.d.next = self.nk.q.val() == 3;
         if self.go_j.val() {
             self.j.d.next = self.j.q.val() + 1;
-            self.j_eq.d.next = self.j.q.val() == self.nk_m3.q.val();
+            self.jl.d.next = self.jl.q.val() - 1;
+            self.j_eq.d.next = self.jl1.q.val();
+            self.jl1.d.next = self.jl.q.val() == 2;
         }
         // The stream starts (`j` clears above, in the phase machine's loads).
         if self.sst.q.val().get_bit(0) {
-            self.j_eq.d.next = self.nk_m2.q.val() == 0;
+            self.jl.d.next = self.nk_m2.q.val();
+            self.j_eq.d.next = self.nk_is2.q.val();
+            self.jl1.d.next = self.nk_is3.q.val();
         }
         if self.go.val() {
             self.rib.d.next = self.rib.q.val() + 1;
@@ -1200,21 +1224,16 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.in_hi.d.next = false;
             self.in_kt.d.next = false;
         }
-        // `fin.d == Idle`, written from the two ways to it (and reset) rather
-        // than decoded from the next-state logic's output.
-        self.fin_idle_nx.next = ((self.fin.q.val() == Fin::Idle) & !self.snap.val())
-            | ((self.fin.q.val() == Fin::WSend)
-                & self.shell.wr_fire.val()
-                & self.wb_last.q.val()
-                & self.wi_last.q.val())
-            | !self.vitis.ap_rst_n.val();
+        self.fin_idle_nx.next = ((self.fin.q.val() == Fin::Idle) & !self.snap.val()) | !self.vitis.ap_rst_n.val();
+        self.fin_free.next =
+            self.fin_idle_nx.val() | ((self.fin.q.val() == Fin::WSend) & self.wb_last.q.val() & self.wi_last.q.val());
         self.go_r.d.next = self.in_st.d.val()
             & self.kst.any_nx.val()
             & self.vst.any_nx.val()
             & (self.last_pipe.d.val() == 0)
             & !self.drain.d.val()
             & self.all_room.d.val()
-            & (!self.is_last.d.val() | self.fin_idle_nx.val());
+            & (!self.is_last.d.val() | self.fin_free.val());
         self.tv.d.next = self.kv_turn.d.val();
         // `in_qw & q_in` next cycle, from `in_qw` as it is (no phase decode:
         // a stream whose Q beats are all in as `QWait` begins starts a cycle

@@ -118,6 +118,12 @@ pub struct GemmUnit<const W: usize, const S: usize> {
     bnext: DFF<Bits<64>>,
     bn_lo: Signal<Local, Bits<33>>,
     b_hi1: DFF<Bits<32>>,
+    /// B's low half plus LDB, from the arguments as written (`b_ld_now`, for
+    /// the run's first `b_nlo`) and as run (`b_ld_run`, for the last column
+    /// block's end), registered every cycle: both are steady long before they
+    /// are read, so `b_nlo`'s input selects registers, not carry chains.
+    b_ld_now: DFF<Bits<33>>,
+    b_ld_run: DFF<Bits<33>>,
     /// `bj1 ≥ N − cols`, registered from `bj1` as `bnext` is.
     bj1_ge: DFF<Bit>,
     /// B reads in flight plus B FIFO entries, counted as reads are issued and
@@ -547,7 +553,7 @@ impl<const W: usize, const S: usize> GemmUnit<W, S> {
             _rows: r,
             _cols: c,
             .. vitis, now, run, row_mul, idle, row_beats, phase, i0,
-            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_nlo, b_ss, b_vs, bnext, bn_lo, b_hi1, bj1_ge, b_occ,
+            rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats, b_beats, bj1, bj_done, in_bs, bk, bk_last, baddr, b_nlo, b_ss, b_vs, bnext, bn_lo, b_hi1, b_ld_now, b_ld_run, bj1_ge, b_occ,
             b_want, b_issue, b_issue_a, b_issue_o, aw_go, bj1_end, n_mc, nb_one, b_recv, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, a_next_last, recv_row, fk, fj0, feed_done, since_last,
             promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, end_ok, o_occ, o_dn, o_rdn, p_rdn, o_nup, o_yup, p_nup, p_yup, fin_ok, f_go, f_end, f_end2, t_push, t_din, in_a, in_b, o_has, b_has, f_fin, f_left, s1_valid, s1_last, s1_b, s1_sh, s1_col, any_cap,
             cap_idx, t_head, cap_v, cap_ok, cap_d, cap_m, wstate, w_data, w_i, w_j0, w_addr, w_base, wb_lo, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn,
@@ -563,7 +569,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         dff_setup!(
             self, vitis.ap_clk, row_beats, phase, i0, rows_valid, next_rows, m_left, m_rest, last_block, first_rows, sp_rows, a_beats,
             b_beats, bj1, bj_done, in_bs, bj1_end, n_mc, nb_one,
-            bk, bk_last, baddr, b_nlo, bnext, b_hi1, bj1_ge, b_occ, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, recv_row, fk, fj0, feed_done,
+            bk, bk_last, baddr, b_nlo, bnext, b_hi1, b_ld_now, b_ld_run, bj1_ge, b_occ, recv_cnt, row_beats_m2, bias_beats, a_last, row_one, recv_row, fk, fj0, feed_done,
             since_last, promised, f_last, k_m2, k_one, k_is1, n_le_c, gap_ok, o_occ, o_dn, o_rdn, p_rdn, fin_ok, ws_fetch, ws_bias, ws_wait, t_push, t_din, in_a, in_b, f_fin, s1_valid, s1_last, s1_b, s1_sh, wstate, w_data,
             w_i, w_j0, w_addr, w_base, c_hi1, w_coff, w_boff, w_send, w_wait, w_wend, w_sh, w_left, w_short, w_shn, w_beat, w_mask, w_strb, b_off, w_bias, t_head, cap_v, cap_ok, cap_d, cap_m,
             f_left, ldc_min, refuse, bad_zero, bad_size, bad_bias, bad_pitch, bad_ld, bad_shift, w_idle, bias_in, array_clear, a_wd, bi_we, in_bias
@@ -681,8 +687,7 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
             self.bj1.d.next = self.c_cols.val();
             self.bj_done.d.next = false;
             self.baddr.d.next = self.now.b.val();
-            self.b_nlo.d.next =
-                bit_cast::<33, 32>(self.now.b.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.now.ldb.val());
+            self.b_nlo.d.next = self.b_ld_now.q.val();
             self.nb_one.d.next = self.n_le_c.q.val();
             self.bj1_end.d.next = self.n_le_c.q.val();
             self.n_mc.d.next = self.now.n.val() - self.c_cols.val();
@@ -843,9 +848,12 @@ impl<const W: usize, const S: usize> Logic for GemmUnit<W, S> {
         self.b_vs.next =
             bit_cast::<33, 32>(self.bnext.q.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.run.ldb.val());
         if self.bj1_end.q.val() {
-            self.b_vs.next =
-                bit_cast::<33, 32>(self.run.b.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.run.ldb.val());
+            self.b_vs.next = self.b_ld_run.q.val();
         }
+        self.b_ld_now.d.next =
+            bit_cast::<33, 32>(self.now.b.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.now.ldb.val());
+        self.b_ld_run.d.next =
+            bit_cast::<33, 32>(self.run.b.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.run.ldb.val());
         if self.b_issue.val() {
             // One single-beat read per k: B[k][j0 .. j0+cols] sits in one beat.
             if self.bk_last.q.val() {
