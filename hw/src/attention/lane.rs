@@ -5,8 +5,8 @@
 //! [`ScaleRoundPipe::LATENCY`] and D = [`DotI8Pipe::latency`]`(d, 1)` − 1 +
 //! `K_REGS` (the K row's register `kb` before the products): S1
 //! (end of c+D) has s = q·k (a pipelined adder tree); S2 (end of c+D+L) has
-//! t = round(s·Ms/2^Ss); S3a (end of c+D+L+1) updates m; S3b (end of
-//! c+D+L+2) latches δ and, from u = t − 256·m, the first stage of 2^u
+//! t = round(s·Ms/2^Ss); S3a (end of c+D+L+1) compares e with m; S3b (end of
+//! c+D+L+2) updates m and latches δ and, from u = t − 256·m, the first stage of 2^u
 //! ([`Exp2Pipe`]: table value, shift); S3c (end of c+D+L+3) latches p = 2^u.
 //! In cycle c+[`v_at`] an unmasked step (p, δ and the V row the top presents
 //! then) enters the lane's backlog, a FIFO; S4 drains it at one step a
@@ -124,17 +124,27 @@ pub struct Lane<const W: usize> {
     scale: ScaleRoundPipe,
     mask0: Signal<Local, Bit>,
     e: Signal<Local, Signed<32>>,
+    /// The running max, updated in S3b: in S3a it holds m before the step
+    /// ahead (the one in `t3`), which takes that step's e if `mt3`. S3a
+    /// compares e with both (`ca`, `cb`) and picks by `mt3`, so the compare
+    /// follows registers only and m's loop is its enable (m updated after
+    /// S3a's compare, 32 enables behind a carry chain, was −0.8 to −1.1 ns).
     m: DFF<Signed<32>>,
-    /// The step's t, m before it and whether m takes its e (`gt3`, registered
-    /// from S3a's compare): S3b selects after its subtraction, so the compare
-    /// loads m alone (selecting m_new into a register of its own as well, 63 loads).
+    /// The step's t, whether it is above m before it (`gt3`, `first` or
+    /// e > m) and whether m takes its e (`mt3`: `gt3` on an unmasked step).
     t3: DFF<Signed<40>>,
     gt3: DFF<Bit>,
-    mo3: DFF<Signed<32>>,
+    mt3: DFF<Bit>,
     f3: DFF<Bits<3>>,
     gt: Signal<Local, Bit>,
-    m_new: Signal<Local, Signed<32>>,
-    diff: Signal<Local, Signed<32>>,
+    /// `t3`'s e, as a signed signal (a part-select compares unsigned in Verilog).
+    e3: Signal<Local, Signed<32>>,
+    ca: Signal<Local, Bit>,
+    cb: Signal<Local, Bit>,
+    /// m before S3a's step (`t3`'s e or m), and e − that, registered for S3b
+    /// (`diff3`): S3b's `u` and δ follow a register, not a subtraction.
+    m_prev: Signal<Local, Signed<32>>,
+    diff3: DFF<Signed<32>>,
     diff_bits: Signal<Local, Bits<32>>,
     u_bits: Signal<Local, Bits<40>>,
     delta_bits: Signal<Local, Bits<32>>,
@@ -261,7 +271,7 @@ impl<const W: usize> Lane<W> {
             c_meta_rise: Constant::new((META_RISE as u64).to_bits()),
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
             idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, kb, flags0, scale, mask0, e, m, t3,
-            gt3, mo3, f3, gt, m_new, diff, diff_bits, u_bits, delta_bits, d3, upd3, first3, exp2, d3c, rise3c, upd3c, first3c, meta_in,
+            gt3, mt3, f3, gt, e3, ca, cb, m_prev, diff3, diff_bits, u_bits, delta_bits, d3, upd3, first3, exp2, d3c, rise3c, upd3c, first3c, meta_in,
             room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, adv_d, xd1, xd2, hot_nx2, lo_nx2, hold, hold2, l_acc, div_cnt, div_nz, div_first, dl, rem,
             quo, quo_m, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
@@ -272,9 +282,9 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, kb, m, t3, gt3, mo3, f3, d3, upd3, first3, d3c, rise3c, upd3c, first3c, room_r, xval, xp, xd,
-            xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt, div_nz, div_first, dl, rem, quo,
-            quo_m
+            self, clock, kb, m, t3, gt3, mt3, f3, diff3, d3, upd3, first3, d3c, rise3c, upd3c, first3c, room_r, xval,
+            xp, xd, xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt, div_nz, div_first, dl, rem,
+            quo, quo_m
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
@@ -308,26 +318,32 @@ impl<const W: usize> Logic for Lane<W> {
         self.scale.shift.next = self.sshift.val();
         self.f2.din.next = self.f1.dout.val();
 
-        // S3a: running max on the integer grid (its own loop, alone in the cycle).
+        // S3a: e > m before the step, m being the step ahead's e (`mt3`) or
+        // m; registered with e − m for S3b.
         self.e.next = self.scale.y.val().get_bits::<32>(8);
-        self.gt.next = self.f2.dout.val().get_bit(1) | (self.e.val() > self.m.q.val());
-        self.m_new.next = self.m.q.val();
-        if self.gt.val() {
-            self.m_new.next = self.e.val();
+        self.e3.next = self.t3.q.val().get_bits::<32>(8);
+        self.ca.next = self.e.val() > self.e3.val();
+        self.cb.next = self.e.val() > self.m.q.val();
+        self.gt.next =
+            self.f2.dout.val().get_bit(1) | (self.mt3.q.val() & self.ca.val()) | (!self.mt3.q.val() & self.cb.val());
+        self.m_prev.next = self.m.q.val();
+        if self.mt3.q.val() {
+            self.m_prev.next = self.e3.val();
         }
-        if self.f2.dout.val().get_bit(0) & !self.f2.dout.val().get_bit(2) {
-            self.m.d.next = self.m_new.val();
-        }
+        self.diff3.d.next = self.e.val() - self.m_prev.val();
         self.t3.d.next = self.scale.y.val();
         self.gt3.d.next = self.gt.val();
-        self.mo3.d.next = self.m.q.val();
+        self.mt3.d.next = self.gt.val() & self.f2.dout.val().get_bit(0) & !self.f2.dout.val().get_bit(2);
         self.f3.d.next = self.f2.dout.val();
 
-        // S3b: u = t − 256·m_new, δ = m_new − m_old, from one subtraction
-        // e − m_old (e = t[39:8]): m_new is e (`gt3`: δ is it, u is t's low
-        // byte) or m_old (δ is 0, u is t − 256·m_old, whose low byte is t's).
-        self.diff.next = self.t3.q.val().get_bits::<32>(8) - self.mo3.q.val();
-        self.diff_bits.next = unsigned_cast(self.diff.val());
+        // S3b: m takes the step's e; u = t − 256·m_new, δ = m_new − m_old,
+        // from `diff3` = e − m_old (e = t[39:8]): m_new is e (`gt3`: δ is
+        // it, u is t's low byte) or m_old (δ is 0, u is t − 256·m_old, whose
+        // low byte is t's).
+        if self.mt3.q.val() {
+            self.m.d.next = self.e3.val();
+        }
+        self.diff_bits.next = unsigned_cast(self.diff3.q.val());
         self.u_bits.next = bit_cast::<40, 8>(unsigned_cast(self.t3.q.val().get_bits::<8>(0)));
         self.delta_bits.next = 0.into();
         if self.gt3.q.val() {
