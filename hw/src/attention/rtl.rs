@@ -56,11 +56,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     bz_sm: DFF<Bit>,
     bz_om: DFF<Bit>,
     bz_st: DFF<Bit>,
-    /// The 32-bit zero tests under `bz_hd`, `bz_sq`, `bz_sm`, `bz_om`,
-    /// registered a cycle before them (HEADS, HPB, SEQ_Q, SEQ_KV, SMULT,
-    /// OMULT): the argument registers' routing and a zero test and an OR
-    /// in one cycle were −0.5 to −0.8 ns. Still the start cycle's arguments in `Check`.
-    za: DFF<Bits<6>>,
     /// `bad_c`'s terms (the three head-stride compares), registered every
     /// cycle from the arguments as written, as `bz_*`: on the run registers
     /// the INT8 flag (fan-out 449) stood before the O compare (−1.26 ns).
@@ -161,9 +156,8 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// The phase is `QReq` or `QWait` (set in `BlockInit`, cleared when the
     /// stream starts), so that the Q beats' enables decode no phase.
     in_q: DFF<Bit>,
-    /// The phase is `BlockInit` (set on the one way into it): its loads (the
-    /// Q beat counters, `lv`, `nk`) decode no `phase` (`phase → qr`, fan-out 69).
-    in_bi: DFF<Bit>,
+    /// `BlockInit` this cycle (the Q beat counters below load).
+    binit: Signal<Local, Bit>,
     /// Per lane: the beat of the block's Q span that holds its row (`q_lb`,
     /// registered from `qs` every cycle: `q0` changes three cycles at least
     /// before `BlockInit`), the beats still to come before it (`q_dc`,
@@ -335,12 +329,10 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     w_shift: DFF<Bit>,
     wb_last: DFF<Bit>,
     wi_last: DFF<Bit>,
-    /// For them, `w_bpr − 1` and `wi ≥ f_lv − 1` (`wi + 1 ≥ f_lv`, `f_lv`
-    /// being at least 1), registered every cycle (`w_bpr` is set in `WRow`,
-    /// `f_lv` at the snapshot, and `wi` holds from `WRow` to `WPrep`): the
-    /// add and compare in `WPrep` were −0.55 to −0.88 ns.
+    /// For them, `w_bpr − 1` and `wi + 1 ≥ f_lv`, registered every cycle
+    /// (`w_bpr` is set in `WRow`, `wi` holds from `WRow` to `WPrep`): the add
+    /// and compare in `WPrep` were −0.55 to −0.8 ns.
     w_bpr_m1: DFF<Bits<16>>,
-    f_lv_m1: DFF<Bits<32>>,
     wi_ge: DFF<Bit>,
     /// `wb` + 1 and `wi` + 1 (registered in `WPrep`), and two copies of "in
     /// `WSend`" (registered from the state and the write handshake): there
@@ -481,14 +473,14 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
-            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, za, bc_q, bc_kv, bc_o, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over,
+            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, bc_q, bc_kv, bc_o, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over,
             kv_bad, bh_nx, bh_end, kv_chk, qleft, lv_r, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
-            kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, qr, q_in, q_rx, in_q, in_bi, in_qw, kv_rem0, kv_rem,
+            kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, qr, q_in, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
             in_st, in_nx, in_ck, in_kct, sst, fin_idle_nx, fin_free, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
-            go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, w_bpr_m1, f_lv_m1, wi_ge, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
+            go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, w_bpr_m1, wi_ge, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
             row_byte, beats_per_row, wb_p1, wi_p1, ws
         }))
@@ -500,7 +492,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, za, bc_q, bc_kv, bc_o, sm_r, th_r, bad_r, kv_word_r, kv_sel,
+            self, vitis.ap_clk, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, bc_q, bc_kv, bc_o, sm_r, th_r, bad_r, kv_word_r, kv_sel,
             kv_zero, kv_over, kv_bad, bh_nx, bh_end, kv_chk, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
@@ -509,9 +501,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
-            wi_last, w_bpr_m1, f_lv_m1, wi_ge, wb_p1, wi_p1,
+            wi_last, w_bpr_m1, wi_ge, wb_p1, wi_p1,
             w_rb, w_bpr, w_rowaddr, w_off, w_strb_r,
-            in_q, in_bi, in_st, in_nx, in_ck, in_kct, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
+            in_q, in_st, in_nx, in_ck, in_kct, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
         );
         #[rustfmt::skip]
         clock!(self, vitis.ap_clk, tv, p_take, w_sel, snap_r, go_r, sst, ws);
@@ -654,16 +646,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         if self.now.out8.val() {
             self.o_row_log.next = self.c_logd.val();
         }
-        self.za.d.next = bit_cast::<6, 1>((self.now.heads.val() == 0).into())
-            | (bit_cast::<6, 1>((self.now.hpb.val() == 0).into()) << 1)
-            | (bit_cast::<6, 1>((self.now.seq_q.val() == 0).into()) << 2)
-            | (bit_cast::<6, 1>((self.now.seq_kv.val() == 0).into()) << 3)
-            | (bit_cast::<6, 1>((self.now.smult.val() == 0).into()) << 4)
-            | (bit_cast::<6, 1>((self.now.omult.val() == 0).into()) << 5);
-        self.bz_hd.d.next = self.za.q.val().get_bits::<2>(0).any();
-        self.bz_sq.d.next = self.za.q.val().get_bits::<2>(2).any();
-        self.bz_sm.d.next = self.now.bad_shift.val() | self.za.q.val().get_bit(4) | self.now.smult.val().get_bit(31);
-        self.bz_om.d.next = self.now.out8.val() & (self.za.q.val().get_bit(5) | self.now.omult.val().get_bit(31));
+        self.bz_hd.d.next = (self.now.heads.val() == 0) | (self.now.hpb.val() == 0);
+        self.bz_sq.d.next = (self.now.seq_q.val() == 0) | (self.now.seq_kv.val() == 0);
+        self.bz_sm.d.next = self.now.bad_shift.val() | (self.now.smult.val() == 0) | self.now.smult.val().get_bit(31);
+        self.bz_om.d.next = self.now.out8.val() & ((self.now.omult.val() == 0) | self.now.omult.val().get_bit(31));
         self.bz_st.d.next =
             (bit_cast::<64, 32>(self.now.q_stride.val() | self.now.kv_stride.val() | self.now.o_stride.val())
                 & self.c_pmask.val())
@@ -679,7 +665,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.bad_cmp.next = self.bc_q.q.val() | self.bc_kv.q.val() | self.bc_o.q.val();
 
         // ---------------- Phase machine ----------------
-        self.in_bi.d.next = false;
+        self.binit.next = false;
         self.kva.d.next = false;
         self.in_ck.d.next = false;
         self.in_kct.d.next = false;
@@ -808,10 +794,18 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 self.qend.d.next = self.q0.q.val() + self.lv_r.q.val();
                 self.qspan.d.next = self.qsp.q.val() + (self.lv_r.q.val() << self.c_logd.val());
                 self.phase.d.next = Phase::BlockInit;
-                self.in_bi.d.next = true;
             }
-            // Its loads are on `in_bi` (after the match).
             Phase::BlockInit => {
+                self.lv.d.next = self.lv_r.q.val();
+                self.nk.d.next = self.nkv.q.val();
+                if self.run.causal.val() & (self.qend.q.val() < self.nkv.q.val()) {
+                    self.nk.d.next = self.qend.q.val();
+                }
+                self.shell.span_load.next = true;
+                self.qr.d.next = self.shell.span_beats.val();
+                self.q_in.d.next = false;
+                self.binit.next = true;
+                self.in_q.d.next = true;
                 self.phase.d.next = Phase::QReq;
             }
             Phase::QReq => {
@@ -855,17 +849,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             _ => {
                 self.phase.d.next = Phase::Idle;
             }
-        }
-        if self.in_bi.q.val() {
-            self.lv.d.next = self.lv_r.q.val();
-            self.nk.d.next = self.nkv.q.val();
-            if self.run.causal.val() & (self.qend.q.val() < self.nkv.q.val()) {
-                self.nk.d.next = self.qend.q.val();
-            }
-            self.shell.span_load.next = true;
-            self.qr.d.next = self.shell.span_beats.val();
-            self.q_in.d.next = false;
-            self.in_q.d.next = true;
         }
         self.k_up.d.next = (self.k_addr.q.val() & self.c_hi52.val()) + self.c_page.val();
         self.v_up.d.next = (self.v_addr.q.val() & self.c_hi52.val()) + self.c_page.val();
@@ -1073,8 +1056,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
 
         self.w_bpr_m1.d.next = self.w_bpr.q.val() - 1;
-        self.f_lv_m1.d.next = self.f_lv.q.val() - 1;
-        self.wi_ge.d.next = self.wi.q.val() >= self.f_lv_m1.q.val();
+        self.wi_ge.d.next = self.wi.q.val() + 1 >= self.f_lv.q.val();
         // The next beat's `wb`, `wi`, taken in every `WSend` cycle (see `ws`).
         self.ws.d.next = self.vitis.ap_rst_n.val()
             & ((self.fin.q.val() == Fin::WPrep) | ((self.fin.q.val() == Fin::WSend) & !self.shell.wr_fire.val()));
@@ -1189,7 +1171,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.q_lb[i].d.next = ((self.qs.val() + self.c_lane_off[i].val()) >> self.c_logp.val())
                 - (self.qs.val() >> self.c_logp.val());
             self.q_shr[i].d.next = ((self.qs.val() + self.c_lane_off[i].val()) & self.c_pmask32.val()) << 3;
-            if self.in_bi.q.val() {
+            if self.binit.val() {
                 self.q_dc[i].d.next = self.q_lb[i].q.val();
                 self.q_sel[i].d.next = self.q_lb[i].q.val() == 0;
             }
@@ -1243,7 +1225,6 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.kvr.d.next = false;
             self.in_nx.d.next = false;
             self.in_ck.d.next = false;
-            self.in_bi.d.next = false;
             self.in_kct.d.next = false;
             self.in_hi.d.next = false;
             self.in_kt.d.next = false;
