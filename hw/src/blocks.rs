@@ -2298,6 +2298,28 @@ mod tests {
     }
 
     #[test]
+    fn exp2_pipe_c_matches_exp2_fixed_after_its_latency() {
+        let lut = crate::numerics::exp2_lut();
+        let mut us: Vec<i64> = (-9000..=0).step_by(13).collect();
+        us.extend([0, -1, -255, -256, -257, -7936, -7937, -8192, -(1i64 << 39)]);
+        let mut e = Exp2PipeC::default();
+        e.connect_all();
+        stream(
+            &mut e,
+            |e, c| e.clock.next = Clock::from(c),
+            Exp2Pipe::LATENCY,
+            &us,
+            |e, &u| {
+                e.u.next = from_i64(u);
+                e.ul.next = ((u as u64 & 0xFF) * 0x0101_0101).to_bits();
+            },
+            |e, &u| assert_eq!(e.p.val().to_u64(), crate::numerics::exp2_fixed(&lut, u) as u64, "u = {u}"),
+        );
+        let Verilog::Custom(v) = e.hdl() else { unreachable!() };
+        assert!(v.contains("lut0[ul[7:0]]") && v.contains("lut15[ul[31:24]]") && !v.contains("lut3[u[7:0]]"), "{v}");
+    }
+
+    #[test]
     fn exp2_pipe_u_matches_exp2_fixed_after_its_latency() {
         let lut = crate::numerics::exp2_lut();
         let mut us: Vec<i64> = (-9000..=0).step_by(11).collect();
@@ -2673,6 +2695,44 @@ end
              always @(*) begin\n   o0 = os[47:0];\n   o1 = os[95:48];\nend",
             accs.join(", ")
         );
+        Verilog::Custom(v)
+    }
+}
+
+/// [`Exp2Pipe`] whose LUT planes read the index from four copies of
+/// u[7:0] in `ul` (copy c in bits 8c..8c+7, planes 4c..4c+3), which the
+/// parent keeps (e.g. [`Kept`] registers loaded with what it registers into
+/// `u`'s low byte): one register's byte fed all 16 planes (the attention
+/// lanes' `exp2.u → exp2.raw`, fan-out 67–102, docs/timing.md). `ul` must
+/// hold u[7:0] four times; `p` is as [`Exp2Pipe`]'s.
+#[derive(LogicBlock, Default)]
+pub struct Exp2PipeC {
+    pub clock: Signal<In, Clock>,
+    pub u: Signal<In, Signed<40>>,
+    pub ul: Signal<In, Bits<32>>,
+    pub p: Signal<Out, Bits<16>>,
+    /// The model: [`Exp2Pipe`]'s first stage.
+    _s: (u32, u32, bool, bool),
+}
+
+impl Logic for Exp2PipeC {
+    fn update(&mut self) {
+        if self.clock.pos_edge() {
+            let p;
+            (p, self._s) = Exp2Pipe::edge(self._s, to_i64(self.u.val()));
+            self.p.next = (p as u64).to_bits();
+        }
+    }
+    fn connect(&mut self) {
+        self.p.connect();
+    }
+    fn hdl(&self) -> Verilog {
+        let Verilog::Custom(mut v) = Exp2Pipe::default().hdl() else { unreachable!() };
+        for b in 0..16 {
+            let from = format!("lut{b}[u[7:0]]");
+            assert!(v.contains(&from));
+            v = v.replace(&from, &format!("lut{b}[ul[{}:{}]]", 8 * (b / 4) + 7, 8 * (b / 4)));
+        }
         Verilog::Custom(v)
     }
 }

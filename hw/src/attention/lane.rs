@@ -3,11 +3,12 @@
 //!
 //! Timing, for a step issued by the top in cycle c, with L =
 //! [`ScaleRoundPipe::LATENCY`] and D = [`DotI8Pipe::latency`]`(d, 1)` − 1 +
-//! `K_REGS` (the K row's register `kb` before the products): S1
-//! (end of c+D) has s = q·k (a pipelined adder tree); S2 (end of c+D+L) has
-//! t = round(s·Ms/2^Ss); S3a (end of c+D+L+1) updates m; S3b (end of
-//! c+D+L+2) latches δ and, from u = t − 256·m, the first stage of 2^u
-//! ([`Exp2Pipe`]: table value, shift); S3c (end of c+D+L+3) latches p = 2^u.
+//! `K_REGS` (the K row's register `kb` before the products) + `S_REGS`
+//! (`sdot`, s before the scale): S1 (end of c+D) has s = q·k (a pipelined
+//! adder tree, then `sdot`); S2 (end of c+D+L) has
+//! t = round(s·Ms/2^Ss); S3a (end of c+D+L+1) compares e with m; S3b (end of
+//! c+D+L+2) updates m and latches δ and, from u = t − 256·m, the first stage of 2^u
+//! ([`Exp2PipeC`]: table value, shift); S3c (end of c+D+L+3) latches p = 2^u.
 //! In cycle c+[`v_at`] an unmasked step (p, δ and the V row the top presents
 //! then) enters the lane's backlog, a FIFO; S4 drains it at one step a
 //! cycle: X registers the head, Y latches p·v, Z updates l ([`RescaleAcc`])
@@ -33,8 +34,8 @@
 //! its int8 values enter `r8` another [`RequantPipe::LATENCY`] cycles later
 //! ([`SER_LAT`] in all), steered by `ser_v` delayed alongside.
 use crate::blocks::{
-    DotI8Pipe, Exp2Pipe, Fifo, Kept, MulRound16Pipe, PairShiftRow, RequantPipe, RescaleAcc, RescaleRow, RowBacklog,
-    ScaleRoundPipe, ShrReg, SkewLine,
+    Copies, DotI8Pipe, Exp2PipeC, Fifo, Kept, MulRound16Pipe, PairShiftRow, RequantPipe, RescaleAcc, RescaleRow,
+    RowBacklog, ScaleRoundPipe, ShrReg, SkewLine,
 };
 use rust_hdl::prelude::*;
 
@@ -49,9 +50,14 @@ const QK_LEVELS_PER_STAGE: usize = 1;
 /// row register (loaded from the K FIFO's LUT-RAM read) is a fabric register
 /// with one load, not d multipliers' inputs across the die (8.2 ns of routing).
 const K_REGS: usize = 1;
+/// Registers of s between the q·k tree's root and the scale's multipliers
+/// (`sdot`): the flow folds `sdot` into the MULT18X18Ds' input registers, so
+/// the root's add ends at a fabric register (it ended at four multipliers'
+/// inputs: 18 endpoints, −1.1 to −1.7 ns of mostly routing).
+const S_REGS: usize = 1;
 /// The cycle after a step's issue in which it enters the backlog with its V row (see the module doc).
 pub const fn v_at(d: usize) -> usize {
-    DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE) - 1 + K_REGS + ScaleRoundPipe::LATENCY + 4
+    DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE) - 1 + K_REGS + S_REGS + ScaleRoundPipe::LATENCY + 4
 }
 /// Entries of the backlog: room for every step in flight when `room` falls
 /// (`v_at` + 5 of them, see [`room_below`]) and 8 more.
@@ -81,7 +87,8 @@ pub struct Lane<const W: usize> {
     /// The beat holding the query row, at bit `q_sh`.
     pub q_row: Signal<In, Bits<W>>,
     pub q_sh: Signal<In, Bits<32>>,
-    /// Index of this lane's query within its head (for the causal mask).
+    /// Index of this lane's query within its head (for the causal mask),
+    /// steady from a block's first step to a cycle after its last.
     pub q_idx: Signal<In, Bits<32>>,
     pub causal: Signal<In, Bit>,
     pub st_valid: Signal<In, Bit>,
@@ -113,10 +120,14 @@ pub struct Lane<const W: usize> {
     pub row8: Signal<Out, Bits<ROW8_BITS>>,
     /// The query row: `q_row >> q_sh` on `q_we` edges.
     qrow: ShrReg<W>,
+    /// `q_idx` registered in the lane: the mask's compare follows no route
+    /// from the top's `q0` (−0.81 ns).
+    q_idx_r: DFF<Bits<32>>,
     /// The K row, a cycle after `k_row` ([`K_REGS`]).
     kb: DFF<Bits<W>>,
     qk: DotI8Pipe<W>,
-    /// The step's flags when `qk` has its s.
+    sdot: DFF<Signed<32>>,
+    /// The step's flags when `sdot` has its s.
     f1: SkewLine<3>,
     flags0: Signal<Local, Bits<3>>,
     /// The flags of `f1` when `scale` has the step's t.
@@ -124,25 +135,38 @@ pub struct Lane<const W: usize> {
     scale: ScaleRoundPipe,
     mask0: Signal<Local, Bit>,
     e: Signal<Local, Signed<32>>,
+    /// The running max, updated in S3b: in S3a it holds m before the step
+    /// ahead (the one in `t3`), which takes that step's e if `mt3`. S3a
+    /// compares e with both (`ca`, `cb`) and picks by `mt3`, so the compare
+    /// follows registers only and m's loop is its enable (m updated after
+    /// S3a's compare, 32 enables behind a carry chain, was −0.8 to −1.1 ns).
     m: DFF<Signed<32>>,
-    /// The step's t, m before it and whether m takes its e (`gt3`, registered
-    /// from S3a's compare): S3b selects after its subtraction, so the compare
-    /// loads m alone (selecting m_new into a register of its own as well, 63 loads).
+    /// The step's t, whether it is above m before it (`gt3`, `first` or
+    /// e > m) and whether m takes its e (`mt3`: `gt3` on an unmasked step).
     t3: DFF<Signed<40>>,
     gt3: DFF<Bit>,
-    mo3: DFF<Signed<32>>,
+    mt3: DFF<Bit>,
     f3: DFF<Bits<3>>,
     gt: Signal<Local, Bit>,
-    m_new: Signal<Local, Signed<32>>,
-    diff: Signal<Local, Signed<32>>,
+    /// `t3`'s e, as a signed signal (a part-select compares unsigned in Verilog).
+    e3: Signal<Local, Signed<32>>,
+    ca: Signal<Local, Bit>,
+    cb: Signal<Local, Bit>,
+    /// m before S3a's step (`t3`'s e or m), and e − that, registered for S3b
+    /// (`diff3`): S3b's `u` and δ follow a register, not a subtraction.
+    m_prev: Signal<Local, Signed<32>>,
+    diff3: DFF<Signed<32>>,
     diff_bits: Signal<Local, Bits<32>>,
     u_bits: Signal<Local, Bits<40>>,
     delta_bits: Signal<Local, Bits<32>>,
     d3: DFF<Bits<32>>,
     upd3: DFF<Bit>,
     first3: DFF<Bit>,
-    /// S3b's `u` enters here; its first stage is S3b's register, `p` (= p3) S3c's.
-    exp2: Exp2Pipe,
+    /// S3b's `u` enters here; its first stage is S3b's register, `p` (= p3)
+    /// S3c's. Its LUT planes read u's low byte (`t3`'s) from four kept
+    /// copies loaded beside `t3` (`t3l`).
+    exp2: Exp2PipeC,
+    t3l: Vec<Kept<8>>,
     d3c: DFF<Bits<6>>,
     /// `d3c ≠ 0`, registered beside it from `d3` (the flow merges both into
     /// the backlog's write port, where the OR after the clamp was a LUT
@@ -161,6 +185,11 @@ pub struct Lane<const W: usize> {
     c_meta_rise: Constant<Bits<8>>,
     room_r: DFF<Bit>,
     /// S4 moves this cycle (not `hold`): X takes the backlog's head, Y X's step.
+    /// Registered (`!hold & !hold2` as they will be) on kept copies: 0 for
+    /// `hold`, l and `adv_d`, 1 for the backlog's pops (the V row's
+    /// register), 2 for X and Y, 3 for l's copy of the decodes. As the NOR of
+    /// `hold` and `hold2` it fanned out to 310 loads (−0.6 ns into l).
+    adv_k: Copies<4>,
     adv: Signal<Local, Bit>,
     /// X: the backlog's head step (its V row in `v_log`).
     xval: DFF<Bit>,
@@ -242,7 +271,8 @@ impl<const W: usize> Lane<W> {
         assert!(d.is_power_of_two() && (2..=128).contains(&d) && 8 * d <= W);
         with_defaults!(Self {
             qk: DotI8Pipe::new(d, QK_LEVELS_PER_STAGE),
-            f1: SkewLine::new(DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE) + K_REGS),
+            t3l: crate::many(4),
+            f1: SkewLine::new(DotI8Pipe::<8>::latency(d, QK_LEVELS_PER_STAGE) + K_REGS + S_REGS),
             o_row: RescaleRow::new(d, hot_copies(d)),
             hot_k: crate::many(hot_copies(d) + 1),
             lo_k: crate::many(hot_copies(d) + 1),
@@ -260,9 +290,9 @@ impl<const W: usize> Lane<W> {
             c_meta_first: Constant::new((META_FIRST as u64).to_bits()),
             c_meta_rise: Constant::new((META_RISE as u64).to_bits()),
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
-            idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, kb, flags0, scale, mask0, e, m, t3,
-            gt3, mo3, f3, gt, m_new, diff, diff_bits, u_bits, delta_bits, d3, upd3, first3, exp2, d3c, rise3c, upd3c, first3c, meta_in,
-            room_r, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, adv_d, xd1, xd2, hot_nx2, lo_nx2, hold, hold2, l_acc, div_cnt, div_nz, div_first, dl, rem,
+            idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, q_idx_r, kb, sdot, flags0, scale, mask0, e, m, t3,
+            gt3, mt3, f3, gt, e3, ca, cb, m_prev, diff3, diff_bits, u_bits, delta_bits, d3, upd3, first3, exp2, d3c, rise3c, upd3c, first3c, meta_in,
+            room_r, adv_k, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, adv_d, xd1, xd2, hot_nx2, lo_nx2, hold, hold2, l_acc, div_cnt, div_nz, div_first, dl, rem,
             quo, quo_m, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
     }
@@ -272,9 +302,9 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, kb, m, t3, gt3, mo3, f3, d3, upd3, first3, d3c, rise3c, upd3c, first3c, room_r, xval, xp, xd,
-            xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt, div_nz, div_first, dl, rem, quo,
-            quo_m
+            self, clock, q_idx_r, kb, sdot, m, t3, gt3, mt3, f3, diff3, d3, upd3, first3, d3c, rise3c, upd3c, first3c,
+            room_r, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt, div_nz,
+            div_first, dl, rem, quo, quo_m
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
@@ -296,38 +326,50 @@ impl<const W: usize> Logic for Lane<W> {
         self.kb.d.next = self.k_row.val();
         self.qk.b.next = self.kb.q.val();
         // Flags through the pipeline: bit0 valid, bit1 first, bit2 masked.
-        self.mask0.next = self.causal.val() & (self.st_j.val() > self.q_idx.val());
+        self.q_idx_r.d.next = self.q_idx.val();
+        self.mask0.next = self.causal.val() & (self.st_j.val() > self.q_idx_r.q.val());
         self.flags0.next = bit_cast::<3, 1>(self.st_valid.val().into())
             | (bit_cast::<3, 1>(self.st_first.val().into()) << 1)
             | (bit_cast::<3, 1>(self.mask0.val().into()) << 2);
         self.f1.din.next = self.flags0.val();
 
         // S2: t = round(s · Ms / 2^Ss), log2 domain with 8 fraction bits, pipelined.
-        self.scale.x.next = self.qk.dot.val();
+        self.sdot.d.next = self.qk.dot.val();
+        self.scale.x.next = self.sdot.q.val();
         self.scale.mult.next = self.smult.val();
         self.scale.shift.next = self.sshift.val();
         self.f2.din.next = self.f1.dout.val();
 
-        // S3a: running max on the integer grid (its own loop, alone in the cycle).
+        // S3a: e > m before the step, m being the step ahead's e (`mt3`) or
+        // m; registered with e − m for S3b.
         self.e.next = self.scale.y.val().get_bits::<32>(8);
-        self.gt.next = self.f2.dout.val().get_bit(1) | (self.e.val() > self.m.q.val());
-        self.m_new.next = self.m.q.val();
-        if self.gt.val() {
-            self.m_new.next = self.e.val();
+        self.e3.next = self.t3.q.val().get_bits::<32>(8);
+        self.ca.next = self.e.val() > self.e3.val();
+        self.cb.next = self.e.val() > self.m.q.val();
+        self.gt.next =
+            self.f2.dout.val().get_bit(1) | (self.mt3.q.val() & self.ca.val()) | (!self.mt3.q.val() & self.cb.val());
+        self.m_prev.next = self.m.q.val();
+        if self.mt3.q.val() {
+            self.m_prev.next = self.e3.val();
         }
-        if self.f2.dout.val().get_bit(0) & !self.f2.dout.val().get_bit(2) {
-            self.m.d.next = self.m_new.val();
-        }
+        self.diff3.d.next = self.e.val() - self.m_prev.val();
         self.t3.d.next = self.scale.y.val();
+        for c in 0..4 {
+            self.t3l[c].clock.next = self.clock.val();
+            self.t3l[c].d.next = unsigned_cast(self.scale.y.val().get_bits::<8>(0));
+        }
         self.gt3.d.next = self.gt.val();
-        self.mo3.d.next = self.m.q.val();
+        self.mt3.d.next = self.gt.val() & self.f2.dout.val().get_bit(0) & !self.f2.dout.val().get_bit(2);
         self.f3.d.next = self.f2.dout.val();
 
-        // S3b: u = t − 256·m_new, δ = m_new − m_old, from one subtraction
-        // e − m_old (e = t[39:8]): m_new is e (`gt3`: δ is it, u is t's low
-        // byte) or m_old (δ is 0, u is t − 256·m_old, whose low byte is t's).
-        self.diff.next = self.t3.q.val().get_bits::<32>(8) - self.mo3.q.val();
-        self.diff_bits.next = unsigned_cast(self.diff.val());
+        // S3b: m takes the step's e; u = t − 256·m_new, δ = m_new − m_old,
+        // from `diff3` = e − m_old (e = t[39:8]): m_new is e (`gt3`: δ is
+        // it, u is t's low byte) or m_old (δ is 0, u is t − 256·m_old, whose
+        // low byte is t's).
+        if self.mt3.q.val() {
+            self.m.d.next = self.e3.val();
+        }
+        self.diff_bits.next = unsigned_cast(self.diff3.q.val());
         self.u_bits.next = bit_cast::<40, 8>(unsigned_cast(self.t3.q.val().get_bits::<8>(0)));
         self.delta_bits.next = 0.into();
         if self.gt3.q.val() {
@@ -337,6 +379,10 @@ impl<const W: usize> Logic for Lane<W> {
         }
         self.exp2.clock.next = self.clock.val();
         self.exp2.u.next = signed_cast(self.u_bits.val());
+        self.exp2.ul.next = bit_cast::<32, 8>(self.t3l[0].q.val())
+            | (bit_cast::<32, 8>(self.t3l[1].q.val()) << 8)
+            | (bit_cast::<32, 8>(self.t3l[2].q.val()) << 16)
+            | (bit_cast::<32, 8>(self.t3l[3].q.val()) << 24);
         self.upd3.d.next = self.f3.q.val().get_bit(0) & !self.f3.q.val().get_bit(2);
         self.first3.d.next = self.f3.q.val().get_bit(1);
         self.d3.d.next = self.delta_bits.val();
@@ -379,10 +425,13 @@ impl<const W: usize> Logic for Lane<W> {
         self.idle.next = self.meta_fifo.empty.val() & !self.xval.q.val() & !self.yval.q.val();
 
         // X: the head step, unless Y's step is being rescaled.
-        self.adv.next = !self.hold.q.val() & !self.hold2.q.val();
-        self.v_log.pop.next = self.adv.val();
-        self.meta_fifo.pop.next = self.adv.val();
-        if self.adv.val() {
+        self.adv_k.clock.next = self.clock.val();
+        self.adv.next = self.adv_k.q.val().get_bit(0);
+        self.adv_k.d.next =
+            self.reset.val() | (!(self.adv.val() & self.xval.q.val() & self.xrise.q.val()) & !self.hold.q.val());
+        self.v_log.pop.next = self.adv_k.q.val().get_bit(1);
+        self.meta_fifo.pop.next = self.adv_k.q.val().get_bit(1);
+        if self.adv_k.q.val().get_bit(2) {
             self.xval.d.next = !self.meta_fifo.empty.val();
             self.xp.d.next = self.meta_fifo.dout.val().get_bits::<16>(0);
             self.xd.d.next = self.meta_fifo.dout.val().get_bits::<6>(self.c_meta_d.val().index());
@@ -391,7 +440,7 @@ impl<const W: usize> Logic for Lane<W> {
         }
 
         // Y: p · v[x], and δ's rounding decode (δ ≤ 62: S3b clamps it).
-        if self.adv.val() {
+        if self.adv_k.q.val().get_bit(2) {
             self.yval.d.next = self.xval.q.val();
             self.yp.d.next = self.xp.q.val();
             self.yfirst.d.next = self.xfirst.q.val();
@@ -416,7 +465,7 @@ impl<const W: usize> Logic for Lane<W> {
             }
         }
         for g in self._hot_l..self.hot_k.len() {
-            if self.adv.val() {
+            if self.adv_k.q.val().get_bit(3) {
                 self.hot_k[g].d.next = self.hot_nx.val();
                 self.lo_k[g].d.next = self.lo_nx.val();
             }

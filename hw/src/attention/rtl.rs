@@ -56,6 +56,12 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     bz_sm: DFF<Bit>,
     bz_om: DFF<Bit>,
     bz_st: DFF<Bit>,
+    /// `bad_c`'s terms (the three head-stride compares), registered every
+    /// cycle from the arguments as written, as `bz_*`: on the run registers
+    /// the INT8 flag (fan-out 449) stood before the O compare (−1.26 ns).
+    bc_q: DFF<Bit>,
+    bc_kv: DFF<Bit>,
+    bc_o: DFF<Bit>,
     sm_r: DFF<Bits<64>>,
     th_r: DFF<Bits<64>>,
     bad_r: DFF<Bit>,
@@ -66,16 +72,13 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// from `b` (which changes at least two cycles before the word arrives):
     /// the word's select and checks follow no logic on `b`.
     kv_sel: DFF<Bits<32>>,
-    /// That word is 0, or above SEQ_KV (compared as it is read).
+    /// `kv_word_r` is 0, above SEQ_KV, or either (for `KvCheckTest`'s
+    /// branch), registered every cycle from it: `KvCmp` waits the cycle.
+    /// Compared as it was read (the beat's words against SEQ_KV, picked by
+    /// entry) they were −0.6 to −1.65 ns on every placement.
     kv_zero: DFF<Bit>,
     kv_over: DFF<Bit>,
-    /// Either (for `KvCheckTest`'s branch). The checks compare every 32-bit
-    /// word of the beat and pick the entry's by `kv_oh` (one-hot, registered
-    /// from `b` as `kv_sel` is), so no select stands before the compares.
     kv_bad: DFF<Bit>,
-    kv_oh: DFF<Bits<32>>,
-    kv_gt: Signal<Local, Bit>,
-    kv_z: Signal<Local, Bit>,
     /// `bh + HPB` and whether it reaches HEADS (the key-count check's end),
     /// registered every cycle: `bh` changes at least three cycles before the
     /// next `KvCheckTest` reads them (a KVLEN read lies between).
@@ -326,6 +329,11 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     w_shift: DFF<Bit>,
     wb_last: DFF<Bit>,
     wi_last: DFF<Bit>,
+    /// For them, `w_bpr − 1` and `wi + 1 ≥ f_lv`, registered every cycle
+    /// (`w_bpr` is set in `WRow`, `wi` holds from `WRow` to `WPrep`): the add
+    /// and compare in `WPrep` were −0.55 to −0.8 ns.
+    w_bpr_m1: DFF<Bits<16>>,
+    wi_ge: DFF<Bit>,
     /// `wb` + 1 and `wi` + 1 (registered in `WPrep`), and two copies of "in
     /// `WSend`" (registered from the state and the write handshake): there
     /// `wb` and `wi` take the next beat's values every cycle, the same until
@@ -367,8 +375,6 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_mul_wait: Constant<Bits<4>>,
     c_ones64: Constant<Bits<64>>,
     _lanes: usize,
-    /// 32-bit words per beat (`kv_oh`'s bits in use).
-    _words: usize,
     /// `v_at(d) + 3`: `last_pipe`'s bits in use.
     _lp: usize,
 }
@@ -390,6 +396,8 @@ enum Phase {
     KvAddr,
     KvReq,
     KvWait,
+    /// The word's checks are registered (a cycle per KVLEN read).
+    KvCmp,
     KvTest,
     BlockPre1,
     BlockPre2,
@@ -465,15 +473,14 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
             _lanes: l,
-            _words: W / 32,
-            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over,
-            kv_bad, kv_oh, kv_gt, kv_z, bh_nx, bh_end, kv_chk, qleft, lv_r, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
+            .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, bc_q, bc_kv, bc_o, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_zero, kv_over,
+            kv_bad, bh_nx, bh_end, kv_chk, qleft, lv_r, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
             kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, qr, q_in, q_rx, in_q, binit, in_qw, kv_rem0, kv_rem,
             in_st, in_nx, in_ck, in_kct, sst, fin_idle_nx, fin_free, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
-            go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
+            go, go_r, go_p, go_j, st_valid, st_first, st_j, k_row, w_load, w_shift, wb_last, wi_last, w_bpr_m1, wi_ge, last_pipe, drain, all_idle, all_room, snap, snap_r, flush, lane_rst, fin, p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi,
             wb, w_addr, w_beat, w_strb, w_rb, w_bpr, w_rowaddr, w_off, w_strb_r, row_bytes_log,
             row_byte, beats_per_row, wb_p1, wi_p1, ws
         }))
@@ -485,8 +492,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
     fn update(&mut self) {
         #[rustfmt::skip]
         dff_setup!(
-            self, vitis.ap_clk, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, sm_r, th_r, bad_r, kv_word_r, kv_sel,
-            kv_zero, kv_over, kv_bad, kv_oh, bh_nx, bh_end, kv_chk, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
+            self, vitis.ap_clk, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, bc_q, bc_kv, bc_o, sm_r, th_r, bad_r, kv_word_r, kv_sel,
+            kv_zero, kv_over, kv_bad, bh_nx, bh_end, kv_chk, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
             phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qr, q_in, k_addr, v_addr, k_up, v_up, in_qw, kv_rem0, kv_rem,
@@ -494,7 +501,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
             p_q0, p_lv, p_oh, f_q0, f_lv, f_oh, fx, ser_v, wi, wb, w_addr, w_beat, w_strb, w_load, w_shift, wb_last,
-            wi_last, wb_p1, wi_p1,
+            wi_last, w_bpr_m1, wi_ge, wb_p1, wi_p1,
             w_rb, w_bpr, w_rowaddr, w_off, w_strb_r,
             in_q, in_st, in_nx, in_ck, in_kct, kva, kvr, k_ok, kv_nz, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, fxe
         );
@@ -527,19 +534,9 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // whole beat costs simulators a wide shift every cycle).
         self.kv_word.next = self.vitis.m_axi_gmem.rdata.val().get_bits::<32>(self.kv_sel.q.val().index() * 8);
         self.kv_sel.d.next = (self.b.q.val() << 2) & self.c_pmask32.val();
-        self.kv_oh.d.next = bits::<32>(1) << (((self.b.q.val() << 2) & self.c_pmask32.val()) >> 2);
-        self.kv_gt.next = false;
-        self.kv_z.next = false;
-        for i in 0..self._words {
-            if self.kv_oh.q.val().get_bit(i)
-                & (self.vitis.m_axi_gmem.rdata.val().get_bits::<32>(i * 32) > self.run.seq_kv.val())
-            {
-                self.kv_gt.next = true;
-            }
-            if self.kv_oh.q.val().get_bit(i) & (self.vitis.m_axi_gmem.rdata.val().get_bits::<32>(i * 32) == 0) {
-                self.kv_z.next = true;
-            }
-        }
+        self.kv_zero.d.next = self.kv_word_r.q.val() == 0;
+        self.kv_over.d.next = self.kv_word_r.q.val() > self.run.seq_kv.val();
+        self.kv_bad.d.next = (self.kv_word_r.q.val() == 0) | (self.kv_word_r.q.val() > self.run.seq_kv.val());
         self.qs.next = self.q0.q.val() << self.c_logd.val();
         // A block's Q rows: one span from its first beat.
         self.shell.span_load.next = false;
@@ -609,6 +606,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         self.kst.issue.next = 0.into();
         self.vst.issue.next = 0.into();
+        self.kst.issue_m1.next = bits::<16>(0xffff);
+        self.vst.issue_m1.next = bits::<16>(0xffff);
 
         // Steps wait until the previous block's last step has reached the
         // finalizer, which snapshots l and o then (the lanes' `div_start`), and
@@ -644,7 +643,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         // d·SMULT < 2^(24+SSHIFT); head strides are beat multiples that hold a head.
         // Checked on the latched arguments in `Check` and `Check2`, registered in parts.
         self.o_row_log.next = self.c_logd.val() + 2;
-        if self.run.out8.val() {
+        if self.now.out8.val() {
             self.o_row_log.next = self.c_logd.val();
         }
         self.bz_hd.d.next = (self.now.heads.val() == 0) | (self.now.hpb.val() == 0);
@@ -657,12 +656,13 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 != 0;
         self.bad_zero.next =
             self.bz_hd.q.val() | self.bz_sq.q.val() | self.bz_sm.q.val() | self.bz_om.q.val() | self.bz_st.q.val();
-        self.bad_cmp.next = (bit_cast::<64, 32>(self.run.q_stride.val())
-            < (bit_cast::<64, 32>(self.run.seq_q.val()) << self.c_logd.val()))
-            | (bit_cast::<64, 32>(self.run.kv_stride.val())
-                < (bit_cast::<64, 32>(self.run.seq_kv.val()) << self.c_logd.val()))
-            | (bit_cast::<64, 32>(self.run.o_stride.val())
-                < (bit_cast::<64, 32>(self.run.seq_q.val()) << self.o_row_log.val()));
+        self.bc_q.d.next = bit_cast::<64, 32>(self.now.q_stride.val())
+            < (bit_cast::<64, 32>(self.now.seq_q.val()) << self.c_logd.val());
+        self.bc_kv.d.next = bit_cast::<64, 32>(self.now.kv_stride.val())
+            < (bit_cast::<64, 32>(self.now.seq_kv.val()) << self.c_logd.val());
+        self.bc_o.d.next = bit_cast::<64, 32>(self.now.o_stride.val())
+            < (bit_cast::<64, 32>(self.now.seq_q.val()) << self.o_row_log.val());
+        self.bad_cmp.next = self.bc_q.q.val() | self.bc_kv.q.val() | self.bc_o.q.val();
 
         // ---------------- Phase machine ----------------
         self.binit.next = false;
@@ -753,16 +753,17 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             Phase::KvWait => {
                 if self.vitis.m_axi_gmem.rvalid.val() {
                     self.kv_word_r.d.next = self.kv_word.val();
-                    self.kv_zero.d.next = self.kv_z.val();
-                    self.kv_over.d.next = self.kv_gt.val();
-                    self.kv_bad.d.next = self.kv_z.val() | self.kv_gt.val();
-                    self.phase.d.next = Phase::KvTest;
-                    self.in_kt.d.next = true;
-                    if self.kv_chk.q.val() {
-                        self.phase.d.next = Phase::KvCheckTest;
-                        self.in_kt.d.next = false;
-                        self.in_kct.d.next = true;
-                    }
+                    self.phase.d.next = Phase::KvCmp;
+                }
+            }
+            // `kv_zero`, `kv_over`, `kv_bad` take the word's checks.
+            Phase::KvCmp => {
+                self.phase.d.next = Phase::KvTest;
+                self.in_kt.d.next = true;
+                if self.kv_chk.q.val() {
+                    self.phase.d.next = Phase::KvCheckTest;
+                    self.in_kt.d.next = false;
+                    self.in_kct.d.next = true;
                 }
             }
             // Checked in KvCheckTest; clamped again (on `in_kt`, after the
@@ -862,10 +863,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.kv_last.d.next = self.kv_len.q.val();
             self.kv_last_m1.d.next = self.kv_lm1.q.val();
             self.kst.issue.next = self.kv_len.q.val();
+            self.kst.issue_m1.next = self.kv_lm1.q.val();
             self.kv_turn.d.next = true;
         }
         if self.viss.val() {
             self.vst.issue.next = self.kv_last.q.val();
+            self.vst.issue_m1.next = self.kv_last_m1.q.val();
             self.k_addr.d.next =
                 (self.k_addr.q.val() & self.c_hi52.val()) | bit_cast::<64, 12>(self.k_lo.val().get_bits::<12>(0));
             if self.k_lo.val().get_bit(12) {
@@ -1028,8 +1031,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                     self.w_rowaddr.q.val() + (bit_cast::<64, 16>(self.wb.q.val()) << self.c_logp.val());
                 self.w_beat.d.next = bit_cast::<W, ROW32_BITS>(self.wrow.q.val()) << (self.w_off.q.val() << 3);
                 self.w_strb.d.next = self.w_strb_r.q.val();
-                self.wb_last.d.next = self.wb.q.val() + 1 >= self.w_bpr.q.val();
-                self.wi_last.d.next = self.wi.q.val() + 1 >= self.f_lv.q.val();
+                self.wb_last.d.next = self.wb.q.val() >= self.w_bpr_m1.q.val();
+                self.wi_last.d.next = self.wi_ge.q.val();
                 self.wb_p1.d.next = self.wb.q.val() + 1;
                 self.wi_p1.d.next = self.wi.q.val() + 1;
                 self.fin.d.next = Fin::WSend;
@@ -1052,6 +1055,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             }
         }
 
+        self.w_bpr_m1.d.next = self.w_bpr.q.val() - 1;
+        self.wi_ge.d.next = self.wi.q.val() + 1 >= self.f_lv.q.val();
         // The next beat's `wb`, `wi`, taken in every `WSend` cycle (see `ws`).
         self.ws.d.next = self.vitis.ap_rst_n.val()
             & ((self.fin.q.val() == Fin::WPrep) | ((self.fin.q.val() == Fin::WSend) & !self.shell.wr_fire.val()));
@@ -1260,6 +1265,8 @@ struct KvStream<const W: usize> {
     pub reset: Signal<In, Bit>,
     pub addr: Signal<In, Bits<64>>,
     pub issue: Signal<In, Bits<16>>,
+    /// `issue − 1` (the top has it in registers beside the lengths).
+    pub issue_m1: Signal<In, Bits<16>>,
     pub push: Signal<In, Bit>,
     pub din: Signal<In, Bits<W>>,
     pub pop: Signal<In, Bit>,
@@ -1283,6 +1290,12 @@ struct KvStream<const W: usize> {
     /// request decision reaches no adder (a room check reads `occ` two cycles
     /// after, and no burst is issued in the three cycles before a K request).
     iss_r: DFF<Bits<16>>,
+    /// `issue_m1` registered beside it, and `inflight` plus either: a
+    /// beat's arrival (AXI `rvalid`, 55–63 loads) selects one, rather than
+    /// entering a three-operand add (−0.8 ns, 15 endpoints).
+    iss_m1: DFF<Bits<16>>,
+    inf_a: Signal<Local, Bits<16>>,
+    inf_p: Signal<Local, Bits<16>>,
     page_m1_r: DFF<Bits<16>>,
     inflight: DFF<Bits<16>>,
     occ: DFF<Bits<16>>,
@@ -1300,7 +1313,7 @@ impl<const W: usize> KvStream<W> {
             fifo: Fifo::with_read_copies(depth, 16).trusting_pop(),
             c_logp: k(port_bytes.trailing_zeros() as u64),
             c_room_max: k(depth as u64 - CHUNK),
-            .. clock, reset, addr, issue, push, din, pop, dout, empty, room, room_nx, page, page_m1, any_nx, has, has_n, iss_r, page_m1_r,
+            .. clock, reset, addr, issue, issue_m1, push, din, pop, dout, empty, room, room_nx, page, page_m1, any_nx, has, has_n, iss_r, iss_m1, inf_a, inf_p, page_m1_r,
             inflight, occ, room_r, page_r
         })
     }
@@ -1309,7 +1322,7 @@ impl<const W: usize> KvStream<W> {
 impl<const W: usize> Logic for KvStream<W> {
     #[hdl_gen]
     fn update(&mut self) {
-        dff_setup!(self, clock, has, has_n, iss_r, page_m1_r, inflight, occ, room_r, page_r);
+        dff_setup!(self, clock, has, has_n, iss_r, iss_m1, page_m1_r, inflight, occ, room_r, page_r);
         self.fifo.clock.next = self.clock.val();
         self.fifo.reset.next = self.reset.val();
         self.fifo.din.next = self.din.val();
@@ -1327,7 +1340,13 @@ impl<const W: usize> Logic for KvStream<W> {
         self.dout.next = self.fifo.dout.val();
         self.empty.next = !self.has.q.val();
         self.iss_r.d.next = self.issue.val();
-        self.inflight.d.next = self.inflight.q.val() + self.iss_r.q.val() - bit_cast::<16, 1>(self.push.val().into());
+        self.iss_m1.d.next = self.issue_m1.val();
+        self.inf_a.next = self.inflight.q.val() + self.iss_r.q.val();
+        self.inf_p.next = self.inflight.q.val() + self.iss_m1.q.val();
+        self.inflight.d.next = self.inf_a.val();
+        if self.push.val() {
+            self.inflight.d.next = self.inf_p.val();
+        }
         self.occ.d.next = self.fifo.count.val() + self.inflight.q.val();
         self.room_nx.next = self.occ.q.val() <= self.c_room_max.val();
         self.room_r.d.next = self.room_nx.val();
@@ -1341,6 +1360,7 @@ impl<const W: usize> Logic for KvStream<W> {
         if self.reset.val() {
             self.has_n.d.next = 0.into();
             self.iss_r.d.next = 0.into();
+            self.iss_m1.d.next = bits::<16>(0xffff);
             self.inflight.d.next = 0.into();
         }
     }
