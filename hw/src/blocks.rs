@@ -2297,46 +2297,53 @@ mod tests {
         );
     }
 
-    #[test]
-    fn exp2_pipe_c_matches_exp2_fixed_after_its_latency() {
+    /// An exponential fed `u` and its LUT index `ul` apart ([`Exp2PipeC`],
+    /// [`Exp2PipeU`]): every `u` of a sweep and the range edges comes out as
+    /// `exp2_fixed(u)` after `lat` cycles.
+    fn check_exp2_split<B: Block>(
+        e: &mut B,
+        step: usize,
+        lat: usize,
+        clk: impl Fn(&mut B, bool),
+        drive: impl Fn(&mut B, i64),
+        p: impl Fn(&B) -> u64,
+    ) {
         let lut = crate::numerics::exp2_lut();
-        let mut us: Vec<i64> = (-9000..=0).step_by(13).collect();
+        let mut us: Vec<i64> = (-9000..=0).step_by(step).collect();
         us.extend([0, -1, -255, -256, -257, -7936, -7937, -8192, -(1i64 << 39)]);
-        let mut e = Exp2PipeC::default();
         e.connect_all();
         stream(
-            &mut e,
-            |e, c| e.clock.next = Clock::from(c),
-            Exp2Pipe::LATENCY,
+            e,
+            clk,
+            lat,
             &us,
-            |e, &u| {
-                e.u.next = from_i64(u);
-                e.ul.next = ((u as u64 & 0xFF) * 0x0101_0101).to_bits();
-            },
-            |e, &u| assert_eq!(e.p.val().to_u64(), crate::numerics::exp2_fixed(&lut, u) as u64, "u = {u}"),
+            |e, &u| drive(e, u),
+            |e, &u| assert_eq!(p(e), crate::numerics::exp2_fixed(&lut, u) as u64, "u = {u}"),
         );
+    }
+
+    #[test]
+    fn exp2_pipe_c_matches_exp2_fixed_after_its_latency() {
+        let mut e = Exp2PipeC::default();
+        let drive = |e: &mut Exp2PipeC, u: i64| {
+            e.u.next = from_i64(u);
+            e.ul.next = ((u as u64 & 0xFF) * 0x0101_0101).to_bits();
+        };
+        let clk = |e: &mut Exp2PipeC, c| e.clock.next = Clock::from(c);
+        check_exp2_split(&mut e, 13, Exp2Pipe::LATENCY, clk, drive, |e| e.p.val().to_u64());
         let Verilog::Custom(v) = e.hdl() else { unreachable!() };
         assert!(v.contains("lut0[ul[7:0]]") && v.contains("lut15[ul[31:24]]") && !v.contains("lut3[u[7:0]]"), "{v}");
     }
 
     #[test]
     fn exp2_pipe_u_matches_exp2_fixed_after_its_latency() {
-        let lut = crate::numerics::exp2_lut();
-        let mut us: Vec<i64> = (-9000..=0).step_by(11).collect();
-        us.extend([0, -1, -255, -256, -257, -7936, -7937, -8192, -(1i64 << 39)]);
         let mut e = Exp2PipeU::default();
-        e.connect_all();
-        stream(
-            &mut e,
-            |e, c| e.clock.next = Clock::from(c),
-            Exp2PipeU::LATENCY,
-            &us,
-            |e, &u| {
-                e.u.next = from_i64(u);
-                e.ul.next = ((u & 0xFF) as u64).to_bits();
-            },
-            |e, &u| assert_eq!(e.p.val().to_u64(), crate::numerics::exp2_fixed(&lut, u) as u64, "u = {u}"),
-        );
+        let drive = |e: &mut Exp2PipeU, u: i64| {
+            e.u.next = from_i64(u);
+            e.ul.next = ((u & 0xFF) as u64).to_bits();
+        };
+        let clk = |e: &mut Exp2PipeU, c| e.clock.next = Clock::from(c);
+        check_exp2_split(&mut e, 11, Exp2PipeU::LATENCY, clk, drive, |e| e.p.val().to_u64());
     }
 
     #[test]
