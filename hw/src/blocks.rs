@@ -2297,6 +2297,37 @@ mod tests {
         );
     }
 
+    /// `SyncRam::read_ahead` reads at the address given a cycle before the
+    /// edge `SyncRam::new` would read at: written rows come back in order
+    /// when the address is driven one cycle early, and its Verilog reads each
+    /// slice at a kept copy.
+    #[test]
+    fn sync_ram_read_ahead_reads_the_address_given_a_cycle_early() {
+        let mut r = SyncRam::<64>::read_ahead(4, 2);
+        r.connect_all();
+        let clk = |r: &mut SyncRam<64>, c| r.clock.next = Clock::from(c);
+        let row = |a: u64| (a * 0x0101_0101_0101_0101 + 0x1000_0000_0000_0007).to_bits();
+        r.port.we.next = true;
+        for a in 0..4u64 {
+            r.port.waddr.next = a.to_bits();
+            r.port.wdata.next = row(a);
+            clock(&mut r, clk, 1);
+        }
+        r.port.we.next = false;
+        // Address a at edge t, so row a at edge t + 1 (after which `rdata` holds it).
+        let order = [2u64, 0, 3, 1, 1, 2];
+        for (t, &a) in order.iter().enumerate() {
+            r.port.raddr.next = a.to_bits();
+            clock(&mut r, clk, 1);
+            if t > 0 {
+                assert_eq!(r.rdata.val(), row(order[t - 1]), "edge {t}");
+            }
+        }
+        let Verilog::Custom(v) = r.hdl() else { unreachable!() };
+        assert!(v.contains("(* keep *) always @(posedge clock) ra1 <= port$raddr[1:0];"), "{v}");
+        assert!(v.contains("rdata[63:32] <= mem1[ra1];") && v.contains("rdata[31:0] <= mem0[ra0];"), "{v}");
+    }
+
     /// An exponential fed `u` and its LUT index `ul` apart ([`Exp2PipeC`],
     /// [`Exp2PipeU`]): every `u` of a sweep and the range edges comes out as
     /// `exp2_fixed(u)` after `lat` cycles.
