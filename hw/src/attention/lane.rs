@@ -136,26 +136,34 @@ pub struct Lane<const W: usize> {
     mask0: Signal<Local, Bit>,
     e: Signal<Local, Signed<32>>,
     /// The running max, updated in S3b: in S3a it holds m before the step
-    /// ahead (the one in `t3`), which takes that step's e if `mt3`. S3a
-    /// compares e with both (`ca`, `cb`) and picks by `mt3`, so the compare
-    /// follows registers only and m's loop is its enable (m updated after
-    /// S3a's compare, 32 enables behind a carry chain, was −0.8 to −1.1 ns).
+    /// ahead (the one in `t3`), which takes that step's e if `mt_r`. S3a
+    /// registers e's compare (with the first flag: `ga3`, `gb3`) and
+    /// difference (`da3`, `db3`) against both, the step ahead's e and m;
+    /// S3b picks by `mt_r`, one LUT. Picking in S3a put two carry chains and
+    /// a select in one path, which synthesis built at 3.1 or 4.4 ns of logic
+    /// from one netlist to the next (−2.6 ns, att19's step 3). Each compare
+    /// is the sign of its own subtraction (`na`, `nb`: e within ±2^30, as
+    /// |t| < 2^38, so it does not wrap): as `e > x` synthesis shared the
+    /// difference's carry chain and added an equality tree (3.8 ns, −1.7).
     m: DFF<Signed<32>>,
-    /// The step's t, whether it is above m before it (`gt3`, `first` or
-    /// e > m) and whether m takes its e (`mt3`: `gt3` on an unmasked step).
+    /// The step's t.
     t3: DFF<Signed<40>>,
-    gt3: DFF<Bit>,
-    mt3: DFF<Bit>,
+    ga3: DFF<Bit>,
+    gb3: DFF<Bit>,
+    da3: DFF<Signed<32>>,
+    db3: DFF<Signed<32>>,
     f3: DFF<Bits<3>>,
-    gt: Signal<Local, Bit>,
     /// `t3`'s e, as a signed signal (a part-select compares unsigned in Verilog).
     e3: Signal<Local, Signed<32>>,
-    ca: Signal<Local, Bit>,
-    cb: Signal<Local, Bit>,
-    /// m before S3a's step (`t3`'s e or m), and e − that, registered for S3b
-    /// (`diff3`): S3b's `u` and δ follow a register, not a subtraction.
-    m_prev: Signal<Local, Signed<32>>,
-    diff3: DFF<Signed<32>>,
+    na: Signal<Local, Signed<32>>,
+    nb: Signal<Local, Signed<32>>,
+    /// S3b: whether the step is above m before it (`first` or e > m), e − m,
+    /// and whether m takes its e (`mt`: `gt` on an unmasked step; `mt_r`
+    /// for the next step's pick).
+    gt: Signal<Local, Bit>,
+    diff: Signal<Local, Signed<32>>,
+    mt: Signal<Local, Bit>,
+    mt_r: DFF<Bit>,
     diff_bits: Signal<Local, Bits<32>>,
     u_bits: Signal<Local, Bits<40>>,
     delta_bits: Signal<Local, Bits<32>>,
@@ -291,7 +299,7 @@ impl<const W: usize> Lane<W> {
             c_meta_rise: Constant::new((META_RISE as u64).to_bits()),
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
             idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, q_idx_r, kb, sdot, flags0, scale, mask0, e, m, t3,
-            gt3, mt3, f3, gt, e3, ca, cb, m_prev, diff3, diff_bits, u_bits, delta_bits, d3, upd3, first3, exp2, d3c, rise3c, upd3c, first3c, meta_in,
+            ga3, gb3, da3, db3, f3, e3, na, nb, gt, diff, mt, mt_r, diff_bits, u_bits, delta_bits, d3, upd3, first3, exp2, d3c, rise3c, upd3c, first3c, meta_in,
             room_r, adv_k, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, adv_d, xd1, xd2, hot_nx2, lo_nx2, hold, hold2, l_acc, div_cnt, div_nz, div_first, dl, rem,
             quo, quo_m, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
         })
@@ -302,9 +310,9 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, q_idx_r, kb, sdot, m, t3, gt3, mt3, f3, diff3, d3, upd3, first3, d3c, rise3c, upd3c, first3c,
-            room_r, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt, div_nz,
-            div_first, dl, rem, quo, quo_m
+            self, clock, q_idx_r, kb, sdot, m, t3, ga3, gb3, da3, db3, f3, mt_r, d3, upd3, first3, d3c, rise3c, upd3c,
+            first3c, room_r, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt,
+            div_nz, div_first, dl, rem, quo, quo_m
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
@@ -340,39 +348,42 @@ impl<const W: usize> Logic for Lane<W> {
         self.scale.shift.next = self.sshift.val();
         self.f2.din.next = self.f1.dout.val();
 
-        // S3a: e > m before the step, m being the step ahead's e (`mt3`) or
-        // m; registered with e − m for S3b.
+        // S3a: e > m before the step and e − m, m being the step ahead's e
+        // (`a`) or m (`b`), all four registered for S3b's pick.
         self.e.next = self.scale.y.val().get_bits::<32>(8);
         self.e3.next = self.t3.q.val().get_bits::<32>(8);
-        self.ca.next = self.e.val() > self.e3.val();
-        self.cb.next = self.e.val() > self.m.q.val();
-        self.gt.next =
-            self.f2.dout.val().get_bit(1) | (self.mt3.q.val() & self.ca.val()) | (!self.mt3.q.val() & self.cb.val());
-        self.m_prev.next = self.m.q.val();
-        if self.mt3.q.val() {
-            self.m_prev.next = self.e3.val();
-        }
-        self.diff3.d.next = self.e.val() - self.m_prev.val();
+        self.na.next = self.e3.val() - self.e.val();
+        self.nb.next = self.m.q.val() - self.e.val();
+        self.ga3.d.next = self.f2.dout.val().get_bit(1) | self.na.val().get_bit(31);
+        self.gb3.d.next = self.f2.dout.val().get_bit(1) | self.nb.val().get_bit(31);
+        self.da3.d.next = self.e.val() - self.e3.val();
+        self.db3.d.next = self.e.val() - self.m.q.val();
         self.t3.d.next = self.scale.y.val();
         for c in 0..4 {
             self.t3l[c].clock.next = self.clock.val();
             self.t3l[c].d.next = unsigned_cast(self.scale.y.val().get_bits::<8>(0));
         }
-        self.gt3.d.next = self.gt.val();
-        self.mt3.d.next = self.gt.val() & self.f2.dout.val().get_bit(0) & !self.f2.dout.val().get_bit(2);
         self.f3.d.next = self.f2.dout.val();
 
         // S3b: m takes the step's e; u = t − 256·m_new, δ = m_new − m_old,
-        // from `diff3` = e − m_old (e = t[39:8]): m_new is e (`gt3`: δ is
+        // from `diff` = e − m_old (e = t[39:8]): m_new is e (`gt`: δ is
         // it, u is t's low byte) or m_old (δ is 0, u is t − 256·m_old, whose
         // low byte is t's).
-        if self.mt3.q.val() {
+        self.gt.next = self.gb3.q.val();
+        self.diff.next = self.db3.q.val();
+        if self.mt_r.q.val() {
+            self.gt.next = self.ga3.q.val();
+            self.diff.next = self.da3.q.val();
+        }
+        self.mt.next = self.gt.val() & self.f3.q.val().get_bit(0) & !self.f3.q.val().get_bit(2);
+        self.mt_r.d.next = self.mt.val();
+        if self.mt.val() {
             self.m.d.next = self.e3.val();
         }
-        self.diff_bits.next = unsigned_cast(self.diff3.q.val());
+        self.diff_bits.next = unsigned_cast(self.diff.val());
         self.u_bits.next = bit_cast::<40, 8>(unsigned_cast(self.t3.q.val().get_bits::<8>(0)));
         self.delta_bits.next = 0.into();
-        if self.gt3.q.val() {
+        if self.gt.val() {
             self.delta_bits.next = self.diff_bits.val();
         } else {
             self.u_bits.next = self.u_bits.val() | (bit_cast::<40, 32>(self.diff_bits.val()) << 8);
