@@ -153,6 +153,26 @@ fn smoke() {
     }
 }
 
+/// Every logit equal (x = 0) on every expert a unit holds: each p is 1.0, so
+/// the normalizer L = E·2^14 is the largest the unit can meet, and with it the
+/// reciprocal's divisor and remainder (a narrower remainder fails here).
+#[test]
+fn largest_normalizer_when_every_expert_ties() {
+    if !ferrite::sim::verilator_or_skip() {
+        return;
+    }
+    let configs =
+        [MoeConfig::small(), MoeConfig { e_max: 4, k_max: 2, h_max: 16, lanes: 1, port_bits: 128, clock_mhz: 300.0 }];
+    for cfg in &configs {
+        let p = problem(3, 16, cfg.e_max, cfg.k_max, GateMode::SoftmaxTopk);
+        let (x, w) = (vec![0i8; p.tokens * p.hidden], data(&p, 7).1);
+        let want = route(&p, &x, &w, None).unwrap();
+        let got = run(cfg, MemoryConfig::default(), &p, &x, &w, None).unwrap();
+        assert_eq!(got.status, 0);
+        assert_eq!(got.out, want, "{} E = {}", cfg.kernel_name(), cfg.e_max);
+    }
+}
+
 /// Issue 18's shapes, where the router's dot products ran over whole beats and
 /// summed the junk between H and the row pitch (non-zero here, see `run`).
 #[test]
