@@ -1077,13 +1077,21 @@ fn rescale_step<const N: usize>(st: &mut RescaleState, ctl: (bool, Bits<6>, bool
 /// either way, and bit 0 is dropped, so `c` is read once (yosys maps both
 /// to the same cells; Verilator computed the carry-in into a variable of its own).
 fn rescale_verilog(n: usize, sfx: &str, a: &str) -> String {
-    rescale_verilog_ctl(n, sfx, a, ["load", "sh", "hold", "upd", "first"])
+    rescale_verilog_ctl(n, sfx, a, ["load", "sh", "hold", "upd", "first"], None)
 }
 
 /// [`rescale_verilog`] reading its controls `load`, `sh`, `hold`, `upd`,
-/// `first` from the signals named in `ctl` (in that order).
-fn rescale_verilog_ctl(n: usize, sfx: &str, a: &str, ctl: [&str; 5]) -> String {
+/// `first` from the signals named in `ctl` (in that order). With `clear`
+/// (a signal's name) `first` is not read: `acc` clears on `clear` (below
+/// `hold`'s second cycle and `upd`), and every step adds, so the parent must
+/// clear each accumulator (with c 0) before a block's first step. The sum
+/// then reaches `acc` through one LUT (`mid`'s select), not two.
+fn rescale_verilog_ctl(n: usize, sfx: &str, a: &str, ctl: [&str; 5], clear: Option<&str>) -> String {
     let [load, sh, hold, upd, first] = ctl;
+    let upd_to = match clear {
+        None => format!("{first} ? {a} : sum{sfx}[{n}:1];"),
+        Some(cl) => format!("sum{sfx}[{n}:1];\n   else if ({cl}) acc{sfx} <= 0;"),
+    };
     // c: the bit below the cut (`hot`), and for negative acc also any bit
     // under it (`lo`): AND-OR trees, ORed in eight bytes into registers (`ch`,
     // `cl`) and then into c. The shift: by whole bytes (`f1`), then the rest.
@@ -1117,7 +1125,7 @@ always @(posedge clock) c{sfx} <= mid{sfx} && (|ch{sfx}) && (!f1{sfx}[{msb}] || 
 wire [{n}:0] sum{sfx} = {{acc{sfx}, c{sfx}}} + {{{a}, 1'b1}};
 always @(posedge clock)
    if (mid{sfx}) acc{sfx} <= f1{sfx} >>> sr{sfx}[2:0];
-   else if ({upd}) acc{sfx} <= {first} ? {a} : sum{sfx}[{n}:1];
+   else if ({upd}) acc{sfx} <= {upd_to}
 "
     )
 }
@@ -2591,6 +2599,15 @@ mod tests {
 /// loaded alike): each bit of one `hot` register fed the AND-OR trees of all
 /// d accumulators and the parent's l (fan-out 17 at d = 16, 6–7 ns of routing
 /// on ECP5, docs/timing.md).
+///
+/// The Verilog does not read `first`: it clears every `o[x]` on its `snap`
+/// edge (as `os` takes it) and while `reset` is high, and a first step adds
+/// to 0 (c is 0 then: no step rises into a first step). That is the model's
+/// `o[x] ← pv[x]` for a parent that snapshots every block before the next
+/// block's first step (its steps reach the row only after the snapshot) and
+/// resets the row before the first block, as the attention lane does. With
+/// `first` in the select behind the add, the sum went through two LUTs
+/// (`o_row.c → acc`, −0.2 to −0.86 ns at every seed, docs/timing.md).
 #[derive(LogicBlock)]
 pub struct RescaleRow<const W: usize> {
     pub clock: Signal<In, Clock>,
@@ -2605,6 +2622,8 @@ pub struct RescaleRow<const W: usize> {
     pub first: Signal<In, Bit>,
     pub snap: Signal<In, Bit>,
     pub shift: Signal<In, Bit>,
+    /// The parent's reset: the Verilog clears the accumulators (see below).
+    pub reset: Signal<In, Bit>,
     pub o0: Signal<Out, Signed<48>>,
     pub o1: Signal<Out, Signed<48>>,
     /// The model's delay registers: (load, sh, hold, upd, first, snap) one
@@ -2642,6 +2661,7 @@ impl<const W: usize> RescaleRow<W> {
             first: Default::default(),
             snap: Default::default(),
             shift: Default::default(),
+            reset: Default::default(),
             o0: Default::default(),
             o1: Default::default(),
             _c1: Default::default(),
@@ -2692,15 +2712,16 @@ impl<const W: usize> Logic for RescaleRow<W> {
         let (d, g) = (self._st.len(), self.hot.len());
         let mut v = format!(
             "\
-reg ld1, ld2, hd1, hd2, up1, up2, fs1, fs2, sn1, sn2;
+reg ld1, ld2, hd1, hd2, up1, up2, sn1, sn2;
 reg [5:0] sh1, sh2;
 reg signed [15:0] p1;
 reg [{vm}:0] v1;
 always @(posedge clock) begin
-   ld1 <= load; hd1 <= hold; up1 <= upd; fs1 <= first; sn1 <= snap; sh1 <= sh;
-   ld2 <= ld1; hd2 <= hd1; up2 <= up1; fs2 <= fs1; sn2 <= sn1; sh2 <= sh1;
+   ld1 <= load; hd1 <= hold; up1 <= upd; sn1 <= snap; sh1 <= sh;
+   ld2 <= ld1; hd2 <= hd1; up2 <= up1; sn2 <= sn1; sh2 <= sh1;
    p1 <= p; v1 <= v[{vm}:0];
 end
+wire zr2 = sn2 | reset;
 ",
             vm = 8 * d - 1
         );
@@ -2716,7 +2737,8 @@ end
                 48,
                 &x.to_string(),
                 &format!("{{{{16{{pvr{x}[31]}}}}, pvr{x}}}"),
-                ["ld2", "sh2", "hd2", "up2", "fs2"],
+                ["ld2", "sh2", "hd2", "up2", "first"],
+                Some("zr2"),
             );
             assert!(acc.contains(" & hot[") && acc.contains(" & lo["));
             v += &acc.replace(" & hot[", &format!(" & hot${k}[")).replace(" & lo[", &format!(" & lo${k}["));

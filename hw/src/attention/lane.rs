@@ -544,6 +544,7 @@ impl<const W: usize> Logic for Lane<W> {
         // per `ser_v` cycle; its head pair → Q16 (`mulr`) → int8 (`rq`).
         self.o_row.snap.next = self.div_start.val();
         self.o_row.shift.next = self.ser_v.val();
+        self.o_row.reset.next = self.reset.val();
         self.mulr.o.next = self.o_row.o0.val();
         self.mulr_o.o.next = self.o_row.o1.val();
         self.quo_m.d.next = self.quo.q.val().get_bits::<32>(0);

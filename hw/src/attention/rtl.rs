@@ -357,7 +357,7 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     f_lv_m1: DFF<Bits<32>>,
     wi_ge: DFF<Bit>,
     /// `wb` + 1 and `wi` + 1 (registered in `WPrep`), and two copies of "in
-    /// `WSend`" (registered from the state and the write handshake): there
+    /// `WSend`" (registered from `w_shift`, itself and the write handshake): there
     /// `wb` and `wi` take the next beat's values every cycle, the same until
     /// the beat is sent, so their 48 loads (and `w_sel`'s) see neither the
     /// state decode nor `wready`.
@@ -1102,8 +1102,11 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.wb.d.next = 0.into();
         }
         // The next beat's `wb`, `wi`, taken in every `WSend` cycle (see `ws`).
+        // `w_shift` is "in `WPrep`" and `ws` "in `WSend`" (each set on entering
+        // the state, cleared on reset): from them rather than `fin`'s decodes
+        // (`fin → ws.q0`, −0.45 ns through the `WPrep` decode's 244 loads).
         self.ws.d.next = self.vitis.ap_rst_n.val()
-            & ((self.fin.q.val() == Fin::WPrep) | ((self.fin.q.val() == Fin::WSend) & !self.shell.wr_fire.val()));
+            & (self.w_shift.q.val() | (self.ws.q.val().get_bit(0) & !self.shell.wr_fire.val()));
         if self.ws.q.val().get_bit(0) {
             self.wb.d.next = self.wb_p1.q.val();
             if self.wb_last.q.val() {
