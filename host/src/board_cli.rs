@@ -373,6 +373,7 @@ fn print_failing_paths(t: &crate::timing::Timing, seed: &str, limit: usize) {
         "endpoints",
         "from → to",
         "logic + routing (ns)",
+        "nets (slowest, ns)",
         "max fan-out",
     ]);
     for g in f.groups.iter().take(limit) {
@@ -381,7 +382,8 @@ fn print_failing_paths(t: &crate::timing::Timing, seed: &str, limit: usize) {
             g.endpoints.to_string(),
             g.route(),
             format!("{:.1} + {:.1}", g.logic_ns, g.routing_ns),
-            // 0: analyzed before the fan-out was recorded.
+            // 0: analyzed before the nets (or the fan-out) were recorded.
+            if g.nets > 0 { format!("{} ({:.1})", g.nets, g.longest_net_ns) } else { "—".into() },
             if g.max_fanout > 0 { g.max_fanout.to_string() } else { "—".into() },
         ]);
     }

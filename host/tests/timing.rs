@@ -229,6 +229,12 @@ fn check_failing_paths(f: &FailingPaths, pr: &PostRoute) {
         assert!(!g.fields.is_empty() && g.fields.iter().all(|f| !f.contains('$')), "{g:?}");
         // Every path crosses at least one net, and none of these units' nets reach 100 000 pins.
         assert!((1..100_000).contains(&g.max_fanout), "{g:?}");
+        // Its slowest net is part of its routing, which its nets add up to.
+        assert!(g.nets >= 1 && g.longest_net_ns > 0.0, "{g:?}");
+        assert!(
+            g.longest_net_ns <= g.routing_ns + 1e-9 && g.routing_ns <= g.nets as f64 * g.longest_net_ns + 1e-9,
+            "{g:?}"
+        );
     }
     // The worst group's worst path is nextpnr's critical path: the same delays.
     if let Some(g) = f.groups.first() {

@@ -38,6 +38,16 @@ pub struct PathGroup {
     /// wide net wants its driver copied or its decision registered nearer.
     #[serde(default)]
     pub max_fanout: usize,
+    /// Nets on the worst path (interconnect with a delay: a carry chain's
+    /// own hops have none) and the slowest of them. An ECP5 net costs
+    /// 0.1–0.7 ns within two tiles and 2–5 ns across a fifth of the die
+    /// (docs/timing.md): most failing paths have one such net, which a
+    /// register at its far end removes, rather than too many LUT levels.
+    /// 0 in groups analyzed before they were recorded.
+    #[serde(default)]
+    pub nets: usize,
+    #[serde(default)]
+    pub longest_net_ns: f64,
     /// The fields the worst path's cells stand for, in order, each once per run.
     pub fields: Vec<String>,
 }
@@ -167,10 +177,15 @@ pub fn analyze(sdf: &str, target_mhz: f64) -> Result<FailingPaths> {
     for &(slack, end) in &failing {
         let mut path = vec![end];
         let (mut logic, mut routing, mut max_fanout) = (g.setup[end].unwrap_or(0.0), 0.0, 0);
+        let (mut nets, mut longest) = (0, 0.0f64);
         while let Some((p, d, is_logic)) = pred[*path.last().expect("a path has its endpoint")] {
             *(if is_logic { &mut logic } else { &mut routing }) += d;
             if !is_logic {
                 max_fanout = max_fanout.max(fanout(p));
+                if d > 0.0 {
+                    nets += 1;
+                    longest = longest.max(d);
+                }
             }
             path.push(p);
         }
@@ -196,6 +211,8 @@ pub fn analyze(sdf: &str, target_mhz: f64) -> Result<FailingPaths> {
             logic_ns: logic / 1000.0,
             routing_ns: routing / 1000.0,
             max_fanout,
+            nets,
+            longest_net_ns: longest / 1000.0,
             fields,
         });
     }
@@ -452,6 +469,9 @@ mod tests {
         assert_eq!(g.fields, ["a", "sum", "lanes[1].b"]);
         // a.Q has two sinks (the LUT and its own DI), the LUT one.
         assert_eq!(g.max_fanout, 2);
+        // Two nets, the LUT's output the slower.
+        assert_eq!(g.nets, 2);
+        assert!((g.longest_net_ns - 5.0).abs() < 1e-9, "{g:?}");
         assert_eq!(g.route(), "a → lanes[1].b");
         assert_eq!(f.summary(), "1 of 2 endpoints fail 150 MHz in 1 group");
         // At 140 MHz (7143 ps) both meet their setup.
