@@ -39,8 +39,8 @@ pub struct PathGroup {
     #[serde(default)]
     pub max_fanout: usize,
     /// Nets on the worst path (interconnect with a delay: a carry chain's
-    /// own hops have none) and the slowest of them. An ECP5 net costs
-    /// 0.1–0.7 ns within two tiles and 2–5 ns across a fifth of the die
+    /// own hops have none) and the slowest of them. An ECP5 net costs about
+    /// 0.6 ns within two tiles and 2–5 ns across a fifth of the die
     /// (docs/timing.md): most failing paths have one such net, which a
     /// register at its far end removes, rather than too many LUT levels.
     /// 0 in groups analyzed before they were recorded.
