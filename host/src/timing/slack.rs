@@ -42,7 +42,8 @@ pub struct PathGroup {
     /// own hops have none) and the slowest of them. An ECP5 net costs about
     /// 0.6 ns within two tiles and 2–5 ns across a fifth of the die
     /// (docs/timing.md): most failing paths have one such net, which a
-    /// register at its far end removes, rather than too many LUT levels.
+    /// register at its far end gives a cycle of its own, rather than too
+    /// many LUT levels.
     /// 0 in groups analyzed before they were recorded.
     #[serde(default)]
     pub nets: usize,
