@@ -326,6 +326,7 @@ fn timing(a: &TimingArgs) -> Result<()> {
     }
     println!("critical path{worst}: {}", pr.critical_path.summary());
     print_failing_paths(&t, &worst, a.paths);
+    print_near_paths(&t, a.paths);
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header(["resource", "used", "available", "%"]);
     for (name, (used, avail)) in pr.utilization.iter().filter(|(_, (u, _))| *u > 0) {
@@ -387,13 +388,47 @@ fn print_failing_paths(t: &crate::timing::Timing, seed: &str, limit: usize) {
             if g.max_fanout > 0 { g.max_fanout.to_string() } else { "—".into() },
         ]);
     }
+    print_groups(&table, f.groups.len(), limit);
+}
+
+/// The groups that miss the target plus 10 % over the seeds, in the most seeds first.
+fn print_near_paths(t: &crate::timing::Timing, limit: usize) {
+    let Some(r) = &t.near_paths else { return };
+    let n = r.seeds.len();
+    let which = if n == t.seeds.len() {
+        format!("{n} seed{}", if n == 1 { "" } else { "s" })
+    } else {
+        let each: Vec<String> = r.seeds.iter().map(u32::to_string).collect();
+        format!("seeds {} (the others were placed before these were recorded)", each.join(", "))
+    };
+    println!(
+        "near the limit: {} groups miss {:.0} MHz (the target + {:.0} %) over {which}; in the most seeds first:",
+        r.groups.len(),
+        r.target_mhz,
+        (crate::timing::NEAR - 1.0) * 100.0
+    );
+    if r.groups.is_empty() {
+        return;
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header(["seeds", "from → to", "worst slack (ns)", "endpoints (most)"]);
+    for g in r.groups.iter().take(limit) {
+        let each: Vec<String> = g.seeds.iter().map(u32::to_string).collect();
+        table.add_row([
+            format!("{} of {n} ({})", g.seeds.len(), each.join(", ")),
+            g.route(),
+            format!("{:.2}", g.worst_slack_ns),
+            g.endpoints.to_string(),
+        ]);
+    }
+    print_groups(&table, r.groups.len(), limit);
+}
+
+/// A table of the first `limit` of `groups` groups, and how to see the rest.
+fn print_groups(table: &Table, groups: usize, limit: usize) {
     println!("{table}");
-    if f.groups.len() > limit {
-        println!(
-            "{} more groups (--paths {} lists them; --json has every group)",
-            f.groups.len() - limit,
-            f.groups.len()
-        );
+    if groups > limit {
+        println!("{} more groups (--paths {groups} lists them; --json has every group)", groups - limit);
     }
 }
 

@@ -408,6 +408,11 @@ pub struct Timing {
     /// that seed was placed before the flow had nextpnr write an SDF.
     #[serde(default)]
     pub failing_paths: Option<slack::FailingPaths>,
+    /// The groups that miss [`NEAR`] times the target, merged over every seed
+    /// analyzed at it: what most placements of this netlist have near the
+    /// limit. Absent where no seed was placed since the flow recorded them.
+    #[serde(default)]
+    pub near_paths: Option<slack::Recurring>,
     /// Every seed placed so far, in seed order (nextpnr `--seed 1` to `N`).
     #[serde(default)]
     pub seeds: Vec<SeedFmax>,
@@ -531,6 +536,8 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         if t.failing_paths.is_none() {
             t.failing_paths = read_failing(&dir, t.figure_seed())?;
         }
+        // Seeds placed again elsewhere (the timing test) may have added theirs.
+        t.near_paths = read_near(&dir, t.seeds.len() as u32)?;
         (t.dir, t.cached) = (dir, true);
         return Ok(t);
     }
@@ -579,6 +586,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
             Ok((seed, parse_report(&text).with_context(|| format!("in {}", path.display()))?))
         })
         .collect::<Result<Vec<_>>>()?;
+    let seeds_placed = seeds;
     let (post_route, seeds) = worst_seed(reports)?;
 
     let t = step("writing the bitstream (ecppack)");
@@ -594,6 +602,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         part: PART.to_string(),
         post_route,
         failing_paths: None,
+        near_paths: None,
         seeds,
         cells,
         packing: packed,
@@ -603,6 +612,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         cached: false,
     };
     timing.failing_paths = read_failing(&dir, timing.figure_seed())?;
+    timing.near_paths = read_near(&dir, seeds_placed)?;
     std::fs::write(dir.join(RESULT), serde_json::to_string_pretty(&timing)?)
         .with_context(|| format!("writing {}", dir.join(RESULT).display()))?;
     Ok(timing)
@@ -618,18 +628,44 @@ fn failing_name(seed: u32) -> String {
     format!("failing-seed{seed}.json")
 }
 
+/// A seed's groups at [`NEAR`] times the target in the cache entry.
+fn near_name(seed: u32) -> String {
+    format!("near-seed{seed}.json")
+}
+
+/// How far above the target each seed's endpoints are grouped as well
+/// ([`Timing::near_paths`]): 10 %, where a unit that misses the target by a
+/// few percent has its next few dozen groups.
+pub const NEAR: f64 = 1.1;
+
 /// The failing paths [`place_seed`] recorded for `seed`, if it did.
 fn read_failing(dir: &Path, seed: Option<u32>) -> Result<Option<slack::FailingPaths>> {
     let Some(path) = seed.map(|s| dir.join(failing_name(s))).filter(|p| p.exists()) else { return Ok(None) };
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display())).map(Some)
+    read_json(&path).map(Some)
+}
+
+/// The groups at [`NEAR`] times the target of seeds 1 to `seeds`, merged
+/// over those [`place_seed`] recorded them for.
+fn read_near(dir: &Path, seeds: u32) -> Result<Option<slack::Recurring>> {
+    let recorded: Vec<(u32, slack::FailingPaths)> = (1..=seeds)
+        .map(|s| (s, dir.join(near_name(s))))
+        .filter(|(_, p)| p.exists())
+        .map(|(s, p)| Ok((s, read_json(&p)?)))
+        .collect::<Result<_>>()?;
+    Ok(slack::recurring(&recorded))
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
 /// nextpnr with one seed on the packed netlist in `dir` (a cache entry, or
 /// any directory holding a copy of its `packed.json`); seed 1 also writes the
 /// routed configuration the bitstream is packed from. The SDF nextpnr writes
-/// (20–40 MB) is analyzed into `failing-seed<N>.json` and deleted; it is
-/// not in [`NEXTPNR_ARGS`], so the cache key did not change with it.
+/// (20–40 MB) is analyzed into `failing-seed<N>.json` (at the target) and
+/// `near-seed<N>.json` (at [`NEAR`] times it) and deleted; it is not in
+/// [`NEXTPNR_ARGS`], so the cache key did not change with it.
 pub fn place_seed(tools: &Toolchain, dir: &Path, seed: u32) -> Result<slack::FailingPaths> {
     let (seed_arg, report, log) = (seed.to_string(), report_name(seed), format!("nextpnr-seed{seed}.log"));
     let sdf = format!("seed{seed}.sdf");
@@ -645,8 +681,12 @@ pub fn place_seed(tools: &Toolchain, dir: &Path, seed: u32) -> Result<slack::Fai
     let target = parse_report(&text).with_context(|| format!("in {}", report.display()))?.target_mhz;
     let sdf = dir.join(sdf);
     let text = std::fs::read_to_string(&sdf).with_context(|| format!("reading nextpnr's SDF {}", sdf.display()))?;
-    let failing = slack::analyze(&text, target).with_context(|| format!("nextpnr's SDF {}", sdf.display()))?;
+    let [failing, near]: [slack::FailingPaths; 2] = slack::analyze(&text, &[target, target * NEAR])
+        .with_context(|| format!("nextpnr's SDF {}", sdf.display()))?
+        .try_into()
+        .expect("one result per target");
     std::fs::write(dir.join(failing_name(seed)), serde_json::to_string_pretty(&failing)?)?;
+    std::fs::write(dir.join(near_name(seed)), serde_json::to_string_pretty(&near)?)?;
     std::fs::remove_file(&sdf).with_context(|| format!("removing {}", sdf.display()))?;
     Ok(failing)
 }

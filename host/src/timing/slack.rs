@@ -54,13 +54,17 @@ pub struct PathGroup {
 }
 
 impl PathGroup {
-    /// `shell.ar_valid → b_occ`, or one field when the path starts and ends in it.
     pub fn route(&self) -> String {
-        if self.from == self.to {
-            self.from.clone()
-        } else {
-            format!("{} → {}", self.from, self.to)
-        }
+        route(&self.from, &self.to)
+    }
+}
+
+/// `shell.ar_valid → b_occ`, or one field when the paths start and end in it.
+fn route(from: &str, to: &str) -> String {
+    if from == to {
+        from.to_string()
+    } else {
+        format!("{from} → {to}")
     }
 }
 
@@ -133,11 +137,11 @@ fn is_clock(port: &str) -> bool {
     port.starts_with("CLK") || port == "WCK"
 }
 
-/// Static timing of an SDF against `target_mhz`: every endpoint's slack and
-/// the failing ones grouped.
-pub fn analyze(sdf: &str, target_mhz: f64) -> Result<FailingPaths> {
+/// Static timing of an SDF against each of `targets_mhz`: every endpoint's
+/// slack and the failing ones grouped, one [`FailingPaths`] per target (the
+/// SDF is read and its arrivals found once).
+pub fn analyze(sdf: &str, targets_mhz: &[f64]) -> Result<Vec<FailingPaths>> {
     let g = parse(sdf)?;
-    let period = 1e6 / target_mhz;
     let n = g.names.len();
     // Latest arrival per pin and the arc it came through, in topological order.
     let mut indeg = vec![0usize; n];
@@ -163,14 +167,24 @@ pub fn analyze(sdf: &str, target_mhz: f64) -> Result<FailingPaths> {
             }
         }
     }
-    let mut slacks: Vec<(f64, usize)> = (0..n).filter_map(|i| Some((period - g.setup[i]? - arrival[i]?, i))).collect();
-    slacks.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let Some(&(worst, _)) = slacks.first() else {
+    // Each endpoint's setup plus arrival, the latest first.
+    let mut required: Vec<(f64, usize)> = (0..n).filter_map(|i| Some((g.setup[i]? + arrival[i]?, i))).collect();
+    required.sort_by(|a, b| b.0.total_cmp(&a.0));
+    if required.is_empty() {
         bail!("the SDF has no setup check reached from a clocked cell");
-    };
+    }
+    Ok(targets_mhz.iter().map(|&target| failing_at(&g, &pred, &required, target)).collect())
+}
+
+/// The endpoints of `required` (setup plus arrival, the latest first) that
+/// miss `target_mhz`, grouped, with each group's worst path traced back
+/// through `pred`.
+fn failing_at(g: &Graph, pred: &[Option<(usize, f64, bool)>], required: &[(f64, usize)], target: f64) -> FailingPaths {
+    let period = 1e6 / target;
     let cell = |pin: usize| g.names[pin].rsplit_once('/').map_or(g.names[pin].as_str(), |(c, _)| c);
     let field = |pin: usize| field_path(cell(pin)).unwrap_or_else(|| cell(pin).to_string());
-    let failing: Vec<(f64, usize)> = slacks.iter().copied().filter(|s| s.0 < 0.0).collect();
+    let failing: Vec<(f64, usize)> =
+        required.iter().map(|&(r, end)| (period - r, end)).take_while(|s| s.0 < 0.0).collect();
     let fanout = |pin: usize| g.succ[pin].iter().filter(|&&(_, _, logic)| !logic).count();
     let mut groups: Vec<PathGroup> = Vec::new();
     let mut index: HashMap<(String, String), usize> = HashMap::new();
@@ -217,13 +231,75 @@ pub fn analyze(sdf: &str, target_mhz: f64) -> Result<FailingPaths> {
             fields,
         });
     }
-    Ok(FailingPaths {
-        target_mhz,
-        endpoints: slacks.len(),
+    FailingPaths {
+        target_mhz: target,
+        endpoints: required.len(),
         failing: failing.len(),
-        worst_slack_ns: worst / 1000.0,
+        worst_slack_ns: (period - required[0].0) / 1000.0,
         groups,
-    })
+    }
+}
+
+/// A group of paths that misses a clock above the target in several
+/// placement seeds of one netlist (see [`recurring`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecurringGroup {
+    pub from: String,
+    pub to: String,
+    /// The seeds in which some endpoint of the group misses the clock.
+    pub seeds: Vec<u32>,
+    /// The worst slack of the group over those seeds.
+    pub worst_slack_ns: f64,
+    /// The most endpoints the group has in one seed.
+    pub endpoints: usize,
+}
+
+impl RecurringGroup {
+    pub fn route(&self) -> String {
+        route(&self.from, &self.to)
+    }
+}
+
+/// The groups that miss `target_mhz` over the seeds analyzed at it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recurring {
+    pub target_mhz: f64,
+    /// The seeds whose endpoints were analyzed at `target_mhz`.
+    pub seeds: Vec<u32>,
+    /// In the most seeds first, then worst slack first.
+    pub groups: Vec<RecurringGroup>,
+}
+
+/// The groups of the seeds' [`FailingPaths`] at one clock (above the
+/// target), merged by start and end field. Nextpnr's worst path moves from
+/// one group to another with the seed (±10 % in Fmax on these units), so a
+/// fix for one seed's worst group moves the figure little; the groups that
+/// miss a clock somewhat above the target in most seeds are the ones a
+/// change should take out. `None` without seeds.
+pub fn recurring(seeds: &[(u32, FailingPaths)]) -> Option<Recurring> {
+    let target_mhz = seeds.first()?.1.target_mhz;
+    let mut groups: Vec<RecurringGroup> = Vec::new();
+    let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+    for (seed, f) in seeds {
+        for g in &f.groups {
+            let i = *index.entry((&g.from, &g.to)).or_insert_with(|| {
+                groups.push(RecurringGroup {
+                    from: g.from.clone(),
+                    to: g.to.clone(),
+                    seeds: Vec::new(),
+                    worst_slack_ns: 0.0,
+                    endpoints: 0,
+                });
+                groups.len() - 1
+            });
+            let r = &mut groups[i];
+            r.seeds.push(*seed);
+            r.worst_slack_ns = r.worst_slack_ns.min(g.worst_slack_ns);
+            r.endpoints = r.endpoints.max(g.endpoints);
+        }
+    }
+    groups.sort_by(|a, b| b.seeds.len().cmp(&a.seeds.len()).then(a.worst_slack_ns.total_cmp(&b.worst_slack_ns)));
+    Some(Recurring { target_mhz, seeds: seeds.iter().map(|(s, _)| *s).collect(), groups })
 }
 
 /// A token of the SDF's S-expressions; atoms have their `\` escapes removed.
@@ -457,7 +533,7 @@ mod tests {
 
     #[test]
     fn a_hand_written_sdf_gives_exact_slacks_and_groups() {
-        let f = analyze(SDF, 150.0).unwrap();
+        let [f, at140]: [FailingPaths; 2] = analyze(SDF, &[150.0, 140.0]).unwrap().try_into().unwrap();
         assert_eq!((f.endpoints, f.failing), (2, 1));
         let worst = 1e6 / 150.0 - 100.0 - 6800.0;
         assert!((f.worst_slack_ns * 1000.0 - worst).abs() < 1e-9, "{f:?}");
@@ -476,9 +552,56 @@ mod tests {
         assert_eq!(g.route(), "a → lanes[1].b");
         assert_eq!(f.summary(), "1 of 2 endpoints fail 150 MHz in 1 group");
         // At 140 MHz (7143 ps) both meet their setup.
-        let f = analyze(SDF, 140.0).unwrap();
+        let f = at140;
         assert_eq!((f.endpoints, f.failing, f.groups.len()), (2, 0, 0));
         assert!(f.summary().starts_with("all 2 endpoints meet 140 MHz (worst slack +0.24 ns)"), "{}", f.summary());
+        // At 1.3 GHz (769 ps) the register's loop onto itself (500 + 200 + 100 ps) fails too.
+        let [f]: [FailingPaths; 1] = analyze(SDF, &[1300.0]).unwrap().try_into().unwrap();
+        assert_eq!((f.failing, f.groups.len()), (2, 2));
+        assert_eq!(f.groups[1].route(), "a");
+        assert!((f.groups[1].worst_slack_ns - (1e3 / 1300.0 - 0.8)).abs() < 1e-9, "{f:?}");
+    }
+
+    /// A seed's groups at a clock: (from, to, worst slack, endpoints).
+    fn seed(groups: &[(&str, &str, f64, usize)]) -> FailingPaths {
+        let groups = groups
+            .iter()
+            .map(|&(from, to, worst_slack_ns, endpoints)| PathGroup {
+                from: from.into(),
+                to: to.into(),
+                worst_slack_ns,
+                endpoints,
+                logic_ns: 1.0,
+                routing_ns: 5.0,
+                max_fanout: 1,
+                nets: 1,
+                longest_net_ns: 5.0,
+                fields: vec![from.into(), to.into()],
+            })
+            .collect();
+        FailingPaths { target_mhz: 165.0, endpoints: 100, failing: 0, worst_slack_ns: -1.0, groups }
+    }
+
+    #[test]
+    fn groups_merge_over_seeds_most_seeds_first() {
+        let r = recurring(&[
+            (1, seed(&[("phase", "go", -0.3, 2), ("acc", "acc", -0.1, 9)])),
+            (2, seed(&[("rem", "quo", -0.9, 1), ("acc", "acc", -0.2, 4)])),
+            (4, seed(&[("acc", "acc", -0.05, 16), ("phase", "go", -0.4, 1)])),
+        ])
+        .unwrap();
+        assert_eq!((r.target_mhz, r.seeds.as_slice()), (165.0, &[1, 2, 4][..]));
+        let got: Vec<_> =
+            r.groups.iter().map(|g| (g.route(), g.seeds.clone(), g.worst_slack_ns, g.endpoints)).collect();
+        assert_eq!(
+            got,
+            [
+                ("acc".to_string(), vec![1, 2, 4], -0.2, 16),
+                ("phase → go".to_string(), vec![1, 4], -0.4, 2),
+                ("rem → quo".to_string(), vec![2], -0.9, 1),
+            ]
+        );
+        assert_eq!(recurring(&[]), None);
     }
 
     #[test]
@@ -493,7 +616,7 @@ mod tests {
             ("(DELAYFILE (TIMESCALE 1 fortnight))", "malformed TIMESCALE"),
             ("(DELAYFILE (CELL (INSTANCE x)))", "no setup check"),
         ] {
-            let err = format!("{:#}", analyze(sdf, 150.0).unwrap_err());
+            let err = format!("{:#}", analyze(sdf, &[150.0]).unwrap_err());
             assert!(err.contains(want) && !err.contains('\n'), "{sdf:?}: {err}");
         }
     }
