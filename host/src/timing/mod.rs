@@ -586,7 +586,6 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
             Ok((seed, parse_report(&text).with_context(|| format!("in {}", path.display()))?))
         })
         .collect::<Result<Vec<_>>>()?;
-    let seeds_placed = seeds;
     let (post_route, seeds) = worst_seed(reports)?;
 
     let t = step("writing the bitstream (ecppack)");
@@ -612,7 +611,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         cached: false,
     };
     timing.failing_paths = read_failing(&dir, timing.figure_seed())?;
-    timing.near_paths = read_near(&dir, seeds_placed)?;
+    timing.near_paths = read_near(&dir, timing.seeds.len() as u32)?;
     std::fs::write(dir.join(RESULT), serde_json::to_string_pretty(&timing)?)
         .with_context(|| format!("writing {}", dir.join(RESULT).display()))?;
     Ok(timing)
