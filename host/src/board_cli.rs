@@ -405,7 +405,7 @@ fn print_near_paths(t: &crate::timing::Timing, limit: usize) {
         "near the limit: {} groups miss {:.0} MHz (the target + {:.0} %) over {which}; in the most seeds first:",
         r.groups.len(),
         r.target_mhz,
-        (crate::timing::NEAR - 1.0) * 100.0
+        (r.target_mhz / t.post_route.target_mhz - 1.0) * 100.0
     );
     if r.groups.is_empty() {
         return;
