@@ -188,6 +188,18 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// stream's K/V beats, registered from `nk` (set in `BlockInit`, two
     /// cycles at least before `QWait` ends).
     in_qw: DFF<Bit>,
+    /// The phase is `QReq` or `Done`, as flags set and cleared with it: the
+    /// shell's span start and the control slave's `core_done` decode no
+    /// `phase` (`phase → shell.gen`, `phase → ctrl.ap_done`/`isr`, −0.16 to
+    /// −0.40 ns, docs/timing.md).
+    in_qr: DFF<Bit>,
+    at_done: DFF<Bit>,
+    /// `Finish` ends on flags: `last_pipe` is zero (registered from its next
+    /// value) and the finalizer is idle (`fin_idle_nx`, registered); the
+    /// compare and the decode of `fin` in front of `phase` were −0.92 and
+    /// −0.45 ns (docs/timing.md).
+    lp_zero: DFF<Bit>,
+    fin_idle: DFF<Bit>,
     kv_rem0: DFF<Bits<32>>,
     /// The phase is `Stream` (set and cleared with it), `KvAddr` or `KvReq`
     /// (registered from the next phase): the K/V and KVLEN requests and the
@@ -356,14 +368,15 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     w_bpr_m1: DFF<Bits<16>>,
     f_lv_m1: DFF<Bits<32>>,
     wi_ge: DFF<Bit>,
-    /// `wb` + 1 and `wi` + 1 (registered in `WPrep`), and two copies of "in
+    /// `wb` + 1 and `wi` + 1 (registered in `WPrep`), and three copies of "in
     /// `WSend`" (registered from `w_shift`, itself and the write handshake): there
     /// `wb` and `wi` take the next beat's values every cycle, the same until
     /// the beat is sent, so their 48 loads (and `w_sel`'s) see neither the
-    /// state decode nor `wready`.
+    /// state decode nor `wready`; copy 2 is the shell's `wr_send` and
+    /// `fin_free`'s term (`fin → shell.wr_out.count`, −0.64 ns, 15 endpoints).
     wb_p1: DFF<Bits<16>>,
     wi_p1: DFF<Bits<32>>,
-    ws: Copies<2>,
+    ws: Copies<3>,
     w_bpr: DFF<Bits<16>>,
     w_rowaddr: DFF<Bits<64>>,
     w_off: DFF<Bits<16>>,
@@ -498,7 +511,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, za, bc_q, bc_kv, bc_o, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_wa0, kv_wa1, b_p1, kva_n, kv_zero, kv_over,
             kv_bad, bh_nx, bh_end, kv_chk, qleft, lv_r, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qsp, qend, qspan, q_last, hb_last, h_last, hpb_m1, heads_m1, phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, bad_zero, bad_cmp, o_row_log,
-            kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, qr, q_in, q_rx, in_q, in_bi, in_qw, kv_rem0, kv_rem,
+            kv_word, k_addr, v_addr, k_up, v_up, k_lo, v_lo, q0, lv, nk, qs, qr, q_in, q_rx, in_q, in_bi, in_qw, in_qr, at_done, lp_zero, fin_idle, kv_rem0, kv_rem,
             in_st, in_nx, in_ck, in_kct, sst, fin_idle_nx, fin_free, kva, kvr, tv, k_ok, kv_nz, kiss, viss, kv_pg_m1, kv_rc2_m1, kv_lm1, kv_last_m1, nk_m2, p_take, fxe, w_sel, ar_lo, ar_hi,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, kv_rx, j, rib, rib_last,
@@ -518,7 +531,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             kv_zero, kv_over, kv_bad, bh_nx, bh_end, kv_chk, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
-            phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qr, q_in, k_addr, v_addr, k_up, v_up, in_qw, kv_rem0, kv_rem,
+            phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qr, q_in, k_addr, v_addr, k_up, v_up, in_qw, in_qr, at_done, lp_zero, fin_idle, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
@@ -535,7 +548,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.now.words[i].next = self.shell.args[i].val();
             self.run.words[i].next = self.shell.run[i].val();
         }
-        self.shell.done.next = self.phase.q.val() == Phase::Done;
+        self.shell.done.next = self.at_done.q.val();
         self.shell.fail.next = false;
 
         self.hpb_m1.d.next = self.run.hpb.val() - 1;
@@ -567,7 +580,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.shell.span_beats.next = bit_cast::<16, 32>(self.qspan.q.val() >> self.c_logp.val());
         self.shell.span_rows.next = 1.into();
         self.shell.span_pitch.next = 0.into();
-        self.shell.span_go.next = self.phase.q.val() == Phase::QReq;
+        self.shell.span_go.next = self.in_qr.q.val();
         self.q_rx.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_q.q.val();
         self.kv_rx.next = self.vitis.m_axi_gmem.rvalid.val() & self.in_st.q.val();
         // K/V bursts: the same length for K and V, never crossing a page in either.
@@ -701,6 +714,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         self.in_kct.d.next = false;
         self.in_hi.d.next = false;
         self.in_kt.d.next = false;
+        self.at_done.d.next = false;
         self.hwait.d.next = self.c_mul_wait.val();
         self.sd_r.d.next = self.shell.span_done.val() & self.in_q.q.val() & !self.in_qw.q.val();
         match self.phase.q.val() {
@@ -734,6 +748,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 if self.bad_r.q.val() {
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
+                    self.at_done.d.next = true;
                     self.kva.d.next = false;
                 }
             }
@@ -750,6 +765,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 if self.kv_bad.q.val() {
                     self.shell.fail.next = true;
                     self.phase.d.next = Phase::Done;
+                    self.at_done.d.next = true;
                     self.kva.d.next = false;
                 }
             }
@@ -830,10 +846,12 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             // Its loads are on `in_bi` (after the match).
             Phase::BlockInit => {
                 self.phase.d.next = Phase::QReq;
+                self.in_qr.d.next = true;
             }
             Phase::QReq => {
                 if self.sd_r.q.val() {
                     self.phase.d.next = Phase::QWait;
+                    self.in_qr.d.next = false;
                     self.in_qw.d.next = true;
                 }
             }
@@ -858,12 +876,13 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 }
             }
             Phase::Finish => {
-                if (self.fin.q.val() == Fin::Idle)
-                    & (self.last_pipe.q.val() == 0)
+                if self.fin_idle.q.val()
+                    & self.lp_zero.q.val()
                     & !self.drain.q.val()
                     & self.shell.writes_done.val()
                 {
                     self.phase.d.next = Phase::Done;
+                    self.at_done.d.next = true;
                 }
             }
             Phase::Done => {
@@ -1248,7 +1267,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.wrow.rows8[i].next = self.lanes[i].row8.val();
         }
 
-        self.shell.wr_send.next = self.fin.q.val() == Fin::WSend;
+        self.shell.wr_send.next = self.ws.q.val().get_bit(2);
         self.shell.wr_addr.next = self.w_addr.q.val();
         self.shell.wr_len.next = 0.into();
         self.shell.wr_data.next = self.w_beat.q.val();
@@ -1258,6 +1277,8 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         if !self.vitis.ap_rst_n.val() {
             self.phase.d.next = Phase::Idle;
             self.in_qw.d.next = false;
+            self.in_qr.d.next = false;
+            self.at_done.d.next = false;
             self.fin.d.next = Fin::Idle;
             self.last_pipe.d.next = 0.into();
             self.drain.d.next = false;
@@ -1279,8 +1300,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.in_kt.d.next = false;
         }
         self.fin_idle_nx.next = ((self.fin.q.val() == Fin::Idle) & !self.snap.val()) | !self.vitis.ap_rst_n.val();
+        self.fin_idle.d.next = self.fin_idle_nx.val();
+        self.lp_zero.d.next = self.last_pipe.d.val() == 0;
         self.fin_free.next =
-            self.fin_idle_nx.val() | ((self.fin.q.val() == Fin::WSend) & self.wb_last.q.val() & self.wi_last.q.val());
+            self.fin_idle_nx.val() | (self.ws.q.val().get_bit(2) & self.wb_last.q.val() & self.wi_last.q.val());
         self.go_r.d.next = self.in_st.d.val()
             & self.kst.any_nx.val()
             & self.vst.any_nx.val()
