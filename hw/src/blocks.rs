@@ -772,23 +772,27 @@ end",
 /// `sel` that index the rows are decoded (none for one row), so `sel` must be
 /// below their count; past it in those bits, `rows` holds and `rows8` gives 0.
 /// As a `DFF` with these as its `d`, simulators selected and copied the wide
-/// rows every cycle.
+/// rows every cycle. `load` and `shift` come as `copies` equal bits (kept
+/// copies, [`Copies`]), bit c enabling the c-th of `copies` slices of the
+/// `used` low bits of `q` (the last slice holds the bits above them too).
 #[derive(LogicBlock)]
 pub struct RowPick<const R: usize, const R8: usize> {
     pub clock: Signal<In, Clock>,
-    pub load: Signal<In, Bit>,
-    pub shift: Signal<In, Bit>,
+    pub load: Signal<In, Bits<4>>,
+    pub shift: Signal<In, Bits<4>>,
     pub sel: Signal<In, Bits<32>>,
     pub out8: Signal<In, Bit>,
     pub rows: Vec<Signal<In, Bits<R>>>,
     pub rows8: Vec<Signal<In, Bits<R8>>>,
     pub q: Signal<Out, Bits<R>>,
     _step: u64,
+    _used: usize,
+    _copies: usize,
 }
 
 impl<const R: usize, const R8: usize> RowPick<R, R8> {
-    pub fn new(n: usize, step: usize) -> Self {
-        assert!(n >= 1 && R8 <= R && step < R);
+    pub fn new(n: usize, step: usize, used: usize, copies: usize) -> Self {
+        assert!(n >= 1 && R8 <= R && step < R && (1..=4).contains(&copies) && copies <= used && used <= R);
         Self {
             clock: Default::default(),
             load: Default::default(),
@@ -799,6 +803,8 @@ impl<const R: usize, const R8: usize> RowPick<R, R8> {
             rows8: crate::many(n),
             q: Default::default(),
             _step: step as u64,
+            _used: used,
+            _copies: copies,
         }
     }
 }
@@ -811,14 +817,14 @@ fn sel_bits(n: usize) -> usize {
 impl<const R: usize, const R8: usize> Logic for RowPick<R, R8> {
     fn update(&mut self) {
         if self.clock.pos_edge() {
-            if self.load.val() {
+            if self.load.val().get_bit(0) {
                 let i = self.sel.val().index() & ((1 << sel_bits(self.rows.len())) - 1);
                 if self.out8.val() {
                     self.q.next = self.rows8.get(i).map_or(Bits::default(), |r| bit_cast::<R, R8>(r.val()));
                 } else if let Some(r) = self.rows.get(i) {
                     self.q.next = r.val();
                 }
-            } else if self.shift.val() {
+            } else if self.shift.val().get_bit(0) {
                 self.q.next = self.q.val() >> self._step;
             }
         }
@@ -829,18 +835,35 @@ impl<const R: usize, const R8: usize> Logic for RowPick<R, R8> {
     fn hdl(&self) -> Verilog {
         let wide8 = |i: usize| if R8 < R { format!("{{{}'d0, rows8${i}}}", R - R8) } else { format!("rows8${i}") };
         let k = sel_bits(self.rows.len());
-        let arms: String =
-            (0..self.rows.len()).map(|i| format!("      {k}'d{i}: q <= out8 ? {} : rows${i};\n", wide8(i))).collect();
+        let n = self.rows.len();
+        let wires: String = (0..n).map(|i| format!("wire [{}:0] rw8_{i} = {};\n", R - 1, wide8(i))).collect();
+        let c = self._copies;
+        let slices: String = (0..c)
+            .map(|s| {
+                let lo = s * self._used / c;
+                let hi = if s + 1 == c { R - 1 } else { (s + 1) * self._used / c - 1 };
+                let arms: String = (0..n)
+                    .map(|i| format!("         {k}'d{i}: q[{hi}:{lo}] <= out8 ? rw8_{i}[{hi}:{lo}] : rows${i}[{hi}:{lo}];\n"))
+                    .collect();
+                format!(
+                    "   if (load[{s}])
+      case (sel[{kmsb}:0])
+{arms}         default: if (out8) q[{hi}:{lo}] <= {w}'d0;
+      endcase
+   else if (shift[{s}]) q[{hi}:{lo}] <= qsh[{hi}:{lo}];
+",
+                    kmsb = k - 1,
+                    w = hi - lo + 1,
+                )
+            })
+            .collect();
         Verilog::Custom(format!(
             "\
 initial q = {R}'d0;
-always @(posedge clock)
-   if (load)
-      case (sel[{kmsb}:0])
-{arms}      default: if (out8) q <= {R}'d0;
-      endcase
-   else if (shift) q <= q >> {step};",
-            kmsb = k - 1,
+{wires}wire [{rmsb}:0] qsh = q >> {step};
+always @(posedge clock) begin
+{slices}end",
+            rmsb = R - 1,
             step = self._step,
         ))
     }
@@ -1984,13 +2007,14 @@ mod tests {
         }
 
         // Three rows: `sel` decodes two bits, so 3 is no row.
-        let mut pick = RowPick::<32, 8>::new(3, 8);
+        let mut pick = RowPick::<32, 8>::new(3, 8, 24, 3);
         pick.connect_all();
         (pick.rows[0].next, pick.rows[1].next) = (0x1111_1111u64.to_bits(), 0x2222_2222u64.to_bits());
         (pick.rows8[0].next, pick.rows8[1].next) = (0x33u64.to_bits(), 0x44u64.to_bits());
         (pick.rows[2].next, pick.rows8[2].next) = (0x5555_5555u64.to_bits(), 0x55u64.to_bits());
         let step = |p: &mut RowPick<32, 8>, load: bool, shift: bool, sel: u64, out8: bool| {
-            (p.load.next, p.shift.next, p.sel.next, p.out8.next) = (load, shift, sel.to_bits(), out8);
+            let all = |b: bool| if b { Bits::<4>::mask() } else { 0.into() };
+            (p.load.next, p.shift.next, p.sel.next, p.out8.next) = (all(load), all(shift), sel.to_bits(), out8);
             clock(p, |p, c| tick(&mut p.clock, c), 1);
             p.q.val().to_u64()
         };
