@@ -293,23 +293,39 @@ impl<const D: usize> Logic for Fifo<D> {
         let (k, w) = (self._copies, D / self._copies);
         let (pmsb, amsb, last) = (pb - 1, pb.saturating_sub(2), depth - 1);
         // Slice i: its memory `mem{i}`, bits [w·i, w·i + w) of the data, read
-        // at `rd{i}`; `rd0` also gives `empty` and `count`. Every copy loads
-        // the next pointer `rd_nx`, computed once: `pop` then drives its few
-        // bits, not the enables of every copy (fan-out 112 in the GEMM's B
-        // FIFO, docs/timing.md).
-        let pop = if self._trust { "pop" } else { "(pop && (wr != rd0))" };
-        let mut v = format!(
-            "reg [{pmsb}:0] wr = 0;\nreg [{pmsb}:0] rd0 = 0;\nwire [{pmsb}:0] rd_nx = {pop} ? rd0 + 1 : rd0;\n"
-        );
+        // at `rd{i}`; `rd0` also gives `empty` and `count`. A trusted pop: every
+        // copy loads the next pointer `rd_nx`, computed once, so `pop` drives
+        // its few bits, not the enables of every copy (fan-out 112 in the
+        // GEMM's B FIFO, docs/timing.md). A checked pop: each slice also keeps
+        // a write pointer `wr{i}` of its own (kept copies of `wr`), writes at
+        // it and compares it with its `rd{i}`, so no pointer crosses slices
+        // (`rd0` → the other copies and `wr` → `rd0`, through the compare,
+        // were near the limit in the attention lanes' metadata FIFO).
+        let own = !self._trust && k > 1;
+        let mut v = format!("reg [{pmsb}:0] wr = 0;\nreg [{pmsb}:0] rd0 = 0;\n");
+        if !own {
+            let pop = if self._trust { "pop" } else { "(pop && (wr != rd0))" };
+            v += &format!("wire [{pmsb}:0] rd_nx = {pop} ? rd0 + 1 : rd0;\n");
+        }
         for i in 0..k {
             let (lo, hi) = (w * i, w * i + w - 1);
+            let (wp, nx) = match (own, i) {
+                (false, _) => ("wr".to_string(), "rd_nx".to_string()),
+                (true, 0) => ("wr".to_string(), "(pop && (wr != rd0)) ? rd0 + 1 : rd0".to_string()),
+                (true, _) => (format!("wr{i}"), format!("(pop && (wr{i} != rd{i})) ? rd{i} + 1 : rd{i}")),
+            };
+            let mut decl = if i == 0 { String::new() } else { format!("reg [{pmsb}:0] rd{i} = 0;\n") };
+            if own && i > 0 {
+                decl += &format!(
+                    "reg [{pmsb}:0] wr{i} = 0;\n(* keep *) always @(posedge clock) if (reset) wr{i} <= 0; else if (push) wr{i} <= wr{i} + 1;\n"
+                );
+            }
             v += &format!(
                 "\
 reg [{wm}:0] mem{i}[0:{last}];
-{decl}(* keep *) always @(posedge clock) rd{i} <= reset ? {pb}'d0 : rd_nx;
-always @(posedge clock) if (!reset && push) mem{i}[wr[{amsb}:0]] <= din[{hi}:{lo}];
+{decl}(* keep *) always @(posedge clock) rd{i} <= reset ? {pb}'d0 : {nx};
+always @(posedge clock) if (!reset && push) mem{i}[{wp}[{amsb}:0]] <= din[{hi}:{lo}];
 ",
-                decl = if i == 0 { String::new() } else { format!("reg [{pmsb}:0] rd{i} = 0;\n") },
                 wm = w - 1
             );
         }
