@@ -221,6 +221,7 @@ pub struct Fifo<const D: usize> {
     _state: (usize, usize),
     _copies: usize,
     _trust: bool,
+    _own: bool,
 }
 
 impl<const D: usize> Fifo<D> {
@@ -239,6 +240,7 @@ impl<const D: usize> Fifo<D> {
             _state: (0, 0),
             _copies: copies,
             _trust: false,
+            _own: false,
             .. clock, reset, push, din, pop, dout, empty, count
         })
     }
@@ -250,6 +252,17 @@ impl<const D: usize> Fifo<D> {
     /// on a pop of an empty FIFO.
     pub fn trusting_pop(mut self) -> Self {
         self._trust = true;
+        self
+    }
+
+    /// For a FIFO in slices whose pop is checked: each slice keeps a write
+    /// pointer of its own (kept copies of `wr`), writes at it and compares
+    /// it with its read pointer, so no pointer crosses slices (`rd0` → the
+    /// other copies and `wr` → `rd0` through the compare were near the limit
+    /// in the attention lanes' metadata FIFO, docs/timing.md).
+    pub fn pointers_per_slice(mut self) -> Self {
+        assert!(!self._trust && self._copies > 1, "per-slice pointers are for a checked FIFO in slices");
+        self._own = true;
         self
     }
 }
@@ -296,12 +309,9 @@ impl<const D: usize> Logic for Fifo<D> {
         // at `rd{i}`; `rd0` also gives `empty` and `count`. A trusted pop: every
         // copy loads the next pointer `rd_nx`, computed once, so `pop` drives
         // its few bits, not the enables of every copy (fan-out 112 in the
-        // GEMM's B FIFO, docs/timing.md). A checked pop: each slice also keeps
-        // a write pointer `wr{i}` of its own (kept copies of `wr`), writes at
-        // it and compares it with its `rd{i}`, so no pointer crosses slices
-        // (`rd0` → the other copies and `wr` → `rd0`, through the compare,
-        // were near the limit in the attention lanes' metadata FIFO).
-        let own = !self._trust && k > 1;
+        // GEMM's B FIFO, docs/timing.md). With per-slice pointers each slice
+        // also writes at, and compares, a write pointer `wr{i}` of its own.
+        let own = self._own;
         let mut v = format!("reg [{pmsb}:0] wr = 0;\nreg [{pmsb}:0] rd0 = 0;\n");
         if !own {
             let pop = if self._trust { "pop" } else { "(pop && (wr != rd0))" };

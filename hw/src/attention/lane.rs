@@ -285,7 +285,7 @@ impl<const W: usize> Lane<W> {
             hot_k: crate::many(hot_copies(d) + 1),
             lo_k: crate::many(hot_copies(d) + 1),
             v_log: RowBacklog::new(8 * d, backlog_depth(d)),
-            meta_fifo: Fifo::with_read_copies(backlog_depth(d), 4),
+            meta_fifo: Fifo::with_read_copies(backlog_depth(d), 4).pointers_per_slice(),
             sh32: SkewLine::new(MulRound16Pipe::LATENCY),
             sh8: SkewLine::new(RequantPipe::LATENCY),
             f2: SkewLine::new(ScaleRoundPipe::LATENCY),
