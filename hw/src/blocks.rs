@@ -869,7 +869,9 @@ impl<const R: usize, const R8: usize> Logic for RowPick<R, R8> {
                 let lo = s * self._used / c;
                 let hi = if s + 1 == c { R - 1 } else { (s + 1) * self._used / c - 1 };
                 let arms: String = (0..n)
-                    .map(|i| format!("         {k}'d{i}: q[{hi}:{lo}] <= out8 ? rw8_{i}[{hi}:{lo}] : rows${i}[{hi}:{lo}];\n"))
+                    .map(|i| {
+                        format!("         {k}'d{i}: q[{hi}:{lo}] <= out8 ? rw8_{i}[{hi}:{lo}] : rows${i}[{hi}:{lo}];\n")
+                    })
                     .collect();
                 format!(
                     "   if (load[{s}])

@@ -881,11 +881,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
                 }
             }
             Phase::Finish => {
-                if self.fin_idle.q.val()
-                    & self.lp_zero.q.val()
-                    & !self.drain.q.val()
-                    & self.shell.writes_done.val()
-                {
+                if self.fin_idle.q.val() & self.lp_zero.q.val() & !self.drain.q.val() & self.shell.writes_done.val() {
                     self.phase.d.next = Phase::Done;
                     self.at_done.d.next = true;
                 }
