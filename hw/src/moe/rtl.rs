@@ -193,6 +193,16 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     cap_a: DFF<Bits<32>>,
     cap_b: DFF<Bits<32>>,
     cap_num: DFF<Bits<64>>,
+    /// The numerator's add as a carry select, registered every cycle from
+    /// the product: its low word plus `cap_dm1` with the carry out, its high
+    /// word and that plus one; `cap_num` takes `{carry ? hi + 1 : hi, lo}`
+    /// (`CapMul` a cycle longer). The 64-bit add from the multiplier into
+    /// `cap_num` was the router's worst path at seed 4 (−1.21 ns, 38
+    /// endpoints) and near 165 MHz in every seed (docs/timing.md).
+    cap_lo: DFF<Bits<33>>,
+    cap_hi: DFF<Bits<32>>,
+    cap_hi1: DFF<Bits<32>>,
+    cap_hs: Signal<Local, Bits<32>>,
     cap_rem: DFF<Bits<32>>,
     cap_q: DFF<Bits<64>>,
     cap_den: DFF<Bits<32>>,
@@ -284,7 +294,8 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     row_in: DFF<Bit>,
     /// ct + 2, for the x rows' read-ahead (row r loads once token r − 2 is issued).
     ct2: DFF<Bits<32>>,
-    /// Beats and groups less one, latched at ap_start.
+    /// Beats less one (from `beats`, every cycle) and groups less one
+    /// (latched at ap_start).
     beats_m1: DFF<Bits<16>>,
     groups_m1: DFF<Bits<16>>,
     tok_end: Signal<Local, Bit>,
@@ -734,7 +745,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             _last_lo: nr.saturating_sub(1),
             _last_hi: nr,
             .. vitis, now, run, cap_mul, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, idle_f, bad_args, bad_t, bad_h, bad_e, bad_k, bad_rel, fm_sh, fm_a, fm_b, bad_form, groups_of, recv_cnt,
-            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, w_cp, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, rx, row_end, row_end_cp, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
+            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, w_cp, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, rx, row_end, row_end_cp, beats_m2, one_beat, bias_bus, bias_nx, in_bias, cap_a, cap_b, cap_num, cap_lo, cap_hi, cap_hi1, cap_hs, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_me, cap_de, cap_r2,
             cap_dv, cap_lt, cap_fix, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, go_g, go_t, go_r, at_tok, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, row_in, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_lastg, s3_tok, post_v,
             s4_valid, s4_vc, s4_fin, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
@@ -753,7 +764,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         #[rustfmt::skip]
         dff_setup!(
             self, vitis.ap_clk, tb_on, tb_i, tb_addr, use_sk, beats, groups, emask, phase, bad_args, bad_t, bad_h, bad_e, bad_k, bad_rel, fm_sh, fm_a, fm_b, bad_form, recv_cnt, row_end, beats_m2, one_beat,
-            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, bias_bus, in_bias, cap_a, cap_b, cap_num, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_lt, cap_fix, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, row_in, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
+            recv_rows, w_in, e_m1, bias_beats, recv_grp, in_w, b_end, bias_m1, rw_wa, rw_wd, sp_w, sp_x, sp_addr, sp_beats, sp_rows, sp_pitch, bias_bus, in_bias, cap_a, cap_b, cap_num, cap_lo, cap_hi, cap_hi1, cap_rem, cap_q, cap_den, cap_dm1, cap_i, cap_pe, cap_lt, cap_fix, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, at_tok, in_run, cc_last, cg_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, row_in, ct2, beats_m1, groups_m1, flush, flushed, s1_valid, s1_first, s1_last,
             s1_g, s1_goff, s1_lastg, s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g,
             s3_lastg, s3_tok, post_v, s4_valid, s4_hot, s4_lastg, s4_tok, coll_z, coll_t, a_valid, a_z, a_t, a_tok,
             x1_valid, x1_z, x1_t, x1_mask, x1_gt, x1_meta, x1_tmax, d_valid, d_l, d_meta, dropped, drop_n, o_valid, o_rec, o_tok, tokens_out, out_done,
@@ -868,9 +879,18 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.cap_b.d.next = self.cap_mul.p.val().get_bits::<32>(0);
             self.cap_i.d.next = 0.into();
         }
+        self.cap_lo.d.next = bit_cast::<33, 32>(self.cap_mul.p.val().get_bits::<32>(0))
+            + bit_cast::<33, 32>(self.cap_dm1.q.val());
+        self.cap_hi.d.next = self.cap_mul.p.val().get_bits::<32>(32);
+        self.cap_hi1.d.next = self.cap_mul.p.val().get_bits::<32>(32) + 1;
+        self.cap_hs.next = self.cap_hi.q.val();
+        if self.cap_lo.q.val().get_bit(32) {
+            self.cap_hs.next = self.cap_hi1.q.val();
+        }
         if self.cap_me.q.val().get_bit(0) {
             // `cap_rem` and `cap_q` clear below, on copy 1.
-            self.cap_num.d.next = self.cap_mul.p.val() + bit_cast::<64, 32>(self.cap_dm1.q.val());
+            self.cap_num.d.next = (bit_cast::<64, 32>(self.cap_hs.val()) << 32)
+                | bit_cast::<64, 32>(self.cap_lo.q.val().get_bits::<32>(0));
             self.cap_i.d.next = 0.into();
         }
         // What a run starts from, loaded in every idle cycle (so on `start`'s
@@ -883,8 +903,6 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             if (self.now.h.val() & self.c_pmask32.val()) != 0 {
                 self.xmask.d.next = !(self.c_beat_ones.val() << ((self.now.h.val() & self.c_pmask32.val()) << 3));
             }
-            self.beats_m1.d.next =
-                bit_cast::<16, 32>(((self.now.h.val() + self.c_pmask32.val()) >> self.c_logp.val()) - 1);
             self.t_m1.d.next = self.now.t.val() - 1;
         }
         if self.idle_f.q.val().get_bit(1) {
@@ -934,7 +952,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
                 }
             }
             Phase::CapMul => {
-                // ceil(CF·T·k / (E·2^16)) = floor((CF·T·k + E·2^16 − 1) / (E·2^16)).
+                // ceil(CF·T·k / (E·2^16)) = floor((CF·T·k + E·2^16 − 1) / (E·2^16)),
+                // the add registered on the way (`cap_lo`): LATENCY + 1 counts.
                 if self.cap_me.q.val().get_bit(0) {
                     self.phase.d.next = Phase::CapDiv;
                 }
@@ -1054,7 +1073,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             & (self.cap_i.q.val() == self.c_mlat_m1.val())
             & self.vitis.ap_rst_n.val();
         self.cap_me.d.next = (self.phase.q.val() == Phase::CapMul)
-            & (self.cap_i.q.val() == self.c_mlat_m1.val())
+            & (self.cap_i.q.val() == self.c_mlat.val())
             & self.vitis.ap_rst_n.val();
         self.cap_de.d.next =
             (self.phase.q.val() == Phase::CapDiv) & (self.cap_i.q.val() == 63) & self.vitis.ap_rst_n.val();
@@ -1116,6 +1135,11 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
 
         // ---------------- Read-data receiver ----------------
         self.rx.next = self.vitis.m_axi_gmem.rvalid.val();
+        // `beats` less one and two, each a cycle behind the one before (`beats`
+        // loads in `Idle`, the first beat comes many cycles after `start`): the
+        // add, shift and decrement from the argument into `beats_m1` in one
+        // cycle were near 165 MHz in four seeds of five (docs/timing.md).
+        self.beats_m1.d.next = self.beats.q.val() - 1;
         self.beats_m2.d.next = self.beats_m1.q.val() - 1;
         self.one_beat.d.next = self.beats_m1.q.val() == 0;
         self.row_end.d.next = self.recv_cnt.q.val() == self.beats_m1.q.val();
