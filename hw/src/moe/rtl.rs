@@ -882,8 +882,8 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             self.cap_b.d.next = self.cap_mul.p.val().get_bits::<32>(0);
             self.cap_i.d.next = 0.into();
         }
-        self.cap_lo.d.next = bit_cast::<33, 32>(self.cap_mul.p.val().get_bits::<32>(0))
-            + bit_cast::<33, 32>(self.cap_dm1.q.val());
+        self.cap_lo.d.next =
+            bit_cast::<33, 32>(self.cap_mul.p.val().get_bits::<32>(0)) + bit_cast::<33, 32>(self.cap_dm1.q.val());
         self.cap_hi.d.next = self.cap_mul.p.val().get_bits::<32>(32);
         self.cap_hi1.d.next = self.cap_mul.p.val().get_bits::<32>(32) + 1;
         self.cap_hs.next = self.cap_hi.q.val();
