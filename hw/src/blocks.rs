@@ -319,11 +319,8 @@ impl<const D: usize> Logic for Fifo<D> {
         }
         for i in 0..k {
             let (lo, hi) = (w * i, w * i + w - 1);
-            let (wp, nx) = match (own, i) {
-                (false, _) => ("wr".to_string(), "rd_nx".to_string()),
-                (true, 0) => ("wr".to_string(), "(pop && (wr != rd0)) ? rd0 + 1 : rd0".to_string()),
-                (true, _) => (format!("wr{i}"), format!("(pop && (wr{i} != rd{i})) ? rd{i} + 1 : rd{i}")),
-            };
+            let wp = if own && i > 0 { format!("wr{i}") } else { "wr".to_string() };
+            let nx = if own { format!("(pop && ({wp} != rd{i})) ? rd{i} + 1 : rd{i}") } else { "rd_nx".to_string() };
             let mut decl = if i == 0 { String::new() } else { format!("reg [{pmsb}:0] rd{i} = 0;\n") };
             if own && i > 0 {
                 decl += &format!(
