@@ -141,11 +141,16 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     /// burst's advance comes three cycles at least after the last change),
     /// and the advance's low 13 bits: a burst is at most `CHUNK` · 128 bytes,
     /// under 4 KiB, so the advance is a 12-bit add whose carry selects the
-    /// high bits or these (the 64-bit carry chain was 3.1–3.5 ns).
+    /// high bits or these (the 64-bit carry chain was 3.1–3.5 ns). The add
+    /// is registered every cycle too, from `kv_len` (the K burst's length,
+    /// which `kv_last` takes on the K request and which holds, as the
+    /// addresses do, until the V request a cycle or more later): from
+    /// `kv_last` through the add into the carry's select of 52 bits was
+    /// near the limit in five seeds of six (docs/timing.md).
     k_up: DFF<Bits<64>>,
     v_up: DFF<Bits<64>>,
-    k_lo: Signal<Local, Bits<13>>,
-    v_lo: Signal<Local, Bits<13>>,
+    k_lo: DFF<Bits<13>>,
+    v_lo: DFF<Bits<13>>,
     c_hi52: Constant<Bits<64>>,
     c_page: Constant<Bits<64>>,
     q0: DFF<Bits<32>>,
@@ -542,7 +547,7 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             kv_zero, kv_over, kv_bad, bh_nx, bh_end, kv_chk, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
             qleft, lv_r, qsp, qend, qspan,
             q_last, hb_last, h_last, hpb_m1, heads_m1,
-            phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qr, q_in, k_addr, v_addr, k_up, v_up, in_qw, in_qr, at_done, lp_zero, fin_idle, kv_rem0, kv_rem,
+            phase, h, hm, hb, b, qh, kh, vh, oh, nkv, bh, q0, lv, nk, qr, q_in, k_addr, v_addr, k_up, v_up, k_lo, v_lo, in_qw, in_qr, at_done, lp_zero, fin_idle, kv_rem0, kv_rem,
             kv_remc, kv_pg, kv_remc2, kv_len, kv_age, is_last,
             kv_turn, kv_last, recv_v, j, rib, rib_last, st_valid, st_first, st_j, last_pipe, drain, all_idle, all_room, flush,
             lane_rst, fin,
@@ -911,10 +916,10 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
         }
         self.k_up.d.next = (self.k_addr.q.val() & self.c_hi52.val()) + self.c_page.val();
         self.v_up.d.next = (self.v_addr.q.val() & self.c_hi52.val()) + self.c_page.val();
-        self.k_lo.next = bit_cast::<13, 12>(self.k_addr.q.val().get_bits::<12>(0))
-            + bit_cast::<13, 16>(self.kv_last.q.val() << self.c_logp.val());
-        self.v_lo.next = bit_cast::<13, 12>(self.v_addr.q.val().get_bits::<12>(0))
-            + bit_cast::<13, 16>(self.kv_last.q.val() << self.c_logp.val());
+        self.k_lo.d.next = bit_cast::<13, 12>(self.k_addr.q.val().get_bits::<12>(0))
+            + bit_cast::<13, 16>(self.kv_len.q.val() << self.c_logp.val());
+        self.v_lo.d.next = bit_cast::<13, 12>(self.v_addr.q.val().get_bits::<12>(0))
+            + bit_cast::<13, 16>(self.kv_len.q.val() << self.c_logp.val());
         // K/V requests in `Stream` (the room registers are last cycle's: no
         // burst was issued then; a V burst came at least `kv_age` = 3 cycles
         // ago, and each K one before it).
@@ -929,14 +934,14 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             self.vst.issue.next = self.kv_last.q.val();
             self.vst.issue_m1.next = self.kv_last_m1.q.val();
             self.k_addr.d.next =
-                (self.k_addr.q.val() & self.c_hi52.val()) | bit_cast::<64, 12>(self.k_lo.val().get_bits::<12>(0));
-            if self.k_lo.val().get_bit(12) {
-                self.k_addr.d.next = self.k_up.q.val() | bit_cast::<64, 12>(self.k_lo.val().get_bits::<12>(0));
+                (self.k_addr.q.val() & self.c_hi52.val()) | bit_cast::<64, 12>(self.k_lo.q.val().get_bits::<12>(0));
+            if self.k_lo.q.val().get_bit(12) {
+                self.k_addr.d.next = self.k_up.q.val() | bit_cast::<64, 12>(self.k_lo.q.val().get_bits::<12>(0));
             }
             self.v_addr.d.next =
-                (self.v_addr.q.val() & self.c_hi52.val()) | bit_cast::<64, 12>(self.v_lo.val().get_bits::<12>(0));
-            if self.v_lo.val().get_bit(12) {
-                self.v_addr.d.next = self.v_up.q.val() | bit_cast::<64, 12>(self.v_lo.val().get_bits::<12>(0));
+                (self.v_addr.q.val() & self.c_hi52.val()) | bit_cast::<64, 12>(self.v_lo.q.val().get_bits::<12>(0));
+            if self.v_lo.q.val().get_bit(12) {
+                self.v_addr.d.next = self.v_up.q.val() | bit_cast::<64, 12>(self.v_lo.q.val().get_bits::<12>(0));
             }
             self.kv_age.d.next = 0.into();
             self.kv_rem.d.next = self.kv_rem.q.val() - bit_cast::<32, 16>(self.kv_last.q.val());
