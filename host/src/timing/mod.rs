@@ -760,7 +760,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let put = |f: &str, text: &str| std::fs::write(dir.path().join(f), text).unwrap();
         put("stat.json", r#"{"design": {"num_cells_by_type": {"LUT4": 25928, "TRELLIS_FF": 24764}}}"#);
-        put("yosys.log", "...\nEnd of script. Logfile hash: 84ae5d59b6, time: 173.30s, user: 173.41s, system: 0.00s\nYosys 0.70\n");
+        put(
+            "yosys.log",
+            "...\nEnd of script. Logfile hash: 84ae5d59b6, time: 173.30s, user: 173.41s, system: 0.00s\nYosys 0.70\n",
+        );
         put(PACKED, "{}");
         put(ROUTED, "");
         for s in 1..=3 {
