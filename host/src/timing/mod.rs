@@ -549,11 +549,11 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
     };
 
     // A run stopped before it wrote its result keeps what it finished.
-    let stopped = if old.is_none() { Stopped::read(&dir) } else { Stopped::default() };
+    let mut stopped = if old.is_none() { Stopped::read(&dir) } else { Stopped::default() };
     let (cells, packed, synth_s) = match &old {
         Some(t) if dir.join(PACKED).exists() => (t.cells.clone(), t.packing.clone(), t.seconds.synth),
         _ => {
-            let (cells, synth_s) = match stopped.synth.clone() {
+            let (cells, synth_s) = match stopped.synth.take() {
                 Some(done) => done,
                 None => {
                     std::fs::write(dir.join(&source), &verilog)?;
