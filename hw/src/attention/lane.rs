@@ -321,9 +321,9 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, qa, q_idx_r, kb, sdot, m, t3, ga3, gb3, da3, db3, f3, mt_r, d3, upd3, first3, d3c, rise3c, upd3c,
-            first3c, room_r, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt,
-            div_nz, div_first, dl, rem, quo, quo_m
+            self, clock, qa, q_idx_r, kb, sdot, m, t3, ga3, gb3, da3, db3, f3, mt_r, d3, upd3, first3, d3c, rise3c,
+            upd3c, first3c, room_r, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2,
+            div_cnt, div_nz, div_first, dl, rem, quo, quo_m
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
