@@ -425,6 +425,15 @@ pub struct AttentionUnit<const W: usize, const S: usize> {
     c_lp_mask: Constant<Bits<LAST_PIPE>>,
     c_mul_wait: Constant<Bits<4>>,
     c_ones64: Constant<Bits<64>>,
+    /// Lanes after the first read the controller's flags and `st_j` from kept
+    /// copies of their own, registered from the originals' next values (so on
+    /// the same cycles) and placed by each lane: at two lanes one `ser_v` fed
+    /// 1 180 loads in both lanes, one `in_q` both lanes' query registers
+    /// (docs/timing.md). Lane 0 reads the originals, so a 1-lane unit is
+    /// unchanged. `feed` bits: 0 `in_q`, 1 `st_valid`, 2 `st_first`, 3
+    /// `lane_rst`, 4 the divider start (`snap_r` 1), 5 `ser_v`.
+    feed: Vec<Kept<6>>,
+    feed_j: Vec<Kept<32>>,
     _lanes: usize,
     /// `v_at(d) + 3`: `last_pipe`'s bits in use.
     _lp: usize,
@@ -523,6 +532,8 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
             c_ones: Constant::new(Bits::<S>::mask()),
             c_lane_off: (0..l).map(|i| Constant::new(k(i as u64 * d))).collect(),
             c_lane_idx: (0..l).map(|i| Constant::new(k(i as u64))).collect(),
+            feed: (1..l).map(|_| Default::default()).collect(),
+            feed_j: (1..l).map(|_| Default::default()).collect(),
             _lanes: l,
             .. vitis, now, run, mul_q, mul_kv, mul_o, hwait, bad_t, bad_c, bz_hd, bz_sq, bz_sm, bz_om, bz_st, za, bc_q, bc_kv, bc_o, sm_r, th_r, bad_r, kv_word_r, kv_sel, kv_wa0, kv_wa1, b_p1, kva_n, kv_zero, kv_over,
             kv_bad, bh_nx, bh_end, kv_chk, qleft, lv_r, in_hi, in_kt, q_nl, sd_r, jl, jl1, j_eq, nk_is1, nk_is2, nk_is3,
@@ -1338,6 +1349,25 @@ impl<const W: usize, const S: usize> Logic for AttentionUnit<W, S> {
             & ((self.q_rx.val() & self.q_nl.q.val()) | (!self.q_rx.val() & self.q_in.q.val()));
         self.w_sel.d.next = self.wi.d.val();
         self.snap_r.d.next = self.drain.d.val() & self.all_idle.d.val() & self.fin_idle_nx.val();
+        for i in 1..self._lanes {
+            self.feed[i - 1].clock.next = self.vitis.ap_clk.val();
+            self.feed_j[i - 1].clock.next = self.vitis.ap_clk.val();
+            self.feed[i - 1].d.next = bit_cast::<6, 1>(self.in_q.d.val().into())
+                | (bit_cast::<6, 1>(self.st_valid.d.val().into()) << 1)
+                | (bit_cast::<6, 1>(self.st_first.d.val().into()) << 2)
+                | (bit_cast::<6, 1>(self.lane_rst.d.val().into()) << 3)
+                | (bit_cast::<6, 1>(self.snap_r.d.val().into()) << 4)
+                | (bit_cast::<6, 1>(self.ser_v.d.val().into()) << 5);
+            self.feed_j[i - 1].d.next = self.st_j.d.val();
+            self.lanes[i].q_we.next =
+                self.vitis.m_axi_gmem.rvalid.val() & self.feed[i - 1].q.val().get_bit(0) & self.q_sel[i].q.val();
+            self.lanes[i].st_valid.next = self.feed[i - 1].q.val().get_bit(1);
+            self.lanes[i].st_first.next = self.feed[i - 1].q.val().get_bit(2);
+            self.lanes[i].reset.next = self.feed[i - 1].q.val().get_bit(3);
+            self.lanes[i].div_start.next = self.feed[i - 1].q.val().get_bit(4);
+            self.lanes[i].ser_v.next = self.feed[i - 1].q.val().get_bit(5);
+            self.lanes[i].st_j.next = self.feed_j[i - 1].q.val();
+        }
     }
 }
 
