@@ -120,12 +120,14 @@ pub struct Lane<const W: usize> {
     pub row8: Signal<Out, Bits<ROW8_BITS>>,
     /// The query row: `q_row >> q_sh` on `q_we` edges.
     qrow: ShrReg<W>,
-    /// `qrow` a cycle later, loaded every cycle: the products' input register.
-    /// Folded into the multipliers with `qrow` itself, `q_we` was their enable,
-    /// one net to 16 MULT18X18Ds spread over the die's DSP rows (`in_q →
-    /// qk.r0`, 6–8 ns of routing at two lanes, docs/timing.md); the query is
-    /// loaded cycles before a block's first step reaches the products.
-    qa: DFF<Bits<W>>,
+    /// In a unit of two lanes or more, `qrow` a cycle later, loaded every
+    /// cycle, as the products' input register. Folded into the multipliers
+    /// with `qrow` itself, `q_we` is their enable: one net to 16 MULT18X18Ds,
+    /// which at two lanes spread over the die's DSP rows (`in_q → qk.r0`,
+    /// 6–8 ns of routing; at one lane it never limited, and the register
+    /// re-rolled that unit's placement 9 MHz lower on the mean, docs/timing.md).
+    /// The query is loaded cycles before a block's first step reaches the products.
+    qa: Vec<DFF<Bits<W>>>,
     /// `q_idx` registered in the lane: the mask's compare follows no route
     /// from the top's `q0` (−0.81 ns).
     q_idx_r: DFF<Bits<32>>,
@@ -286,7 +288,8 @@ const fn hot_copies(d: usize) -> usize {
 }
 
 impl<const W: usize> Lane<W> {
-    pub fn new(d: usize) -> Self {
+    /// A lane of head dimension `d`; `query_reg`: the products' own query register (`qa`).
+    pub fn new(d: usize, query_reg: bool) -> Self {
         assert!(d.is_power_of_two() && (2..=128).contains(&d) && 8 * d <= W);
         with_defaults!(Self {
             qk: DotI8Pipe::new(d, QK_LEVELS_PER_STAGE),
@@ -304,12 +307,13 @@ impl<const W: usize> Lane<W> {
             r8: PairShiftRow::new(d),
             c_ones: Constant::new(u64::MAX.to_bits()),
             _hot_l: hot_copies(d),
+            qa: (0..usize::from(query_reg)).map(|_| Default::default()).collect(),
             c_room: Constant::new((room_below(d) as u64).to_bits()),
             c_meta_d: Constant::new((META_D as u64).to_bits()),
             c_meta_first: Constant::new((META_FIRST as u64).to_bits()),
             c_meta_rise: Constant::new((META_RISE as u64).to_bits()),
             .. clock, q_we, q_row, q_sh, q_idx, causal, st_valid, st_first, st_j, k_row, v_row, smult, sshift, reset,
-            idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, qa, q_idx_r, kb, sdot, flags0, scale, mask0, e, m, t3,
+            idle, room, div_start, div_busy, ser_v, omult, oshift, row32, row8, qrow, q_idx_r, kb, sdot, flags0, scale, mask0, e, m, t3,
             ga3, gb3, da3, db3, f3, e3, na, nb, gt, diff, mt, mt_r, diff_bits, u_bits, delta_bits, d3, upd3, first3, exp2, d3c, rise3c, upd3c, first3c, meta_in,
             m_occ, room_r, adv_k, adv, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, hot_nx, lo_nx, adv_d, xd1, xd2, hot_nx2, lo_nx2, hold, hold2, l_acc, div_cnt, div_nz, div_first, dl, rem,
             quo, quo_m, rem_sh, rem_sub, mulr, mulr_o, rq, rq_o
@@ -321,9 +325,9 @@ impl<const W: usize> Logic for Lane<W> {
     #[hdl_gen]
     fn update(&mut self) {
         dff_setup!(
-            self, clock, qa, q_idx_r, kb, sdot, m, t3, ga3, gb3, da3, db3, f3, mt_r, d3, upd3, first3, d3c, rise3c,
-            upd3c, first3c, room_r, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2,
-            div_cnt, div_nz, div_first, dl, rem, quo, quo_m
+            self, clock, q_idx_r, kb, sdot, m, t3, ga3, gb3, da3, db3, f3, mt_r, d3, upd3, first3, d3c, rise3c, upd3c,
+            first3c, room_r, xval, xp, xd, xfirst, xrise, yval, yp, yfirst, adv_d, xd1, xd2, hold, hold2, div_cnt,
+            div_nz, div_first, dl, rem, quo, quo_m
         );
         self.scale.clock.next = self.clock.val();
         self.qk.clock.next = self.clock.val();
@@ -341,8 +345,12 @@ impl<const W: usize> Logic for Lane<W> {
         self.qrow.sh.next = bit_cast::<16, 32>(self.q_sh.val());
 
         // S1: s = q · k over d int8 pairs, by a pipelined adder tree.
-        self.qa.d.next = self.qrow.q.val();
-        self.qk.a.next = self.qa.q.val();
+        self.qk.a.next = self.qrow.q.val();
+        for i in 0..self.qa.len() {
+            self.qa[i].clock.next = self.clock.val();
+            self.qa[i].d.next = self.qrow.q.val();
+            self.qk.a.next = self.qa[i].q.val();
+        }
         self.kb.d.next = self.k_row.val();
         self.qk.b.next = self.kb.q.val();
         // Flags through the pipeline: bit0 valid, bit1 first, bit2 masked.

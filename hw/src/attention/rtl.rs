@@ -497,7 +497,7 @@ impl<const W: usize, const S: usize> AttentionUnit<W, S> {
         let logd = d.trailing_zeros() as u64;
         Ok(with_defaults!(Self {
             shell: Shell::new(&TABLE, cfg.hwinfo()),
-            lanes: (0..l).map(|_| Lane::new(cfg.head_dim)).collect(),
+            lanes: (0..l).map(|_| Lane::new(cfg.head_dim, l > 1)).collect(),
             kst: KvStream::new(cfg.read_fifo_depth, cfg.port_bytes()),
             vst: KvStream::new(cfg.read_fifo_depth, cfg.port_bytes()),
             v_dly: RowDelay::new(v_at(cfg.head_dim) + 1),
