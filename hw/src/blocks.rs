@@ -2774,9 +2774,19 @@ wire zr2 = sn2 | reset;
 ",
             vm = 8 * d - 1
         );
-        for x in 0..d {
+        // Verilator's branches at the ends of lines of the synthesis form (the
+        // shared registers on `zr2`'s line, each accumulator's on the line
+        // before its own form, whose last line takes the `endif), so that every
+        // line and column that synthesis and Icarus read is where it was:
+        // yosys names cells by source position, and the placements in
+        // docs/timing.md stand. One line a branch: Verilator refuses a line of
+        // more than 40 000 preprocessor tokens.
+        let (shared, fast) = rescale_row_verilator(d, g);
+        v.pop();
+        v += &format!(" `ifdef VERILATOR {shared} `endif");
+        for (x, fast) in fast.iter().enumerate() {
             let k = x * g / d;
-            v += &format!(
+            let mut tree = format!(
                 "reg signed [31:0] pv{x};\nalways @(posedge clock) if (ld1) pv{x} <= p1 * $signed(v1[{hi}:{lo}]);\n\
                  reg signed [31:0] pvr{x};\n(* keep *) always @(posedge clock) pvr{x} <= pv{x};\n",
                 hi = 8 * x + 7,
@@ -2790,8 +2800,11 @@ wire zr2 = sn2 | reset;
                 Some("zr2"),
             );
             assert!(acc.contains(" & hot[") && acc.contains(" & lo["));
-            v += &acc.replace(" & hot[", &format!(" & hot${k}[")).replace(" & lo[", &format!(" & lo${k}["));
+            tree += &acc.replace(" & hot[", &format!(" & hot${k}[")).replace(" & lo[", &format!(" & lo${k}["));
+            let tree = tree.strip_suffix('\n').expect("an accumulator's form ends in a newline");
+            v += &format!(" `ifdef VERILATOR {fast} `else\n{tree} `endif");
         }
+        v.push('\n');
         let accs: Vec<String> = (0..d).rev().map(|x| format!("acc{x}")).collect();
         let top = 48 * d - 1;
         let shift = if d > 2 {
@@ -2806,6 +2819,50 @@ wire zr2 = sn2 | reset;
         );
         Verilog::Custom(v)
     }
+}
+
+/// [`RescaleRow`]'s accumulators for Verilator only: the registers of
+/// [`rescale_verilog_ctl`] and the products (one shared `sr` and `mid` for
+/// the row in place of each accumulator's kept copy, which synthesis needs
+/// and a simulator does not), each accumulator's registers written in one
+/// clocked block, and the sum `acc + a + c` (the synthesis form's
+/// `{acc, c} + {a, 1}` without its dropped bit 0) computed only in the
+/// cycles that load it. Verilator evaluated the synthesis form's `sum` wires
+/// every cycle: the row cost 2.7 times the instructions it did before the
+/// timing work (docs/simulators.md). Synthesis and Icarus read the other
+/// branch.
+fn rescale_row_verilator(d: usize, g: usize) -> (String, Vec<String>) {
+    let shared = "reg [5:0] sr; reg mid; always @(posedge clock) begin if (ld2) sr <= sh2; mid <= hd2; end".to_string();
+    let one = |x: usize| {
+        let k = x * g / d;
+        let byte = |b: usize| match 8 * b {
+            l if l < 48 => format!("acc{x}[{}:{l}]", l + 7),
+            _ => format!("{{8{{acc{x}[47]}}}}"),
+        };
+        let ors = |m: &str| {
+            let v: Vec<String> =
+                (0..8).rev().map(|b| format!("|({} & {m}${k}[{}:{}])", byte(b), 8 * b + 7, 8 * b)).collect();
+            v.join(", ")
+        };
+        format!(
+            "reg signed [31:0] pv{x}, pvr{x}; reg signed [47:0] acc{x}, f1{x}; reg [7:0] ch{x}, cl{x}; reg c{x}; \
+             always @(posedge clock) begin \
+             if (mid) acc{x} <= f1{x} >>> sr[2:0]; \
+             else if (up2) acc{x} <= acc{x} + {{{{16{{pvr{x}[31]}}}}, pvr{x}}} + {{47'd0, c{x}}}; \
+             else if (zr2) acc{x} <= 0; \
+             c{x} <= mid && (|ch{x}) && (!f1{x}[47] || (|cl{x})); \
+             if (hd2) begin f1{x} <= $signed({{{{16{{acc{x}[47]}}}}, acc{x}}}) >>> {{sr[5:3], 3'd0}}; \
+             ch{x} <= {{{ch}}}; cl{x} <= {{{cl}}}; end \
+             pvr{x} <= pv{x}; \
+             if (ld1) pv{x} <= p1 * $signed(v1[{hi}:{lo}]); \
+             end",
+            ch = ors("hot"),
+            cl = ors("lo"),
+            hi = 8 * x + 7,
+            lo = 8 * x
+        )
+    };
+    (shared, (0..d).map(one).collect())
 }
 
 /// [`Exp2Pipe`] whose LUT planes read the index from four copies of
