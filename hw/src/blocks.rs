@@ -1145,15 +1145,8 @@ fn rescale_verilog_ctl(n: usize, sfx: &str, a: &str, ctl: [&str; 5], clear: Opti
     // `cl`) and then into c. The shift: by whole bytes (`f1`), then the rest.
     assert!(n.is_multiple_of(8) && n < 64);
     let (msb, xe) = (n - 1, format!("{{{{{}{{acc{sfx}[{}]}}}}, acc{sfx}}}", 64 - n, n - 1));
-    let byte = |b: usize| match 8 * b {
-        l if l < n => format!("acc{sfx}[{}:{l}]", l + 7),
-        _ => format!("{{8{{acc{sfx}[{msb}]}}}}"),
-    };
-    let ors = |m: &str| {
-        let v: Vec<String> = (0..8).rev().map(|b| format!("|({} & {m}[{}:{}])", byte(b), 8 * b + 7, 8 * b)).collect();
-        v.join(", ")
-    };
-    let (ch, cl) = (ors("hot"), ors("lo"));
+    let acc = format!("acc{sfx}");
+    let (ch, cl) = (rescale_ors(&acc, n, "hot"), rescale_ors(&acc, n, "lo"));
     format!(
         "\
 reg [5:0] sr{sfx};
@@ -1176,6 +1169,18 @@ always @(posedge clock)
    else if ({upd}) acc{sfx} <= {upd_to}
 "
     )
+}
+
+/// The rounding decode's partial ORs for an `n`-bit accumulator named `acc`:
+/// byte b of `acc` sign-extended to 64 bits ANDed with byte b of `mask`
+/// (`hot` or `lo`) and ORed, bytes 7 down to 0, as a concatenation's items.
+fn rescale_ors(acc: &str, n: usize, mask: &str) -> String {
+    let byte = |b: usize| match 8 * b {
+        l if l < n => format!("{acc}[{}:{l}]", l + 7),
+        _ => format!("{{8{{{acc}[{}]}}}}", n - 1),
+    };
+    let v: Vec<String> = (0..8).rev().map(|b| format!("|({} & {mask}[{}:{}])", byte(b), 8 * b + 7, 8 * b)).collect();
+    v.join(", ")
 }
 
 /// A FIFO of rows of `n ≤ W` bits (the bits of `din` below n; a run-time
@@ -2834,16 +2839,7 @@ wire zr2 = sn2 | reset;
 fn rescale_row_verilator(d: usize, g: usize) -> (String, Vec<String>) {
     let shared = "reg [5:0] sr; reg mid; always @(posedge clock) begin if (ld2) sr <= sh2; mid <= hd2; end".to_string();
     let one = |x: usize| {
-        let k = x * g / d;
-        let byte = |b: usize| match 8 * b {
-            l if l < 48 => format!("acc{x}[{}:{l}]", l + 7),
-            _ => format!("{{8{{acc{x}[47]}}}}"),
-        };
-        let ors = |m: &str| {
-            let v: Vec<String> =
-                (0..8).rev().map(|b| format!("|({} & {m}${k}[{}:{}])", byte(b), 8 * b + 7, 8 * b)).collect();
-            v.join(", ")
-        };
+        let (k, acc) = (x * g / d, format!("acc{x}"));
         format!(
             "reg signed [31:0] pv{x}, pvr{x}; reg signed [47:0] acc{x}, f1{x}; reg [7:0] ch{x}, cl{x}; reg c{x}; \
              always @(posedge clock) begin \
@@ -2856,8 +2852,8 @@ fn rescale_row_verilator(d: usize, g: usize) -> (String, Vec<String>) {
              pvr{x} <= pv{x}; \
              if (ld1) pv{x} <= p1 * $signed(v1[{hi}:{lo}]); \
              end",
-            ch = ors("hot"),
-            cl = ors("lo"),
+            ch = rescale_ors(&acc, 48, &format!("hot${k}")),
+            cl = rescale_ors(&acc, 48, &format!("lo${k}")),
             hi = 8 * x + 7,
             lo = 8 * x
         )
