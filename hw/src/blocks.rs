@@ -2073,6 +2073,22 @@ mod tests {
     /// shifts, all driven by the inputs of `RescaleRow::DELAY` edges before
     /// (but `shift`); `RowBacklog`'s: a `Fifo` whose head a register takes on `pop`
     /// (the bits below the row width).
+    /// `RescaleRow`'s Verilator branches each sit inside one line of the
+    /// synthesis form (docs/simulators.md, step 16): a newline in a branch
+    /// would move every later line that yosys names cells by.
+    #[test]
+    fn rescale_row_verilator_branches_stay_within_lines() {
+        let Verilog::Custom(v) = RescaleRow::<128>::new(16, 4).hdl() else { panic!("RescaleRow is a custom block") };
+        let branches: Vec<&str> = v.split(" `ifdef VERILATOR ").skip(1).collect();
+        assert_eq!(branches.len(), 17, "the shared registers and 16 accumulators");
+        for b in branches {
+            let end = b.find(" `else").or_else(|| b.find(" `endif")).expect("a branch ends");
+            assert!(!b[..end].contains('\n'), "a Verilator branch spans lines: {}", &b[..end]);
+        }
+        let synth: Vec<&str> = v.lines().filter(|l| l.starts_with('`')).collect();
+        assert!(synth.is_empty(), "no directive starts a line: {synth:?}");
+    }
+
     #[test]
     fn rescale_row_and_row_backlog_models() {
         let tick = |c: &mut Signal<In, Clock>, v: bool| c.next = Clock::from(v);
