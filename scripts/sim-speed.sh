@@ -32,7 +32,8 @@ if [ "${INSTRUCTIONS:-0}" = 1 ]; then
     for bin in "$@"; do
         for unit in ${UNITS:-gemm attention moe}; do
             # Build (or find cached) the unit's model outside callgrind first.
-            "$bin" 1 "$unit" >/dev/null 2>&1
+            "$bin" 1 "$unit" >"$out/log" 2>&1 ||
+                { echo "sim-speed: $bin $unit failed:" >&2; tail -5 "$out/log" >&2; exit 1; }
             valgrind --tool=callgrind --callgrind-out-file="$out/cg" --collect-atstart=no \
                 --toggle-collect="$launch" "$bin" 1 "$unit" >"$out/log" 2>&1 ||
                 { echo "sim-speed: $bin $unit failed under callgrind:" >&2; tail -5 "$out/log" >&2; exit 1; }
