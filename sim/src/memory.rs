@@ -388,8 +388,13 @@ impl AxiMemory {
             let mut buf = [0; MAX_DATA_BITS / 8];
             let bytes = &mut buf[..self.beat_bytes()];
             self.store.read(b.addr + u64::from(b.done) * bytes.len() as u64, bytes);
-            for (word, chunk) in words.iter_mut().zip(bytes.chunks(4)) {
-                *word = chunk.iter().rev().fold(0, |w, &byte| w << 8 | u32::from(byte));
+            // Little-endian words; a beat narrower than a word fills the low bytes.
+            let (whole, rest) = bytes.as_chunks::<4>();
+            for (word, chunk) in words.iter_mut().zip(whole) {
+                *word = u32::from_le_bytes(*chunk);
+            }
+            for (i, &byte) in rest.iter().enumerate() {
+                words[whole.len()] |= u32::from(byte) << (8 * i);
             }
         }
         (words, b.done + 1 == b.beats, if b.ok { RESP_OKAY } else { RESP_SLVERR })
@@ -411,7 +416,7 @@ impl AxiMemory {
             size: outputs.gmem_awsize,
             burst: outputs.gmem_awburst,
         };
-        let w = WBeat { data: outputs.gmem_wdata, strb: outputs.gmem_wstrb, last: outputs.gmem_wlast != 0 };
+        let w = || WBeat { data: outputs.gmem_wdata, strb: outputs.gmem_wstrb, last: outputs.gmem_wlast != 0 };
         let ar_valid = outputs.gmem_arvalid != 0;
         let aw_valid = outputs.gmem_awvalid != 0;
         let w_valid = outputs.gmem_wvalid != 0;
@@ -420,7 +425,7 @@ impl AxiMemory {
         let w_fire = w_valid && inputs.gmem_wready != 0;
         self.held_ar = (ar_valid && !ar_fire).then_some(ar);
         self.held_aw = (aw_valid && !aw_fire).then_some(aw);
-        self.held_w = (w_valid && !w_fire).then(|| w.clone());
+        self.held_w = (w_valid && !w_fire).then(w);
 
         if ar_fire {
             let ok = self.check_request("AR", ar);
@@ -444,7 +449,7 @@ impl AxiMemory {
             self.stats.write_bursts += 1;
         }
         if w_fire {
-            self.wbuf.push_back(w);
+            self.wbuf.push_back(w());
             self.stats.write_beats += 1;
         }
         self.apply_writes();
@@ -763,6 +768,27 @@ mod tests {
         master.run(&mut m, 1000);
         assert_eq!((master.ar.len(), master.aw.len()), (1, 1));
         assert_eq!(m.stats().read_bursts + m.stats().write_bursts, 0);
+    }
+
+    /// Every port width packs a beat's bytes into little-endian words, a beat
+    /// narrower than a word in the low bytes of word 0 (the rest zero).
+    #[test]
+    fn read_beats_pack_little_endian_at_every_width() {
+        for bits in [8, 16, 32, 128, MAX_DATA_BITS] {
+            let mut m = AxiMemory::new(MemoryConfig { data_bits: bits, ..MemoryConfig::default() }).unwrap();
+            let a = m.alloc(4096).unwrap();
+            let data: Vec<u8> = (0..1024u32).map(|i| (i.wrapping_mul(37) ^ 0xA5) as u8).collect();
+            m.write(a, &data).unwrap();
+            let beat = bits / 8;
+            m.reads.push_back(Burst { addr: a + beat as u64, beats: 2, done: 1, ready_at: 0, ok: true });
+            let (words, last, resp) = m.next_read_beat();
+            let want = &data[2 * beat..3 * beat];
+            for (i, w) in words.iter().enumerate() {
+                let expect = (0..4).fold(0, |acc, j| acc | want.get(4 * i + j).map_or(0, |&b| u32::from(b) << (8 * j)));
+                assert_eq!(*w, expect, "{bits}-bit port, word {i}");
+            }
+            assert!(last && resp == RESP_OKAY, "{bits}-bit port: the burst's second beat is its last");
+        }
     }
 
     #[test]
