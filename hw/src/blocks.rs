@@ -2859,10 +2859,10 @@ fn rescale_row_verilator(d: usize, g: usize) -> (String, Vec<String>) {
         format!(
             "reg signed [31:0] pv{x}, pvr{x}; reg signed [47:0] acc{x}, f1{x}; reg [7:0] ch{x}, cl{x}; reg c{x}; \
              always @(posedge clock) begin \
-             if (mid) acc{x} <= f1{x} >>> sr[2:0]; \
-             else if (up2) acc{x} <= acc{x} + {{{{16{{pvr{x}[31]}}}}, pvr{x}}} + {{47'd0, c{x}}}; \
-             else if (zr2) acc{x} <= 0; \
-             c{x} <= mid && (|ch{x}) && (!f1{x}[47] || (|cl{x})); \
+             if (mid) begin acc{x} <= f1{x} >>> sr[2:0]; c{x} <= (|ch{x}) && (!f1{x}[47] || (|cl{x})); end \
+             else begin c{x} <= 1'b0; \
+             if (up2) acc{x} <= acc{x} + {{{{16{{pvr{x}[31]}}}}, pvr{x}}} + {{47'd0, c{x}}}; \
+             else if (zr2) acc{x} <= 0; end \
              if (hd2) begin f1{x} <= $signed({{{{16{{acc{x}[47]}}}}, acc{x}}}) >>> {{sr[5:3], 3'd0}}; \
              ch{x} <= {{{ch}}}; cl{x} <= {{{cl}}}; end \
              pvr{x} <= pv{x}; \
