@@ -2085,6 +2085,10 @@ mod tests {
             let end = b.find(" `else").or_else(|| b.find(" `endif")).expect("a branch ends");
             assert!(!b[..end].contains('\n'), "a Verilator branch spans lines: {}", &b[..end]);
         }
+        // The snapshot's form for Verilator: after the synthesis form's last line.
+        let (_, out) = v.split_once(" `ifndef VERILATOR\n").expect("the snapshot's forms");
+        let (_, fast) = out.rsplit_once(" `else ").expect("the snapshot's Verilator form");
+        assert!(fast.ends_with(" `endif") && !fast.contains('\n'), "the snapshot's form spans lines: {fast}");
         let synth: Vec<&str> = v.lines().filter(|l| l.starts_with('`')).collect();
         assert!(synth.is_empty(), "no directive starts a line: {synth:?}");
     }
@@ -2802,7 +2806,7 @@ wire zr2 = sn2 | reset;
         // yosys names cells by source position, and the placements in
         // docs/timing.md stand. One line a branch: Verilator refuses a line of
         // more than 40 000 preprocessor tokens.
-        let (shared, fast) = rescale_row_verilator(d, g);
+        let (shared, fast, out) = rescale_row_verilator(d, g);
         v.pop();
         v += &format!(" `ifdef VERILATOR {shared} `endif");
         for (x, fast) in fast.iter().enumerate() {
@@ -2825,7 +2829,7 @@ wire zr2 = sn2 | reset;
             let tree = tree.strip_suffix('\n').expect("an accumulator's form ends in a newline");
             v += &format!(" `ifdef VERILATOR {fast} `else\n{tree} `endif");
         }
-        v.push('\n');
+        v += " `ifndef VERILATOR\n";
         let accs: Vec<String> = (0..d).rev().map(|x| format!("acc{x}")).collect();
         let top = 48 * d - 1;
         let shift = if d > 2 {
@@ -2835,7 +2839,7 @@ wire zr2 = sn2 | reset;
         };
         v += &format!(
             "reg [{top}:0] os;\nalways @(posedge clock)\n   if (sn2) os <= {{{}}};\n{shift}\
-             always @(*) begin\n   o0 = os[47:0];\n   o1 = os[95:48];\nend",
+             always @(*) begin\n   o0 = os[47:0];\n   o1 = os[95:48];\nend `else {out} `endif",
             accs.join(", ")
         );
         Verilog::Custom(v)
@@ -2847,26 +2851,34 @@ wire zr2 = sn2 | reset;
 /// the row in place of each accumulator's kept copy, which synthesis needs
 /// and a simulator does not), each accumulator's registers written in one
 /// clocked block, and the sum `acc + a + c` (the synthesis form's
-/// `{acc, c} + {a, 1}` without its dropped bit 0) computed only in the
-/// cycles that load it. Verilator evaluated the synthesis form's `sum` wires
-/// every cycle: the row cost 2.7 times the instructions it did before the
-/// timing work (docs/simulators.md). Synthesis and Icarus read the other
-/// branch.
-fn rescale_row_verilator(d: usize, g: usize) -> (String, Vec<String>) {
-    let shared = "reg [5:0] sr; reg mid; always @(posedge clock) begin if (ld2) sr <= sh2; mid <= hd2; end".to_string();
+/// `{acc, c} + {a, 1}` without its dropped bit 0) and the rounding bit `c`
+/// computed only in the cycles that load them. Verilator evaluated the
+/// synthesis form's `sum` wires every cycle: the row cost 2.7 times the
+/// instructions it did before the timing work (docs/simulators.md).
+/// The product `pvr` is the synthesis form's two registers in one, computed
+/// a cycle later from the row's copies of `p`, `v` (no per-accumulator copy
+/// a cycle), and the snapshot's form (the third string, in place of the
+/// 48·d-bit `os` that Verilator copied twice a cycle) keeps the
+/// accumulators in registers and `o0`, `o1` as registers that a `shift`
+/// loads from the next pair. Synthesis and Icarus read the other branch.
+fn rescale_row_verilator(d: usize, g: usize) -> (String, Vec<String>, String) {
+    let shared = format!(
+        "reg [5:0] sr; reg mid; reg signed [15:0] p2; reg [{vm}:0] v2; \
+         always @(posedge clock) begin if (ld2) sr <= sh2; mid <= hd2; if (ld1) begin p2 <= p1; v2 <= v1; end end",
+        vm = 8 * d - 1
+    );
     let one = |x: usize| {
         let (k, acc) = (x * g / d, format!("acc{x}"));
         format!(
-            "reg signed [31:0] pv{x}, pvr{x}; reg signed [47:0] acc{x}, f1{x}; reg [7:0] ch{x}, cl{x}; reg c{x}; \
+            "reg signed [31:0] pvr{x}; reg signed [47:0] acc{x}, f1{x}; reg [7:0] ch{x}, cl{x}; reg c{x}; \
              always @(posedge clock) begin \
-             if (mid) begin acc{x} <= f1{x} >>> sr[2:0]; c{x} <= (|ch{x}) && (!f1{x}[47] || (|cl{x})); end \
-             else begin c{x} <= 1'b0; \
-             if (up2) acc{x} <= acc{x} + {{{{16{{pvr{x}[31]}}}}, pvr{x}}} + {{47'd0, c{x}}}; \
-             else if (zr2) acc{x} <= 0; end \
+             if (mid) acc{x} <= f1{x} >>> sr[2:0]; \
+             else if (up2) acc{x} <= acc{x} + {{{{16{{pvr{x}[31]}}}}, pvr{x}}} + {{47'd0, c{x}}}; \
+             else if (zr2) acc{x} <= 0; \
+             if (mid) c{x} <= (|ch{x}) && (!f1{x}[47] || (|cl{x})); else c{x} <= 1'b0; \
              if (hd2) begin f1{x} <= $signed({{{{16{{acc{x}[47]}}}}, acc{x}}}) >>> {{sr[5:3], 3'd0}}; \
              ch{x} <= {{{ch}}}; cl{x} <= {{{cl}}}; end \
-             pvr{x} <= pv{x}; \
-             if (ld1) pv{x} <= p1 * $signed(v1[{hi}:{lo}]); \
+             if (ld2) pvr{x} <= p2 * $signed(v2[{hi}:{lo}]); \
              end",
             ch = rescale_ors(&acc, 48, &format!("hot${k}")),
             cl = rescale_ors(&acc, 48, &format!("lo${k}")),
@@ -2874,7 +2886,16 @@ fn rescale_row_verilator(d: usize, g: usize) -> (String, Vec<String>) {
             lo = 8 * x
         )
     };
-    (shared, (0..d).map(one).collect())
+    let pairs: String = (2..d).step_by(2).map(|x| format!("{x}: begin o0 <= sv{x}; o1 <= sv{}; end ", x + 1)).collect();
+    let snap: String = (2..d).map(|x| format!("sv{x} <= acc{x}; ")).collect();
+    let regs: Vec<String> = (2..d).map(|x| format!("sv{x}")).collect();
+    let regs = if regs.is_empty() { String::new() } else { format!("reg signed [47:0] {}; ", regs.join(", ")) };
+    let out = format!(
+        "{regs}reg [7:0] ix; always @(posedge clock) \
+         if (sn2) begin o0 <= acc0; o1 <= acc1; ix <= 8'd2; {snap}end \
+         else if (shift && ix < {d}) begin case (ix) {pairs}default: ; endcase ix <= ix + 8'd2; end"
+    );
+    (shared, (0..d).map(one).collect(), out)
 }
 
 /// [`Exp2Pipe`] whose LUT planes read the index from four copies of
