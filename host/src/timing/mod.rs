@@ -15,8 +15,10 @@
 //! The result (Fmax, the critical path named by the unit's rust-hdl fields,
 //! every endpoint that misses the clock target grouped by field ([`slack`]),
 //! cell counts and device utilization) is cached by the sha256 of the tool
-//! versions, the scripts and the Verilog under `<cache>/timing/<key>/`, with
-//! the logs and the bitstream next to it: place and route takes minutes.
+//! versions, the scripts and the Verilog as synthesis reads it
+//! ([`synthesis_text`]: a change to a Verilator-only form keeps the entry)
+//! under `<cache>/timing/<key>/`, with the logs and the bitstream next to it:
+//! place and route takes minutes.
 //!
 //! The WebAssembly tools see only their working directory (and its parents
 //! by relative path), so every file they read or write is in the cache entry
@@ -27,6 +29,7 @@ pub mod slack;
 use crate::manifest::sha256_hex;
 use crate::resources::{cache_root, Unit};
 use anyhow::{bail, Context, Result};
+use ferrite_hw::synthesis::synthesis_text;
 use ferrite_hw::vitis::{Dir, Port};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -423,7 +426,8 @@ pub struct Timing {
     #[serde(default)]
     pub packing: Option<packing::Packing>,
     pub seconds: Seconds,
-    /// sha256 of the Verilog: what [`measured_for`] matches a configuration by.
+    /// sha256 of the Verilog as synthesis reads it ([`synthesis_text`]): what
+    /// [`measured_for`] matches a configuration by.
     pub verilog_sha256: String,
     /// The cache entry: logs, reports and the bitstream.
     #[serde(skip)]
@@ -472,7 +476,7 @@ fn timing_root() -> Result<PathBuf> {
 /// (the newest entry wins), without starting Python: projections ask this.
 pub fn measured_for(unit: &Unit) -> Result<Option<Timing>> {
     let verilog = unit.verilog().with_context(|| format!("generating the Verilog of {}", unit.kernel_name()))?;
-    let sha = sha256_hex(verilog.as_bytes());
+    let sha = sha256_hex(synthesis_text(&verilog).as_bytes());
     let Ok(entries) = std::fs::read_dir(timing_root()?) else { return Ok(None) };
     let mut best: Option<(std::time::SystemTime, Timing)> = None;
     for e in entries.flatten() {
@@ -522,11 +526,12 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
     let top = harness(&kernel, &ferrite_hw::vitis::ports(unit.port_bits()));
     let key = sha256_hex(
         format!(
-            "{}\n{}\n{synth}\n{}\n{}\n{top}\n{verilog}",
+            "{}\n{}\n{synth}\n{}\n{}\n{top}\n{}",
             tools.yosys,
             tools.nextpnr,
             packing::VERSION,
-            NEXTPNR_ARGS.join(" ")
+            NEXTPNR_ARGS.join(" "),
+            synthesis_text(&verilog)
         )
         .as_bytes(),
     );
@@ -612,7 +617,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         cells,
         packing: packed,
         seconds: Seconds { synth: synth_s, pnr: pnr_s, pack: pack_s },
-        verilog_sha256: sha256_hex(verilog.as_bytes()),
+        verilog_sha256: sha256_hex(synthesis_text(&verilog).as_bytes()),
         dir: dir.clone(),
         cached: false,
     };
