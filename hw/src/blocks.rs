@@ -2862,6 +2862,7 @@ wire zr2 = sn2 | reset;
 /// accumulators in registers and `o0`, `o1` as registers that a `shift`
 /// loads from the next pair. Synthesis and Icarus read the other branch.
 fn rescale_row_verilator(d: usize, g: usize) -> (String, Vec<String>, String) {
+    assert!(d < 254, "the snapshot's pair index `ix` is 8 bits: {d} accumulators");
     let shared = format!(
         "reg [5:0] sr; reg mid; reg signed [15:0] p2; reg [{vm}:0] v2; \
          always @(posedge clock) begin if (ld2) sr <= sh2; mid <= hd2; if (ld1) begin p2 <= p1; v2 <= v1; end end",
