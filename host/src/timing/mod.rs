@@ -519,6 +519,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
     let kernel = unit.kernel_name();
     let tools = Toolchain::find()?;
     let verilog = unit.verilog().with_context(|| format!("generating the Verilog of {kernel}"))?;
+    let read_by_synthesis = synthesis_text(&verilog);
     let source = format!("{kernel}.{}", ferrite_hw::portable::EXTENSION);
     let synth = format!(
         "read_verilog -sv {source} {TOP}.v; synth_ecp5 -top {TOP} -json synth.json; tee -q -o stat.json stat -json"
@@ -531,7 +532,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
             tools.nextpnr,
             packing::VERSION,
             NEXTPNR_ARGS.join(" "),
-            synthesis_text(&verilog)
+            read_by_synthesis
         )
         .as_bytes(),
     );
@@ -617,7 +618,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         cells,
         packing: packed,
         seconds: Seconds { synth: synth_s, pnr: pnr_s, pack: pack_s },
-        verilog_sha256: sha256_hex(synthesis_text(&verilog).as_bytes()),
+        verilog_sha256: sha256_hex(read_by_synthesis.as_bytes()),
         dir: dir.clone(),
         cached: false,
     };
