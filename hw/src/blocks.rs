@@ -425,14 +425,8 @@ impl Logic for RequantPipe {
         self.y.connect();
     }
     fn hdl(&self) -> Verilog {
-        Verilog::Custom(verilator_hold(&requant_verilog(), &[("x", 32), ("mult", 32), ("shift", 6)], Self::LATENCY))
-    }
-}
-
-/// [`RequantPipe`]'s Verilog: [`mul_shift_verilog`], then saturation.
-fn requant_verilog() -> String {
-    format!(
-        "\
+        Verilog::Custom(format!(
+            "\
 {}
 // q fits int8 when q[63:7] is all sign: reductions, no comparator carry chains.
 // As q = t >>> sr[2:0] with sr[2:0] ≤ 7, q[63:7] is all sign exactly when
@@ -445,8 +439,9 @@ always @(posedge clock) begin
    hi_zeros <= ~|t[63:14];
    y <= ((hi_ones & (&q[13:7])) | (hi_zeros & ~(|q[13:7]))) ? q[7:0] : (q[63] ? 8'h80 : 8'h7f);
 end",
-        mul_shift_verilog()
-    )
+            mul_shift_verilog()
+        ))
+    }
 }
 
 /// `round(x · mult / 2^shift)` (signed 32-bit `x` and `mult`, rounding half
@@ -631,45 +626,6 @@ always @(posedge clock) begin
    q <= t >>> sr[2:0];
 end"
     )
-}
-
-/// `text`, a custom block's Verilog, with a second form of its clocked blocks
-/// for Verilator only, which skips them while the inputs `inputs` (name,
-/// width) have been steady for `depth` edges. Exact for a pipeline without
-/// feedback whose registers lie at most `depth` edges from the inputs: each
-/// register is then a function of the inputs over its last `depth` edges,
-/// so writing it again would write the value it holds. The GEMM's
-/// requantizers wait between output rows and the attention finalizer's
-/// divider between query rows, and Verilator evaluated them every cycle all
-/// the same; a block whose inputs change on most cycles pays for the compare
-/// and gains nothing (the router's `ScaleRoundPipe`s: +3.5 % instructions,
-/// docs/simulators.md), so only those two are held.
-/// Each clocked block must open with a line `always @(posedge clock) begin`,
-/// not the first; its Verilator form follows on that line and the
-/// `` `ifndef VERILATOR `` ends the line before, so synthesis and Icarus read
-/// every token at the line and column it had (`synthesis::synthesis_text`).
-fn verilator_hold(text: &str, inputs: &[(&str, usize)], depth: usize) -> String {
-    const OPEN: &str = "always @(posedge clock) begin";
-    assert!((1..256).contains(&depth), "the hold counter is 8 bits: depth {depth}");
-    let mut lines: Vec<String> = text.split('\n').map(str::to_string).collect();
-    let opens: Vec<usize> = (0..lines.len()).filter(|&i| lines[i] == OPEN).collect();
-    assert!(!opens.is_empty() && opens[0] > 0, "a clocked block to hold, after the first line");
-    // Each input beside its own copy: narrow compares, no wide-word helpers.
-    let copies: String = inputs.iter().map(|(n, w)| format!("reg [{}:0] vh_{n} = 0; ", w - 1)).collect();
-    let chg = inputs.iter().map(|(n, _)| format!("{n} != vh_{n}")).collect::<Vec<_>>().join(" || ");
-    let load: String = inputs.iter().map(|(n, _)| format!("vh_{n} <= {n}; ")).collect();
-    lines[0] += &format!(
-        " `ifdef VERILATOR {copies}reg [7:0] vh_n = 8'd{depth}; \
-         wire vh_chg = {chg}; wire vh_run = vh_chg || vh_n != 8'd0; \
-         always @(posedge clock) begin {load}\
-         vh_n <= vh_chg ? 8'd{depth} : vh_n - {{7'd0, vh_n != 8'd0}}; end `endif"
-    );
-    for i in opens {
-        assert!(!lines[i - 1].contains('`'), "the line before a clocked block has a directive: {}", lines[i - 1]);
-        lines[i - 1] += " `ifndef VERILATOR";
-        lines[i] += " `else always @(posedge clock) if (vh_run) begin `endif";
-    }
-    lines.join("\n")
 }
 
 /// Unsigned 32×32 → 64-bit multiply ([`Mul32Stages`]), [`MulU32Pipe::LATENCY`]
@@ -1355,7 +1311,7 @@ impl Logic for MulRound16Pipe {
         // pieces of o (ol, om, oh) and r (rl, rh); y = bits 16..47 of
         // p + 2^15 − [p < 0], which is (llr >> 16) + mid1 + mid2·2^16 mod 2^32
         // with llr = ll + 2^15 − [p < 0].
-        Verilog::Custom(verilator_hold(
+        Verilog::Custom(
             "\
 reg [31:0] ll = 0;
 reg [31:0] lh = 0;
@@ -1381,10 +1337,9 @@ always @(posedge clock) begin
    a <= {15'd0, llr[32:16]} + mid1[31:0];
    mid2b <= mid2;
    y <= {a[31:16] + mid2b, a[15:0]};
-end",
-            &[("o", 48), ("r", 32)],
-            Self::LATENCY,
-        ))
+end"
+            .into(),
+        )
     }
 }
 
@@ -2109,33 +2064,6 @@ mod tests {
                 clock(&mut bus, |b, c| tick(&mut b.clock, c), 1);
                 assert_eq!(bus.q.val().to_u64(), (i + 1).saturating_sub(lat as u64), "cut {cut}, edge {i}");
                 assert_eq!(bus.s.val().to_u64(), i, "cut {cut}, edge {i}");
-            }
-        }
-    }
-
-    /// A held block's Verilator form is text synthesis does not read: the
-    /// synthesis text is the block's own, token for token (a line added or
-    /// a column moved would rename yosys's cells and discard measured clocks).
-    #[test]
-    fn verilator_hold_keeps_the_synthesis_text() {
-        let text = requant_verilog();
-        let held = verilator_hold(&text, &[("x", 32), ("mult", 32), ("shift", 6)], RequantPipe::LATENCY);
-        assert_eq!(
-            held.matches("if (vh_run) begin").count(),
-            3,
-            "the product's, the shift's and the saturation's blocks"
-        );
-        assert_eq!(crate::synthesis::synthesis_text(&held), text);
-        // Every held block: each line synthesis reads is a prefix of its line.
-        let blocks = [RequantPipe::default().hdl(), MulRound16Pipe::default().hdl()];
-        for block in blocks {
-            let Verilog::Custom(v) = block else { panic!("held blocks are custom") };
-            assert!(v.contains("if (vh_run) begin"), "{v}");
-            let synth = crate::synthesis::synthesis_text(&v);
-            assert!(!synth.contains("vh_") && !synth.contains('`'), "{synth}");
-            assert_eq!(synth.lines().count(), v.lines().count());
-            for (s, l) in synth.lines().zip(v.lines()) {
-                assert!(l.starts_with(s), "a token moved: {s:?} in {l:?}");
             }
         }
     }
