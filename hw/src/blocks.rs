@@ -202,6 +202,91 @@ impl<const D: usize> Logic for Kept<D> {
     }
 }
 
+/// `outs[i] = ins[sels[i]]` (0 when `sels[i]` is past the last input): the
+/// inputs concatenated once, then one indexed part-select per output.
+/// rust-hdl writes the same select as a compare of the index against every
+/// input, which in the MoE router's model was about 1 000 compares a cycle
+/// (docs/simulators.md); yosys reads the part-select as a mux tree.
+#[derive(LogicBlock)]
+pub struct IndexSelect<const D: usize> {
+    pub sels: Vec<Signal<In, Bits<8>>>,
+    pub ins: Vec<Signal<In, Bits<D>>>,
+    pub outs: Vec<Signal<Out, Bits<D>>>,
+}
+
+impl<const D: usize> IndexSelect<D> {
+    /// `outputs` selects, each of `inputs` values.
+    pub fn new(inputs: usize, outputs: usize) -> Self {
+        assert!((1..=256).contains(&inputs), "{inputs} inputs for an 8-bit index");
+        Self { sels: crate::many(outputs), ins: crate::many(inputs), outs: crate::many(outputs) }
+    }
+}
+
+impl<const D: usize> Logic for IndexSelect<D> {
+    fn update(&mut self) {
+        for (o, s) in self.outs.iter_mut().zip(&self.sels) {
+            o.next = self.ins.get(s.val().index()).map_or(0.into(), |x| x.val());
+        }
+    }
+    fn connect(&mut self) {
+        self.outs.iter_mut().for_each(|o| o.connect());
+    }
+    fn hdl(&self) -> Verilog {
+        let n = self.ins.len();
+        let all: Vec<String> = (0..n).rev().map(|e| format!("ins${e}")).collect();
+        let picks: String = (0..self.outs.len())
+            .map(|i| format!("    outs${i} = (sels${i} < 9'd{n}) ? all[sels${i} * {D} +: {D}] : {D}'d0;\n"))
+            .collect();
+        Verilog::Custom(format!(
+            "reg [{}:0] all;\nalways @(*) begin\n    all = {{{}}};\n{picks}end",
+            n * D - 1,
+            all.join(", ")
+        ))
+    }
+}
+
+/// `hot[e] = en & (some enabled `ids[i]` is e)`: a one-hot of the enabled ids
+/// (a shift each), where rust-hdl's form compares every id against every
+/// index (docs/simulators.md). Ids past the last output set nothing.
+#[derive(LogicBlock)]
+pub struct OneHot {
+    pub en: Signal<In, Bit>,
+    pub ids: Vec<Signal<In, Bits<8>>>,
+    pub act: Vec<Signal<In, Bit>>,
+    pub hot: Vec<Signal<Out, Bits<1>>>,
+}
+
+impl OneHot {
+    /// A one-hot of `outputs` bits from `inputs` ids.
+    pub fn new(inputs: usize, outputs: usize) -> Self {
+        assert!((1..=256).contains(&outputs), "{outputs} outputs for an 8-bit id");
+        Self { en: Default::default(), ids: crate::many(inputs), act: crate::many(inputs), hot: crate::many(outputs) }
+    }
+}
+
+impl Logic for OneHot {
+    fn update(&mut self) {
+        let en = self.en.val();
+        for (e, h) in self.hot.iter_mut().enumerate() {
+            h.next = (en && self.ids.iter().zip(&self.act).any(|(id, a)| a.val() && id.val().index() == e)).into();
+        }
+    }
+    fn connect(&mut self) {
+        self.hot.iter_mut().for_each(|h| h.connect());
+    }
+    fn hdl(&self) -> Verilog {
+        let n = self.hot.len();
+        let terms: Vec<String> =
+            (0..self.ids.len()).map(|i| format!("(act${i} ? {n}'d1 << ids${i} : {n}'d0)")).collect();
+        let outs: String = (0..n).map(|e| format!("    hot${e} = en & one[{e}];\n")).collect();
+        Verilog::Custom(format!(
+            "reg [{}:0] one;\nalways @(*) begin\n    one = {};\n{outs}end",
+            n - 1,
+            terms.join(" | ")
+        ))
+    }
+}
+
 /// First-word-fall-through FIFO with a run-time depth (a power of two).
 /// `dout` shows the head while `!empty`; `count` is the occupancy. `empty`
 /// compares the pointers rather than testing `count`, so the pop gates that
@@ -2171,6 +2256,48 @@ mod tests {
         assert_eq!(v, "always @(*) out = {8'd0, lanes$2, lanes$1, lanes$0};");
         let Verilog::Custom(v) = Pack::<8, 16>::new(2).hdl() else { panic!("Pack is a custom block") };
         assert_eq!(v, "always @(*) out = {lanes$1, lanes$0};");
+    }
+
+    #[test]
+    fn index_select_picks_each_outputs_input_and_zero_past_the_last() {
+        let mut s = IndexSelect::<32>::new(3, 4);
+        s.connect_all();
+        for (e, v) in [0xA0u64, 0xB1, 0xC2].into_iter().enumerate() {
+            s.ins[e].next = v.to_bits();
+        }
+        for (i, sel) in [2u64, 0, 3, 255].into_iter().enumerate() {
+            s.sels[i].next = sel.to_bits();
+        }
+        clock(&mut s, |_, _| (), 1);
+        let outs: Vec<u64> = s.outs.iter().map(|o| o.val().to_u64()).collect();
+        assert_eq!(outs, [0xC2, 0xA0, 0, 0]);
+        let Verilog::Custom(v) = s.hdl() else { panic!("IndexSelect is a custom block") };
+        assert!(v.contains("all = {ins$2, ins$1, ins$0};"), "{v}");
+        assert!(v.contains("outs$3 = (sels$3 < 9'd3) ? all[sels$3 * 32 +: 32] : 32'd0;"), "{v}");
+    }
+
+    #[test]
+    fn one_hot_sets_the_enabled_ids_bits_only_while_enabled() {
+        let mut h = OneHot::new(3, 5);
+        h.connect_all();
+        let hot = |h: &OneHot| h.hot.iter().map(|b| b.val().any()).collect::<Vec<_>>();
+        // Ids 4 and 1 enabled, 2 not; an id past the outputs sets nothing.
+        for (i, (id, act)) in [(4u64, true), (2, false), (1, true)].into_iter().enumerate() {
+            h.ids[i].next = id.to_bits();
+            h.act[i].next = act;
+        }
+        h.en.next = true;
+        clock(&mut h, |_, _| (), 1);
+        assert_eq!(hot(&h), [false, true, false, false, true]);
+        h.ids[0].next = 9u64.to_bits();
+        clock(&mut h, |_, _| (), 1);
+        assert_eq!(hot(&h), [false, true, false, false, false]);
+        h.en.next = false;
+        clock(&mut h, |_, _| (), 1);
+        assert_eq!(hot(&h), [false; 5]);
+        let Verilog::Custom(v) = h.hdl() else { panic!("OneHot is a custom block") };
+        assert!(v.contains("one = (act$0 ? 5'd1 << ids$0 : 5'd0) | (act$1 ? 5'd1 << ids$1 : 5'd0) | (act$2 ? 5'd1 << ids$2 : 5'd0);"), "{v}");
+        assert!(v.contains("hot$4 = en & one[4];"), "{v}");
     }
 
     #[test]
