@@ -13,8 +13,7 @@ use super::config::{MoeConfig, EXPERT_SLOTS, E_LIMIT, RECORD_BYTES, T_LIMIT};
 use super::regs::{Args, TABLE};
 use super::tail::{Choice, DivStage, ExpUnit, GateLane, PostLane, TopkRound, MB, META_TOK, POST_LATENCY, RB};
 use crate::blocks::{
-    AddTree16Pipe, Copies, Fifo, IndexSelect, Kept, MulRoundSat16Pipe, MulU32Pipe, Occupancy, OneHot, Pack, SkewLine,
-    SyncRam,
+    AddTree16Pipe, Copies, Fifo, Kept, MulRoundSat16Pipe, MulU32Pipe, Occupancy, Pack, SkewLine, SyncRam,
 };
 use crate::shell::{Shell, VitisPorts};
 use crate::HwError;
@@ -408,10 +407,7 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     ld_ge: Vec<DFF<Bit>>,
     ld_eq: Vec<DFF<Bit>>,
     ld_hit: Vec<DFF<Bit>>,
-    /// Each choice's expert's load and whether it is full (its `ins`):
-    /// `choices[i].ld` and `.full`.
-    full_sel: IndexSelect<1>,
-    ld_sel: IndexSelect<32>,
+    full_e: Vec<Signal<Local, Bit>>,
     cap_m1: DFF<Bits<32>>,
     /// Each choice's expert id.
     sels: Vec<Signal<Local, Bits<8>>>,
@@ -420,7 +416,8 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// beside them (`cd_hit`), so the load counters' adds follow registers
     /// (the decode of `cd_v` and the ids in front of them, `cd_v → loads`,
     /// −0.64 ns, 62 endpoints on seeds 1–3, docs/timing.md).
-    hit_in: OneHot,
+    hit_in: Vec<Signal<Local, Bits<1>>>,
+    cw_v1: Signal<Local, Bits<1>>,
     cd_hit: Vec<SkewLine<1>>,
     hits: Vec<Signal<Local, Bits<32>>>,
     /// Expert e's load as the statistics writer reads it at `si = e + 2`,
@@ -576,6 +573,7 @@ pub struct MoeUnit<const W: usize, const S: usize, const EL: usize, const ZB: us
     /// Choice i is taken (`i < K`), registered every cycle from the run's K:
     /// the normalizer's and the choices' gates read a flag, not a compare.
     k_act: Vec<DFF<Bit>>,
+    c_e: Vec<Constant<Bits<8>>>,
     c_meta_tok: Constant<Bits<16>>,
     c_rb: Constant<Bits<16>>,
     _lanes: usize,
@@ -694,10 +692,9 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             ld_ge: crate::many(cfg.e_max),
             ld_eq: crate::many(cfg.e_max),
             ld_hit: crate::many(cfg.e_max),
-            full_sel: IndexSelect::new(cfg.e_max, cfg.k_max),
-            ld_sel: IndexSelect::new(cfg.e_max, cfg.k_max),
+            full_e: crate::many(cfg.e_max),
             sels: crate::many(cfg.k_max),
-            hit_in: OneHot::new(cfg.k_max, cfg.e_max),
+            hit_in: crate::many(cfg.e_max),
             cd_hit: (0..cfg.e_max).map(|_| SkewLine::new(MulRoundSat16Pipe::LATENCY)).collect(),
             hits: crate::many(cfg.e_max),
             c_beat_ones: Constant::new(Bits::<W>::mask()),
@@ -740,6 +737,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             c_gt: (0..g).map(|i| k((40 * i * l) as u64)).collect(),
             c_i: (0..cfg.k_max).map(|i| k(i as u64)).collect(),
             k_act: (0..cfg.k_max).map(|_| DFF::default()).collect(),
+            c_e: (0..cfg.e_max).map(|e| k(e as u64)).collect(),
             c_meta_tok: k(META_TOK as u64),
             c_rb: k(RB as u64),
             _lanes: l,
@@ -754,7 +752,7 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
             cap_dv, cap_lt, cap_fix, cap, cap_bad, cap_m1, ct, cg, cc, g_at, cgoff, go, go_g, go_t, go_r, at_tok, in_run, run_cp, cc_last, cg_last, tok_last, ahead_nz, groups_m2, one_group, pending, room, t_m1, more, ct_last, t_m2, ahead, row_in, ct2, beats_m1, groups_m1, tok_end, flush, flushed, s1_valid, s1_first, s1_last, s1_g, s1_goff, s1_lastg,
             s1_tok, s2_valid, s2_g, s2_goff, s2_lastg, s2_tok, s3_valid, s3_g, s3_lastg, s3_tok, post_v,
             s4_valid, s4_vc, s4_fin, s4_hot, s4_lastg, s4_tok, mz, mt, zplace, tplace, coll_z, coll_t, a_valid, a_z, a_t, a_tok, sel0, x1_valid, x1_z,
-            x1_t, x1_mask, x1_gt, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
+            x1_t, x1_mask, x1_gt, x1_meta, x1_tmax, r_meta, r_valid, q_meta, q_valid, cw_meta, cw_valid, cw_v1, d_valid, d_l, d_meta, s_load, dropped, drop_n, o_valid, o_rec,
             o_tok, tokens_out, out_done, o_occ, wstate, w_idle_cp, w_rec_cp, w_send, ws_dp, ws_dw, ws_sp, ws_ws, stats_go, w_beats_lo, w_beats_hi, w_bcat, w_dsel, w_beat0, w_beat1, w_beat2, w_beat3, pop_lo, pop_hi, pop_sl, pop_id, w_ids, w_slots, w_left, w_none, route_ptr, d_shift, w_tok, w_addr, d_lo, d_hi1, d_sum, d_hi, d_hi_p1, w_word,
             w_stats, rb, rb_last, si, si_end, si_z, si_1, si_oh, e_p1, stats_done, xmask, lane_off
         }))
@@ -1459,36 +1457,45 @@ impl<const W: usize, const S: usize, const EL: usize, const ZB: usize, const TB:
         self.cd_meta.din.next = bit_cast::<96, 64>(self.cw_meta.val().get_bits::<64>(0))
             | (bit_cast::<96, 32>(self.cw_meta.val().get_bits::<32>(self.c_meta_tok.val().index())) << 64);
         self.cd_v.din.next = bit_cast::<1, 1>(self.cw_valid.val().into());
-        self.hit_in.en.next = self.cw_valid.val();
-        for i in 0..self._kmax {
-            self.hit_in.ids[i].next = self.cw_meta.val().get_bits::<8>(i * 8);
-            self.hit_in.act[i].next = self.k_act[i].q.val();
-        }
+        self.cw_v1.next = bit_cast::<1, 1>(self.cw_valid.val().into());
         for e in 0..self._emax {
+            self.hit_in[e].next = 0.into();
+            for i in 0..self._kmax {
+                if self.k_act[i].q.val() & (self.cw_meta.val().get_bits::<8>(i * 8) == self.c_e[e].val()) {
+                    self.hit_in[e].next = self.cw_v1.val();
+                }
+            }
             self.cd_hit[e].clock.next = self.vitis.ap_clk.val();
-            self.cd_hit[e].din.next = self.hit_in.hot[e].val();
+            self.cd_hit[e].din.next = self.hit_in[e].val();
         }
         // Each expert's load against the capacity (see `ld_ge`).
         self.cap_m1.d.next = self.cap.q.val() - 1;
         for e in 0..self._emax {
-            self.full_sel.ins[e].next = 0.into();
-            if self.ld_ge[e].q.val() | (self.ld_hit[e].q.val() & self.ld_eq[e].q.val()) {
-                self.full_sel.ins[e].next = 1.into();
-            }
-            self.ld_sel.ins[e].next = self.loads[e].q.val();
+            self.full_e[e].next = self.ld_ge[e].q.val() | (self.ld_hit[e].q.val() & self.ld_eq[e].q.val());
         }
         for i in 0..self._kmax {
             self.sels[i].next = self.cd_meta.dout.val().get_bits::<8>(i * 8);
             self.choices[i].w.next = self.wq[i].w.val();
             self.choices[i].sel.next = self.sels[i].val();
-            self.full_sel.sels[i].next = self.sels[i].val();
-            self.ld_sel.sels[i].next = self.sels[i].val();
-            self.choices[i].full.next = self.full_sel.outs[i].val().any();
-            self.choices[i].ld.next = self.ld_sel.outs[i].val();
+            self.choices[i].full.next = false;
+            for e in 0..self._emax {
+                if self.sels[i].val() == self.c_e[e].val() {
+                    self.choices[i].full.next = self.full_e[e].val();
+                }
+            }
             self.choices[i].active.next = self.cd_v.dout.val().any() & self.k_act[i].q.val();
         }
         self.o_valid.d.next = self.cd_v.dout.val().any();
         self.o_tok.d.next = self.cd_meta.dout.val().get_bits::<32>(64);
+        // Each choice reads its expert's counter.
+        for i in 0..self._kmax {
+            self.choices[i].ld.next = 0.into();
+            for e in 0..self._emax {
+                if self.sels[i].val() == self.c_e[e].val() {
+                    self.choices[i].ld.next = self.loads[e].q.val();
+                }
+            }
+        }
         self.rec_chain[0].next = self.choices[0].rec.val();
         self.drop_chain[0].next = bit_cast::<32, 1>(self.choices[0].drop.val().into());
         for i in 1..self._kmax {
