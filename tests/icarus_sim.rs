@@ -239,6 +239,30 @@ fn moe_8_experts_2_lanes() {
     moe_launches(&mut dev, &[16, 48, 64]);
 }
 
+/// A router past `PAIR_MAX` experts, whose top-k rounds are comparator
+/// trees (`blocks::ArgMaxPipe`), not the pairwise compares of the routers
+/// above. Capacity 0.5 drops choices, so the experts' full flags decide slots.
+#[test]
+fn moe_12_experts_tree_top_k() {
+    if !ferrite::sim::iverilog_or_skip() {
+        return;
+    }
+    let cfg = MoeConfig { e_max: 12, k_max: 3, h_max: 32, lanes: 2, port_bits: 128, clock_mhz: 300.0 };
+    let mut dev = IcarusDevice::new(cfg, &memory(5), MEM_BYTES, LIMIT).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let (t, h, e) = (10, 32, 12);
+    let p = MoeProblem {
+        capacity: Some(CapacityFactor::from_f64(0.5).unwrap()),
+        ..MoeProblem::new(t, h, e, 3, GateMode::SoftmaxTopk, 1.0 / 16.0, 1.0 / 32.0).unwrap()
+    };
+    let (x, w) = (int8s(&mut rng, t * h), int8s(&mut rng, e * h));
+    let (got, stats) = ops::moe(&mut dev, &p, &x, &w, None).unwrap();
+    let want = route(&p, &x, &w, None).unwrap();
+    assert!(want.dropped > 0, "capacity 0.5 drops no choice: the full flags go unchecked");
+    assert_eq!(got, want, "{p:?}");
+    println!("moe T={t} H={h} E={e} top-3: {} cycles, {} dropped", stats.cycles.unwrap().cycles, want.dropped);
+}
+
 /// H not a multiple of the beat, so every X and W row has random padding.
 #[test]
 fn moe_ignores_row_padding() {
