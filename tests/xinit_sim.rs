@@ -72,13 +72,18 @@ fn moe_from_random_state() {
     if !ferrite::sim::verilator_or_skip() {
         return;
     }
-    let cfg = MoeConfig { e_max: 8, k_max: 2, h_max: 64, lanes: 2, port_bits: 128, clock_mhz: 300.0 };
+    // 8 experts: the top-k rounds compare pairs; 12: comparator trees, whose
+    // Verilator form keeps the root in a register of its own.
+    let cfgs = [(8, 2, 6), (12, 3, 10)];
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-    for seed in SEEDS {
-        let mut dev = SimDevice::new(cfg.clone(), memory(seed), Engine::VerilatorXRandom(seed), None).unwrap();
-        let p = MoeProblem::new(5, 32, 6, 2, GateMode::SoftmaxTopk, 1.0 / 16.0, 1.0 / 32.0).unwrap();
-        let (x, w) = (int8s(&mut rng, 5 * 32), int8s(&mut rng, 6 * 32));
-        let (got, _) = ops::moe(&mut dev, &p, &x, &w, None).unwrap();
-        assert_eq!(got, route(&p, &x, &w, None).unwrap(), "seed {seed}");
+    for (e_max, k_max, experts) in cfgs {
+        let cfg = MoeConfig { e_max, k_max, h_max: 64, lanes: 2, port_bits: 128, clock_mhz: 300.0 };
+        for seed in SEEDS {
+            let mut dev = SimDevice::new(cfg.clone(), memory(seed), Engine::VerilatorXRandom(seed), None).unwrap();
+            let p = MoeProblem::new(5, 32, experts, k_max, GateMode::SoftmaxTopk, 1.0 / 16.0, 1.0 / 32.0).unwrap();
+            let (x, w) = (int8s(&mut rng, 5 * 32), int8s(&mut rng, experts * 32));
+            let (got, _) = ops::moe(&mut dev, &p, &x, &w, None).unwrap();
+            assert_eq!(got, route(&p, &x, &w, None).unwrap(), "E_max {e_max}, seed {seed}");
+        }
     }
 }

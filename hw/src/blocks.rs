@@ -1366,7 +1366,7 @@ fn tree_verilog(
 ) -> (String, String) {
     let name = |l: usize, i: usize| format!("{}{l}_{i}", if reg(l) { 'r' } else { 'w' });
     let (mut decl, mut seq, mut comb) = (String::new(), String::new(), String::new());
-    let mut node = |l: usize, i: usize, v: String| {
+    let root = tree_walk(n, &name, leaf, join, |l, i, v| {
         let (z, msb) = (name(l, i), width(l) - 1);
         if reg(l) {
             decl += &format!("reg [{msb}:0] {z} = 0;\n");
@@ -1375,7 +1375,21 @@ fn tree_verilog(
             decl += &format!("wire [{msb}:0] {z};\n");
             comb += &format!("assign {z} = {v};\n");
         }
-    };
+    });
+    let seq = if seq.is_empty() { seq } else { format!("always @(posedge clock) begin\n{seq}end\n") };
+    (format!("{decl}{comb}{seq}"), root)
+}
+
+/// The nodes of [`tree_verilog`]'s tree, leaves first and then level by level:
+/// `node(l, i, v)` with `v` the node's value (its leaf, the join of its two
+/// children's names, or its one child's name). Returns the root's name.
+fn tree_walk(
+    n: usize,
+    name: &dyn Fn(usize, usize) -> String,
+    leaf: impl Fn(usize) -> String,
+    join: impl Fn(usize, &str, &str) -> String,
+    mut node: impl FnMut(usize, usize, String),
+) -> String {
     (0..n).for_each(|i| node(0, i, leaf(i)));
     let (mut l, mut m) = (0, n);
     while m > 1 {
@@ -1386,8 +1400,7 @@ fn tree_verilog(
         }
         m = m.div_ceil(2);
     }
-    let seq = if seq.is_empty() { seq } else { format!("always @(posedge clock) begin\n{seq}end\n") };
-    (format!("{decl}{comb}{seq}"), name(l, 0))
+    name(l, 0)
 }
 
 /// Shift `v` into a model's delay line `q` (the newest first) and return what
@@ -1781,19 +1794,54 @@ impl<const ZB: usize, const EL: usize, const PB: usize> Logic for ArgMaxPipe<ZB,
         self.pay_sel.connect();
     }
     fn hdl(&self) -> Verilog {
-        // A node: {payload, valid, index, key}.
-        let (tree, root) = tree_verilog(
-            self._n,
-            |_| 57,
-            |l| l == self._cut && l > 0,
-            |e| {
-                let (p, k) = (16 * e, 32 * e);
-                format!("{{pay[{}:{p}], mask[{e}], 8'd{e}, ~z[{}], z[{}:{k}]}}", p + 15, k + 31, k + 30)
-            },
-            |_, a, b| format!("({b}[40] & (!{a}[40] | ({b}[31:0] > {a}[31:0]))) ? {b} : {a}"),
-        );
-        Verilog::Custom(format!("{tree}always @(*) sel = {root}[39:32];\nalways @(*) pay_sel = {root}[56:41];"))
+        let (tree, root) = tree_verilog(self._n, |_| 57, |l| l == self._cut && l > 0, arg_max_leaf, arg_max_join);
+        let text = format!("{tree}always @(*) sel = {root}[39:32];\nalways @(*) pay_sel = {root}[56:41];");
+        if self._cut == 0 {
+            return Verilog::Custom(text);
+        }
+        // Line 1 (`wire [56:0] w0_0;`) is in both forms; the rest is synthesis's.
+        let (first, rest) = text.split_once('\n').expect("a tree of one leaf has no cut");
+        Verilog::Custom(format!("{first} `ifdef VERILATOR {} `else\n{rest} `endif", arg_max_verilator(self._n)))
     }
+}
+
+/// A node of [`ArgMaxPipe`]'s tree: `{payload, valid, index, key}`.
+fn arg_max_leaf(e: usize) -> String {
+    let (p, k) = (16 * e, 32 * e);
+    format!("{{pay[{}:{p}], mask[{e}], 8'd{e}, ~z[{}], z[{}:{k}]}}", p + 15, k + 31, k + 30)
+}
+
+/// [`ArgMaxPipe`]'s node select: the right child if valid and the left not, or larger.
+fn arg_max_join(_: usize, a: &str, b: &str) -> String {
+    format!("({b}[40] & (!{a}[40] | ({b}[31:0] > {a}[31:0]))) ? {b} : {a}")
+}
+
+/// [`ArgMaxPipe`]'s root for Verilator only, where the tree has a cut: the
+/// whole tree computed at the clock edge into one register, and only at an
+/// edge where the bits it reads differ from the last edge's. The root is a
+/// function of the cut's registers, which are a function of the inputs at
+/// the last edge, so the register holds the root's value from every edge on;
+/// before the first, the cut's registers are 0 and so is their root (a node
+/// of two invalid children keeps its left one). The MoE router's top-k
+/// rounds see a new token every few tens of cycles, and Verilator evaluated
+/// each round's 63 nodes every cycle (12 % of the default router's model).
+fn arg_max_verilator(n: usize) -> String {
+    let name = |l: usize, i: usize| format!("t{l}_{i}");
+    let (mut decl, mut body) = (String::new(), String::new());
+    let root = tree_walk(n, &name, arg_max_leaf, arg_max_join, |l, i, v| {
+        decl += &format!("reg [56:0] {}; ", name(l, i));
+        body += &format!("{} = {v}; ", name(l, i));
+    });
+    let read = [("z", 32 * n), ("mask", n), ("pay", 16 * n)];
+    let copies: String = read.iter().map(|(s, w)| format!("reg [{}:0] vh_{s} = 0; ", w - 1)).collect();
+    let chg = read.iter().map(|(s, w)| format!("{s}[{}:0] != vh_{s}", w - 1)).collect::<Vec<_>>().join(" || ");
+    let load: String = read.iter().map(|(s, w)| format!("vh_{s} <= {s}[{}:0]; ", w - 1)).collect();
+    format!(
+        "assign w0_0 = 57'd0; {copies}reg vh_first = 1'b1; reg [56:0] vh_root = 57'd0; \
+         /* verilator lint_off BLKSEQ */ always @(posedge clock) if (vh_first || {chg}) begin : vh {decl}\
+         {body}{load}vh_first <= 1'b0; vh_root <= {root}; end /* verilator lint_on BLKSEQ */ \
+         always @(*) sel = vh_root[39:32]; always @(*) pay_sel = vh_root[56:41];"
+    )
 }
 
 /// Bit of pair `(i, j)`, `i < j < n`, in [`PairCmp`]'s `gt`: the pairs row by row.
@@ -2537,8 +2585,24 @@ mod tests {
                 // The cut level's nodes are the only registers.
                 let Verilog::Custom(v) = t.hdl() else { panic!("ArgMaxPipe is a custom block") };
                 let at_cut = if cut > 0 { n.div_ceil(1 << cut) } else { 0 };
-                assert_eq!(v.matches(" <= ").count(), at_cut, "{v}");
+                let synth = crate::synthesis::synthesis_text(&v);
+                assert_eq!(synth.matches(" <= ").count(), at_cut, "{synth}");
             }
+        }
+    }
+
+    /// [`ArgMaxPipe`]'s Verilator form is text synthesis does not read: the
+    /// synthesis text is the tree's own, token for token (a token moved would
+    /// rename yosys's cells and discard the router's measured clocks).
+    #[test]
+    fn arg_max_pipe_verilator_form_keeps_the_synthesis_text() {
+        for (n, cut) in [(12, 2), (64, 3), (9, 2)] {
+            let Verilog::Custom(v) = ArgMaxPipe::<2048, 64, 1024>::new(n, cut).hdl() else { panic!("custom") };
+            let (tree, root) = tree_verilog(n, |_| 57, |l| l == cut, arg_max_leaf, arg_max_join);
+            let plain = format!("{tree}always @(*) sel = {root}[39:32];\nalways @(*) pay_sel = {root}[56:41];");
+            assert_eq!(crate::synthesis::synthesis_text(&v), plain, "n = {n}");
+            assert!(v.contains("vh_root <= "), "n = {n}: no Verilator form");
+            assert_eq!(v.lines().count(), plain.lines().count());
         }
     }
 
