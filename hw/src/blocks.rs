@@ -1482,42 +1482,38 @@ impl<const W: usize> Logic for DotI8Pipe<W> {
     }
 }
 
-/// [`DotI8Pipe`]'s registers and their values, for Verilator only: the same
-/// registers `r<l>_<i>` (`reg(l)`) as [`tree_verilog`]'s tree, each written from
-/// the previous registered level directly (the wire levels between folded in),
-/// with sign extensions as `(zext(x) ^ s) − s` (`s` the sign bit) and the
-/// products' bytes the same way: Verilator executed each `$signed` extension
-/// as a call of a few shifts and masks and stored every wire level, which
-/// made the products and adder trees half of the default MoE router's model.
-/// The values are the same numbers modulo each register's width (every level
-/// is wide enough for its sums), which yosys proves (docs/simulators.md).
+/// [`DotI8Pipe`]'s root for Verilator only: the whole dot product summed at
+/// the first edge, then carried through a delay line to the root register
+/// `r<levels>_0`, which is all that `dot` reads: the tree's registers hold
+/// partial sums no one else sees, and Verilator wrote each of them every
+/// cycle (127 a lane at n = 64: the MoE router's gate lanes were a third of its
+/// model). Sign extensions are `(zext(x) ^ s) − s` (`s` the sign bit), as
+/// `$signed` became a call of shifts and masks. The sum is exact in the
+/// root's 16 + log2(n) bits, as the tree's is. The form keeps the line count
+/// of the per-register form it replaced (`2 · registers + 2`), padded with
+/// `//` lines (blanked like the rest of the branch; an empty line would keep
+/// its indent), so that every line synthesis reads after it keeps its number
+/// (yosys names cells by source position; `synthesis::synthesis_text`).
 fn dot_i8_verilator(n: usize, reg: impl Fn(usize) -> bool) -> String {
     let levels = n.trailing_zeros() as usize;
     let regs: Vec<usize> = (0..=levels).filter(|&l| reg(l)).collect();
-    let mut decl = String::new();
-    let mut seq = String::new();
-    for &l in &regs {
-        for i in 0..n >> l {
-            decl += &format!("reg [{}:0] r{l}_{i} = 0;\n", 15 + l);
-        }
-    }
-    for i in 0..n {
-        let (hi, lo) = (8 * i + 7, 8 * i);
-        seq += &format!(
-            "   r0_{i} <= (({{8'd0, a[{hi}:{lo}]}} ^ 16'h80) - 16'h80) * (({{8'd0, b[{hi}:{lo}]}} ^ 16'h80) - 16'h80);\n"
-        );
-    }
-    for pair in regs.windows(2) {
-        let (p, l) = (pair[0], pair[1]);
-        let (w, g) = (16 + l, 1usize << (l - p));
-        let s = 1u64 << (15 + p);
-        for i in 0..n >> l {
-            let terms: Vec<String> =
-                (i * g..(i + 1) * g).map(|j| format!("({{{}'d0, r{p}_{j}}} ^ {w}'d{s})", l - p)).collect();
-            seq += &format!("   r{l}_{i} <= {} - {w}'d{};\n", terms.join(" + "), g as u64 * s);
-        }
-    }
-    format!("{decl}always @(posedge clock) begin\n{seq}end\n")
+    let w = 16 + levels;
+    let stage = |j: usize| if j + 1 == regs.len() { format!("r{levels}_0") } else { format!("vd{j}") };
+    let product = |i: usize| {
+        let (hi, lo, z) = (8 * i + 7, 8 * i, w - 8);
+        let ext = |v: &str| format!("(({{{z}'d0, {v}[{hi}:{lo}]}} ^ {w}'h80) - {w}'h80)");
+        format!("{} * {}", ext("a"), ext("b"))
+    };
+    let sum = (0..n).map(product).collect::<Vec<_>>().join(" + ");
+    let mut lines: Vec<String> = (0..regs.len()).map(|j| format!("reg [{}:0] {} = 0;", w - 1, stage(j))).collect();
+    lines.push("always @(posedge clock) begin".into());
+    lines.push(format!("   {} <= {sum};", stage(0)));
+    lines.extend((1..regs.len()).map(|j| format!("   {} <= {};", stage(j), stage(j - 1))));
+    lines.push("end".into());
+    let per_register_form: usize = 2 * regs.iter().map(|&l| n >> l).sum::<usize>() + 2;
+    assert!(lines.len() <= per_register_form, "{} lines", lines.len());
+    lines.resize(per_register_form, "//".into());
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// `min(round(p · r / 2^24), 65535)` for unsigned `p` (16 bits) and `r` (32
@@ -2693,12 +2689,16 @@ mod tests {
                 // The products and a register per stage, each sum as wide as its level.
                 let Verilog::Custom(v) = b.hdl() else { panic!("DotI8Pipe is a custom block") };
                 let regs: usize = (0..=levels).filter(|&l| l == levels || l % per_stage == 0).map(|l| n >> l).sum();
-                // Verilator's branch and synthesis's: the same registers.
+                // Synthesis's branch: every node of a registered level;
+                // Verilator's: a register per stage, ending in the same root,
+                // on as many lines as a register each took (2 · regs + 2), so
+                // the lines synthesis reads after it keep their numbers.
                 let (fast, tree) = v.split_once("`else").unwrap();
-                for branch in [fast, tree] {
-                    assert_eq!(branch.matches(" <= ").count(), regs, "{v}");
-                    assert!(branch.contains(&format!("reg [{}:0] r{levels}_0 = 0;", 15 + levels)), "{v}");
-                }
+                let root = format!("reg [{}:0] r{levels}_0 = 0;", 15 + levels);
+                assert_eq!(tree.matches(" <= ").count(), regs, "{v}");
+                assert_eq!(fast.matches(" <= ").count(), lat, "{v}");
+                assert!(tree.contains(&root) && fast.contains(&root), "{v}");
+                assert_eq!(fast.lines().count(), 1 + 2 * regs + 2, "{v}");
             }
         }
     }
