@@ -3,11 +3,12 @@
 //! caches) keeps every token on the line and in the column where the export
 //! has it: yosys names cells by source position.
 use ferrite::hw::attention::{rtl as attention_rtl, AttentionConfig};
+use ferrite::hw::gemm::{rtl as gemm_rtl, GemmConfig};
 use ferrite::hw::moe::{rtl as moe_rtl, MoeConfig};
 use ferrite::hw::synthesis::synthesis_text;
 
 fn check(top: &str, verilog: &str) {
-    assert!(verilog.contains("`ifdef VERILATOR"), "{top} has Verilator forms");
+    assert!(verilog.contains("`ifdef VERILATOR") || verilog.contains("`ifndef VERILATOR"), "{top} has Verilator forms");
     let synth = synthesis_text(verilog);
     assert!(!synth.contains("VERILATOR"), "{top}: a Verilator directive is left");
     assert_eq!(synth.lines().count(), verilog.lines().count(), "{top}: lines moved");
@@ -28,4 +29,6 @@ fn verilator_forms_end_lines_in_every_export_that_has_them() {
     }
     let c = MoeConfig::small();
     check(&c.kernel_name(), &moe_rtl::verilog(&c).unwrap());
+    let c = GemmConfig::small(4, 4);
+    check(&c.kernel_name(), &gemm_rtl::verilog(&c).unwrap());
 }

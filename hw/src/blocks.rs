@@ -522,6 +522,26 @@ impl Mul32Stages {
 /// else with a zero.
 fn mul32_verilog(a: &str, b: &str, signed: bool) -> String {
     let ext = |v: &str| if signed { format!("{v}[31]") } else { "1'b0".into() };
+    // Verilator's form: the whole product at the first edge (one 64-bit
+    // multiply; `(zext(x) ^ s) − s` sign-extends), then two registers to
+    // `prod`, where the synthesis form's four partial products, their sums
+    // and seven registers were each computed every cycle. It replaces the
+    // lines from the wires to the clocked block's end: `` `ifndef ``
+    // ends `prod`'s line, the form and `` `endif `` the block's last, so
+    // synthesis reads every token where it was (`synthesis::synthesis_text`).
+    let wide = |v: &str| {
+        if signed {
+            format!("(({{32'd0, {v}}} ^ 64'h80000000) - 64'h80000000)")
+        } else {
+            format!("{{32'd0, {v}}}")
+        }
+    };
+    let fast = format!(
+        "reg [63:0] vm1 = 0; reg [63:0] vm2 = 0; \
+         always @(posedge clock) begin vm1 <= {} * {}; vm2 <= vm1; prod <= vm2; end",
+        wide(a),
+        wide(b)
+    );
     format!(
         "\
 reg signed [31:0] hh = 0;
@@ -530,7 +550,7 @@ reg signed [32:0] lh = 0;
 reg [31:0] ll = 0;
 reg signed [33:0] mid = 0;
 reg [63:0] hilo = 0;
-reg signed [63:0] prod = 0;
+reg signed [63:0] prod = 0; `ifndef VERILATOR
 wire signed [16:0] ah = {{{ea}, {a}[31:16]}};
 wire signed [16:0] al = {{1'b0, {a}[15:0]}};
 wire signed [16:0] bh = {{{eb}, {b}[31:16]}};
@@ -547,7 +567,7 @@ always @(posedge clock) begin
    mid <= hl + lh;
    hilo <= {{hh, ll}};
    prod <= $signed(hilo) + ({{{{30{{mid[33]}}}}, mid}} <<< 16);
-end
+end `else {fast} `endif
 ",
         ea = ext(a),
         eb = ext(b)
