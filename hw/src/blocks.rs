@@ -1840,7 +1840,8 @@ fn arg_max_join(_: usize, a: &str, b: &str) -> String {
 /// before the first, the cut's registers are 0 and so is their root (a node
 /// of two invalid children keeps its left one). The MoE router's top-k
 /// rounds see a new token every few tens of cycles, and Verilator evaluated
-/// each round's 63 nodes every cycle (12 % of the default router's model).
+/// each round's 63 nodes every cycle: 28 % of the default router launch's
+/// instructions (docs/simulators.md, step 20).
 fn arg_max_verilator(n: usize) -> String {
     let name = |l: usize, i: usize| format!("t{l}_{i}");
     let (mut decl, mut body) = (String::new(), String::new());
