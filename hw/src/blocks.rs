@@ -2608,6 +2608,22 @@ mod tests {
         }
     }
 
+    /// The product's Verilator form adds no line and moves no token: the
+    /// synthesis text is the multiplier's text with that form cut out (a line
+    /// break in the form would renumber every line after it, and with them
+    /// yosys's cells and the units' measured clocks).
+    #[test]
+    fn mul32_verilator_form_keeps_the_synthesis_text() {
+        for signed in [true, false] {
+            let v = mul32_verilog("x", "mult", signed);
+            let (head, tail) = v.split_once(" `else ").expect("a Verilator form");
+            let plain =
+                format!("{}{}", head.replace(" `ifndef VERILATOR", ""), &tail[tail.find("`endif").unwrap() + 6..]);
+            assert_eq!(crate::synthesis::synthesis_text(&v), plain);
+            assert!(tail.contains("vm1") && !plain.contains("vm1"));
+        }
+    }
+
     /// [`ArgMaxPipe`]'s Verilator form is text synthesis does not read: the
     /// synthesis text is the tree's own, token for token (a token moved would
     /// rename yosys's cells and discard the router's measured clocks).
