@@ -517,7 +517,7 @@ impl Progress {
     /// Starts a step; returns when it started.
     fn step(&self, msg: &str) -> Instant {
         if self.bar.is_hidden() {
-            eprintln!("{}: {msg}", self.kernel);
+            self.line(msg);
         } else {
             self.bar.set_message(msg.to_string());
         }
